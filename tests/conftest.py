@@ -1,0 +1,24 @@
+"""Shared fixtures: where the public traces and the reference live (read from ../shared, never copied)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.paths import public_traces_dir, shared_dir
+
+
+@pytest.fixture(scope="session")
+def public_traces():
+    """The public traces folder; tests that need it skip with a clear message where it is absent."""
+    path = public_traces_dir()
+    if not path.is_dir():
+        pytest.skip(f"public traces not found at {path}: put the shared folder beside the project (see README)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def reference_dir():
+    path = shared_dir() / "reference"
+    if not path.is_dir():
+        pytest.skip(f"reference fact base not found at {path}")
+    return path
