@@ -23,6 +23,11 @@ app = typer.Typer(
     add_completion=False,
 )
 
+@app.callback()
+def _root() -> None:
+    """Simulate GPU clusters serving agent workloads with DeepSeek-V4-Flash and V4.1-Flash."""
+
+
 @app.command()
 def version() -> None:
     """Print the version of sim."""
