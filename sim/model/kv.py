@@ -1,0 +1,97 @@
+"""KV-cache bytes: global (compressed + index) KV per token, SWA rings and compressor state per sequence,
+and what persisting a session costs (model.md §5).
+
+Only KV-owning layers store global KV: per token, main_row / ratio plus index_row / ratio when the layer
+owns index keys (model.md §5.1). Window rings and compressor partial-group state are fixed per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.errors import InputError
+
+from .spec import ModelSpec
+
+PERSIST_POLICIES = ("global_kv", "global_kv_plus_swa", "global_kv_plus_swa_plus_compressor")
+
+
+@dataclass(frozen=True)
+class LayerKvBytes:
+    """Per-layer row of the KV table: global bytes stored per token and the SWA ring per sequence."""
+
+    layer: int
+    attention: str
+    ratio: int
+    main_bytes_per_token: float
+    index_bytes_per_token: float
+    swa_bytes_per_sequence: float
+
+    @property
+    def total_bytes_per_token(self) -> float:
+        return self.main_bytes_per_token + self.index_bytes_per_token
+
+
+def global_kv_bytes_per_token_by_layer(spec: ModelSpec, layout: str | None = None) -> list[LayerKvBytes]:
+    lay = spec.layout(layout)
+    rows = []
+    for layer in spec.layers:
+        main = lay.main_row_bytes / layer.ratio if layer.owns_kv else 0.0
+        # one index key per compressed position (V4's index compressor shares its CSA ratio, §4.1)
+        index = lay.index_row_bytes / layer.ratio if layer.owns_index_keys else 0.0
+        swa = float(layer.window_tokens * lay.swa_row_bytes)
+        rows.append(LayerKvBytes(layer.index, layer.attention, layer.ratio, main, index, swa))
+    return rows
+
+
+def global_kv_bytes_per_token_by_component(spec: ModelSpec, layout: str | None = None) -> dict[str, float]:
+    rows = global_kv_bytes_per_token_by_layer(spec, layout)
+    return {
+        "main": sum(r.main_bytes_per_token for r in rows),
+        "index": sum(r.index_bytes_per_token for r in rows),
+    }
+
+
+def global_kv_bytes_per_token(spec: ModelSpec, layout: str | None = None) -> float:
+    """Bytes of global KV per context token (V4.1 890, V4 3,514.25; model.md §5.1)."""
+    return sum(global_kv_bytes_per_token_by_component(spec, layout).values())
+
+
+def swa_bytes_per_sequence(spec: ModelSpec, layout: str | None = None) -> float:
+    """Window rings of the backbone layers, fixed per sequence (drafter rings excluded; model.md §5.2)."""
+    return sum(r.swa_bytes_per_sequence for r in global_kv_bytes_per_token_by_layer(spec, layout))
+
+
+def compressor_state_bytes_per_sequence(spec: ModelSpec) -> float:
+    """FP32 pooling state of the pending partial group, KV and score buffers, per owner (model.md §5.2):
+    V4 21 x 80 KiB + 20 x 512 KiB = 12.2 MB; V4.1 3 x 8 KiB = 24.6 KB."""
+    per_element = spec.compressor_state_bytes_per_element
+    total = 0
+    for layer in spec.layers:
+        if layer.compressor is not None:
+            c = spec.compressors[layer.compressor]
+            total += 2 * c.state_rows * c.state_width * per_element
+        if layer.owns_index_keys and spec.index is not None:
+            k = spec.index.keys
+            total += 2 * k.state_rows * k.state_width * per_element
+    return float(total)
+
+
+def persistent_bytes(spec: ModelSpec, context_tokens, policy: str, layout: str | None = None):
+    """Bytes to persist the prefix of a session of `context_tokens` tokens (int or numpy array):
+    global KV per token, plus the SWA rings (and compressor state) as a fixed per-sequence cost when the
+    policy keeps them. V4.1 persists global KV only (model.md §5.2); what V4 persists is unknown [D]."""
+    if policy not in PERSIST_POLICIES:
+        raise InputError("unknown persistence policy", where="policy", value=policy, allowed=PERSIST_POLICIES)
+    tokens = np.asarray(context_tokens, dtype=np.float64)
+    if np.any(tokens < 0):
+        raise InputError("context_tokens must be >= 0", where="context_tokens", value=context_tokens)
+    fixed = 0.0
+    if policy != "global_kv":
+        fixed += swa_bytes_per_sequence(spec, layout)
+    if policy == "global_kv_plus_swa_plus_compressor":
+        fixed += compressor_state_bytes_per_sequence(spec)
+    out = tokens * global_kv_bytes_per_token(spec, layout) + np.where(tokens > 0, fixed, 0.0)
+    return float(out) if out.ndim == 0 else out
