@@ -1,7 +1,154 @@
-"""`sim scenario` commands (to be filled by the issue that builds them)."""
+"""`sim scenario check FILE`: validate a scenario and summarise it, or list every problem."""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sim.config import Scenario, load_scenario
+from sim.config.cluster import Pool
+from sim.errors import InputError
+
+scenario_app = typer.Typer(help="Scenario files: validate and summarise.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the top-level app."""
+    app.add_typer(scenario_app, name="scenario")
+
+
+def _pool_summary(scn: Scenario, pool: Pool) -> dict:
+    hw = scn.pool_profile(pool)
+    cost = scn.pool_node_cost(pool)
+    return {
+        "name": pool.name,
+        "role": pool.role,
+        "hardware": hw.id,
+        "nodes": pool.nodes,
+        "gpus": pool.nodes * hw.gpus_per_node,
+        "instances": pool.nodes * hw.gpus_per_node // pool.gpus_per_instance,
+        "gpus_per_instance": pool.gpus_per_instance,
+        "tp": pool.tp,
+        "ep": pool.ep,
+        "dp": pool.dp,
+        "pricing_term": cost.term,
+        "usd_per_node_hour": cost.total_usd_per_hour,
+    }
+
+
+def _summary(scn: Scenario) -> dict:
+    pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
+    w = scn.workload
+    return {
+        "name": scn.name,
+        "seed": scn.seed,
+        "models": [
+            {"name": m.name, "family": m.family, "prefill_mode": m.prefill_mode, "kv_layout": m.kv_layout}
+            for m in scn.models
+        ],
+        "hardware": scn.hardware,
+        "pools": pools,
+        "workload": {
+            "source": "trace" if w.trace else "generator",
+            "path": str(w.source_path),
+            "replay": w.replay,
+            "warmup_s": w.warmup_s,
+            "horizon_s": w.horizon_s,
+        },
+    }
+
+
+@scenario_app.command("check")
+def check_cmd(
+    file: Annotated[Path, typer.Argument(help="Scenario YAML.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON only: {valid, errors | summary}.")
+    ] = False,
+) -> None:
+    """Exit 0 with a short summary when FILE is valid; otherwise one line per problem and exit 2."""
+    try:
+        scn = load_scenario(file)
+    except InputError as err:
+        if as_json:
+            typer.echo(json.dumps({"valid": False, "file": str(file), "errors": err.lines}, indent=2))
+            raise typer.Exit(2) from None
+        raise
+    summary = _summary(scn)
+    if as_json:
+        typer.echo(json.dumps({"valid": True, "file": str(file), "summary": summary}, indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[green]ok[/] {file}: scenario '{scn.name}', seed {scn.seed}", markup=True)
+    console.print(f"  models:   {', '.join(f'{m.name} ({m.family})' for m in scn.models)}", markup=False)
+    for p in summary["pools"]:
+        console.print(
+            f"  pool {p['name']}: {p['role']}, {p['nodes']} x {p['hardware']} nodes, {p['instances']} instances "
+            f"of {p['gpus_per_instance']} GPUs (tp {p['tp']}, ep {p['ep']}, dp {p['dp']}), "
+            f"${p['usd_per_node_hour']:.2f}/node-h ({p['pricing_term']})",
+            markup=False,
+        )
+    wl = summary["workload"]
+    horizon = "end of input" if wl["horizon_s"] is None else f"{wl['horizon_s']:g} s"
+    console.print(
+        f"  workload: {wl['source']} {wl['path']}, {wl['replay']}, warmup {wl['warmup_s']:g} s, "
+        f"horizon {horizon}",
+        markup=False,
+    )
+
+
+def _field_rows(model: type[BaseModel], prefix: str = "", defaults: BaseModel | None = None):
+    """(path, type, default, description) of every scenario field, nested models expanded;
+    `defaults` is the default instance of `model` when its parent field has one."""
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{info.alias or name}"
+        if defaults is not None:
+            default = getattr(defaults, name)
+        elif info.is_required():
+            default = None
+        else:
+            default = info.get_default(call_default_factory=True)
+        if _is_model(info.annotation):
+            yield from _field_rows(info.annotation, f"{path}.", default)
+            continue
+        shown = "(required)" if default is None and info.is_required() else repr(default)
+        yield path, _type_name(info.annotation), shown, info.description or ""
+        for sub in typing.get_args(info.annotation):
+            if _is_model(sub):
+                yield from _field_rows(sub, f"{path}[].")
+
+
+def _is_model(tp) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _type_name(tp) -> str:
+    text = getattr(tp, "__name__", None) if not typing.get_args(tp) else None
+    return text or re.sub(r"\b(?:[a-z_]\w*\.)+(\w+)", r"\1", str(tp))  # typing.X, sim.config.a.B -> X, B
+
+
+@scenario_app.command("fields")
+def fields_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Every scenario field: path, type, default and meaning (units are in the names)."""
+    rows = list(_field_rows(Scenario))
+    if as_json:
+        typer.echo(json.dumps([dict(zip(("field", "type", "default", "description"), r, strict=True)) for r in rows],
+                              indent=2))  # fmt: skip
+        return
+    table = Table(title="Scenario fields (sim/config/*.py); units are in the names")
+    for col in ("field", "type", "default", "description"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(c) for c in row))
+    console = Console()
+    (console if console.is_terminal else Console(width=220)).print(table)

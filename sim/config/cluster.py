@@ -1,0 +1,135 @@
+"""`cluster:` of a scenario: pools of identical instances, and node-level overrides.
+
+Parallelism rule of one instance (documented here because every consumer relies on it):
+- attention runs as `dp` data-parallel groups of `tp` tensor-parallel GPUs: tp x dp = gpus_per_instance;
+- the MoE layers run expert-parallel over `ep` GPUs, with expert TP = gpus_per_instance / ep,
+  so `ep` must divide gpus_per_instance.
+An instance either fits in a node (gpus_per_instance divides GPUs per node) or spans whole nodes
+(a multiple of GPUs per node, and the pool's node count a multiple of nodes per instance); those
+checks need the hardware profile and run in `scenario.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sim.config.base import StrictModel
+from sim.config.errors import Problem, field_error, raise_problems
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class Pool(StrictModel):
+    """A group of `nodes` nodes of one hardware type running instances of one role."""
+
+    name: str = Field(pattern=_NAME, description="unique pool name")
+    role: Literal["prefill", "decode", "colocated"] = Field(description="disaggregated P or D, or both")
+    hardware: str | None = Field(None, description="hardware profile id; default: the scenario's `hardware`")
+    nodes: int = Field(ge=1, description="number of nodes in the pool")
+    gpus_per_instance: int = Field(ge=1, description="GPUs of one serving instance (engine)")
+    tp: int = Field(1, ge=1, description="attention tensor-parallel degree")
+    ep: int = Field(1, ge=1, description="MoE expert-parallel degree (divides gpus_per_instance)")
+    dp: int = Field(1, ge=1, description="attention data-parallel degree")
+
+    @field_validator("hardware")
+    @classmethod
+    def _known_hardware(cls, name: str | None) -> str | None:
+        return None if name is None else known_hardware(name)
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> Pool:
+        problems = []
+        if self.tp * self.dp != self.gpus_per_instance:
+            problems.append(
+                Problem(
+                    "tp",
+                    f"tp x dp must equal gpus_per_instance ({self.tp} x {self.dp} = {self.tp * self.dp}, "
+                    f"gpus_per_instance = {self.gpus_per_instance})",
+                    self.tp,
+                    f"tp = gpus_per_instance / dp = {self.gpus_per_instance / self.dp:g}",
+                )
+            )
+        if self.gpus_per_instance % self.ep:
+            problems.append(
+                Problem(
+                    "ep",
+                    f"ep must divide gpus_per_instance ({self.gpus_per_instance})",
+                    self.ep,
+                    ", ".join(str(d) for d in _divisors(self.gpus_per_instance)),
+                )
+            )
+        raise_problems(problems)
+        return self
+
+
+class NodeOverrides(StrictModel):
+    """What-if changes to every node's memory (priced by `pricing.dram_usd_per_gb` / `ssd_usd_per_tb`)."""
+
+    dram_gb: float | None = Field(
+        None, gt=0, description="host DRAM per node, decimal GB (replaces the profile's)"
+    )
+    ssd_tb: float | None = Field(
+        None, ge=0, description="local NVMe per node, decimal TB (replaces the profile's)"
+    )
+
+
+class Cluster(StrictModel):
+    pools: list[Pool] = Field(min_length=1, description="all colocated, or prefill + decode pools")
+    node: NodeOverrides = Field(default_factory=NodeOverrides)
+    activation_reserve_frac: float = Field(
+        0.10, ge=0.0, le=0.5, description="HBM fraction kept for activations and runtime, not weights or KV"
+    )  # a choice [D]: engines reserve ~5-15 % (e.g. vLLM gpu_memory_utilization 0.9)
+    engram_placement: Literal["hbm", "host_dram"] = Field(
+        "hbm", description="where V4.1's Engram tables (model.md §9 #10: 202.8 GB) live"
+    )
+
+    @model_validator(mode="after")
+    def _pools_consistent(self) -> Cluster:
+        problems = []
+        seen: dict[str, int] = {}
+        for i, pool in enumerate(self.pools):
+            if pool.name in seen:
+                problems.append(
+                    Problem(
+                        f"pools[{i}].name", f"duplicate pool name (also pools[{seen[pool.name]}])", pool.name
+                    )
+                )
+            seen.setdefault(pool.name, i)
+        roles = {p.role for p in self.pools}
+        if "colocated" in roles and roles != {"colocated"}:
+            problems.append(
+                Problem(
+                    "pools",
+                    "mixes colocated pools with prefill/decode pools",
+                    sorted(roles),
+                    "all colocated, or prefill + decode",
+                )
+            )
+        elif roles and roles != {"colocated"} and roles != {"prefill", "decode"}:
+            missing = ({"prefill", "decode"} - roles).pop()
+            problems.append(
+                Problem(
+                    "pools",
+                    f"disaggregated serving needs a {missing} pool",
+                    sorted(roles),
+                    "all colocated, or at least one prefill and one decode pool",
+                )
+            )
+        raise_problems(problems)
+        return self
+
+
+def known_hardware(name: str) -> str:
+    """`name` if it is a profile of hwprofiles/, else a field error listing the profiles."""
+    from sim.hardware import hw_names  # lazy: sim.hardware imports sim.config helpers
+
+    known = hw_names()
+    if name not in known:
+        raise field_error("unknown hardware profile", known)
+    return name
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

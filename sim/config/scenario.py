@@ -1,0 +1,273 @@
+"""The scenario: one YAML file that says what to simulate. `load_scenario(path)` reads it.
+
+Every problem of a file is reported at once, one line each, as
+`FILE: field.path: message (got VALUE); allowed: ...`, through one `InputError`.
+
+Top-level keys (details and units in each section's module):
+    name, description, seed               identity and the one seed of the run (sim.rng)
+    models       list of model names or {name, prefill_mode, kv_layout}; each run simulates one
+    hardware     default hardware profile id (hwprofiles/<id>.yaml)
+    cluster      pools of nodes and instances (sim.config.cluster)
+    workload     trace or generator, replay mode, time window (sim.config.workload)
+    cache        KV tier policy and per-family rules (sim.config.cache)
+    scheduler    router, batching, admission (sim.config.scheduler)
+    timing, spec_decode                   step-time model and speculative decoding (sim.config.timing)
+    slo, pricing, outputs                 (sim.config.objectives)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from sim import units
+from sim.config.base import StrictModel
+from sim.config.cache import Cache
+from sim.config.cluster import Cluster, Pool, known_hardware
+from sim.config.errors import Problem, field_error, raise_problems, validate_or_raise
+from sim.config.families import model_family, servable_models
+from sim.config.objectives import Outputs, ScenarioPricing, Slo
+from sim.config.scheduler import Scheduler
+from sim.config.timing import SpecDecode, Timing
+from sim.config.workload import Workload
+from sim.config.yamlio import read_yaml_mapping
+
+if TYPE_CHECKING:
+    from sim.hardware import HwProfile, NodeCost
+
+
+class ModelRef(StrictModel):
+    """A model to simulate, with optional engine choices (sim.model documents their meaning)."""
+
+    name: str = Field(description="a name from sim.model.model_names()")
+    prefill_mode: Literal["ced", "engine", "full40", "full"] | None = Field(
+        None, description="V4.1 prefill path (model.md §9 #8); null = the model's default"
+    )
+    kv_layout: str | None = Field(
+        None, description="KV byte layout (model.md §9 #2); null = the model's default"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        known = _model_names()
+        if name not in known:
+            raise field_error("unknown model", [n for n in known if n in servable_models()])
+        if name not in servable_models():
+            raise field_error("a reference-only model cannot be served", servable_models())
+        return name
+
+    @model_validator(mode="after")
+    def _engine_choices(self) -> ModelRef:
+        from sim.model import load_model
+
+        spec = load_model(self.name)
+        problems = []
+        if self.prefill_mode is not None and self.prefill_mode not in spec.prefill_modes:
+            problems.append(
+                Problem(
+                    "prefill_mode",
+                    f"not a prefill mode of {self.name}",
+                    self.prefill_mode,
+                    ", ".join(spec.prefill_modes),
+                )
+            )
+        if self.kv_layout is not None and self.kv_layout not in spec.kv_layouts:
+            problems.append(
+                Problem(
+                    "kv_layout", f"not a KV layout of {self.name}", self.kv_layout, ", ".join(spec.kv_layouts)
+                )
+            )
+        raise_problems(problems)
+        return self
+
+    @property
+    def family(self) -> str:
+        """`v4` or `v41`: the key of this model's blocks in `cache` and `spec_decode`."""
+        return model_family(self.name)
+
+
+class Scenario(StrictModel):
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="short name, used in output file names"
+    )
+    description: str = ""
+    seed: int = Field(0, ge=0, description="the run's only seed (sim.rng.RngStreams)")
+    models: list[ModelRef] = Field(min_length=1, description="models to simulate, one run each")
+    hardware: str = Field(description="default hardware profile id for pools that name none")
+    cluster: Cluster
+    workload: Workload
+    cache: Cache = Field(default_factory=Cache)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    timing: Timing = Field(default_factory=Timing)
+    spec_decode: SpecDecode = Field(default_factory=SpecDecode)
+    slo: Slo = Field(default_factory=Slo)
+    pricing: ScenarioPricing = Field(default_factory=ScenarioPricing)
+    outputs: Outputs = Field(default_factory=Outputs)
+
+    # Hardware profiles of the pools, read once during validation (not a field; not serialised).
+    _profiles: dict[str, HwProfile] = PrivateAttr(default_factory=dict)
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _names_to_refs(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("hardware")
+    @classmethod
+    def _known_hardware(cls, name: str) -> str:
+        return known_hardware(name)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        from sim.hardware import load_hw
+
+        problems: list[Problem] = []
+        names = [m.name for m in self.models]
+        problems += [
+            Problem(f"models[{i}].name", "model listed twice", n)
+            for i, n in enumerate(names)
+            if n in names[:i]
+        ]
+        profiles = {}
+        for i, pool in enumerate(self.cluster.pools):
+            hw_name = self.pool_hardware(pool)
+            profiles.setdefault(hw_name, load_hw(hw_name))
+            problems += _pool_fits_hardware(f"cluster.pools[{i}]", pool, profiles[hw_name])
+        self._profiles = profiles
+        problems += _pricing_problems(self.pricing, profiles)
+        raise_problems(problems)
+        return self
+
+    def pool_hardware(self, pool: Pool) -> str:
+        """The hardware profile id a pool runs on (its own, or the scenario default)."""
+        return pool.hardware or self.hardware
+
+    def pool_profile(self, pool: Pool) -> HwProfile:
+        """The pool's hardware profile, as read when the scenario was validated."""
+        return self._profiles[self.pool_hardware(pool)]
+
+    def node_dram_bytes(self, pool: Pool) -> float:
+        """Host DRAM per node of the pool: `cluster.node.dram_gb` if given, else the profile's."""
+        override = self.cluster.node.dram_gb
+        return override * units.GB if override is not None else self.pool_profile(pool).host_dram_bytes
+
+    def node_ssd_bytes(self, pool: Pool) -> float:
+        """Raw local NVMe per node of the pool: `cluster.node.ssd_tb` if given, else the profile's."""
+        override = self.cluster.node.ssd_tb
+        return override * units.TB if override is not None else self.pool_profile(pool).ssd_capacity_bytes
+
+    def achievable(self, pool: Pool) -> dict[str, float | None]:
+        """The pool hardware's `achievable` fractions with `timing.efficiency` overrides applied."""
+        profile = self.pool_profile(pool).achievable
+        overrides = self.timing.efficiency
+        return {
+            name: getattr(overrides, name)
+            if getattr(overrides, name) is not None
+            else getattr(profile, name).value
+            for name in type(overrides).model_fields
+        }
+
+    def pool_node_cost(self, pool: Pool) -> NodeCost:
+        """$/node-hour of the pool under `pricing` (extra DRAM/SSD over the profile's is charged; less is
+        not refunded)."""
+        from sim.hardware import node_cost
+
+        hw = self.pool_profile(pool)
+        p = self.pricing
+        return node_cost(
+            hw,
+            p.term,
+            usd_per_gpu_hour=p.usd_per_gpu_hour,
+            include_energy=p.include_energy,
+            extra_dram_gb=max(0.0, (self.node_dram_bytes(pool) - hw.host_dram_bytes) / units.GB),
+            extra_ssd_tb=max(0.0, (self.node_ssd_bytes(pool) - hw.ssd_capacity_bytes) / units.TB),
+            dram_usd_per_gb=p.dram_usd_per_gb,
+            ssd_usd_per_tb=p.ssd_usd_per_tb,
+            energy_usd_per_kwh=p.energy_usd_per_kwh,
+            pue=p.pue,
+        )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML; paths inside it are relative to its folder."""
+    path = Path(path)
+    data = read_yaml_mapping(path)
+    return validate_or_raise(Scenario, data, file=str(path), context={"base_dir": path.parent.resolve()})
+
+
+# --- helpers (the model and hardware packages are imported lazily: they import config helpers) ---
+
+
+def _model_names() -> list[str]:
+    from sim.model import model_names
+
+    return list(model_names())
+
+
+def _pool_fits_hardware(path: str, pool: Pool, hw) -> list[Problem]:
+    gpn = hw.gpus_per_node
+    gpi = pool.gpus_per_instance
+    problems = []
+    if gpi <= gpn:
+        if gpn % gpi:
+            problems.append(
+                Problem(
+                    f"{path}.gpus_per_instance",
+                    f"must divide the {gpn} GPUs per node of {hw.id}, or span whole nodes",
+                    gpi,
+                    f"a divisor of {gpn} or a multiple of {gpn}",
+                )
+            )
+    elif gpi % gpn:
+        problems.append(
+            Problem(
+                f"{path}.gpus_per_instance",
+                f"an instance spanning nodes must use whole {gpn}-GPU {hw.id} nodes",
+                gpi,
+                f"a multiple of {gpn}",
+            )
+        )
+    elif pool.nodes % (gpi // gpn):
+        problems.append(
+            Problem(
+                f"{path}.nodes",
+                f"must be a multiple of the {gpi // gpn} nodes one instance spans",
+                pool.nodes,
+            )
+        )
+    domain = hw.scale_up_domain_gpus
+    if pool.tp > domain:
+        problems.append(
+            Problem(
+                f"{path}.tp",
+                f"tensor parallelism beyond the {domain}-GPU scale-up domain of {hw.id}",
+                pool.tp,
+                f"<= {domain}",
+            )
+        )
+    return problems
+
+
+def _pricing_problems(pricing: ScenarioPricing, profiles: dict) -> list[Problem]:
+    if pricing.usd_per_gpu_hour is not None:
+        return []
+    problems = []
+    for hw_id, hw in profiles.items():
+        terms = hw.pricing.term_names()
+        if pricing.term is not None and pricing.term not in terms:
+            problems.append(
+                Problem(
+                    "pricing.term",
+                    f"not a pricing term of {hw_id}",
+                    pricing.term,
+                    ", ".join(terms) or "(none: give pricing.usd_per_gpu_hour)",
+                )
+            )
+        elif pricing.term is None and hw.pricing.default_term is None:
+            problems.append(Problem("pricing", f"{hw_id} lists no price; give pricing.usd_per_gpu_hour"))
+    return problems

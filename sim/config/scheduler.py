@@ -1,0 +1,57 @@
+"""`scheduler:` of a scenario: routing (weighted scorers, as BLIS does it), batching, admission."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from sim.config.base import StrictModel
+
+
+class RouterWeights(StrictModel):
+    """Weights of the cache-aware router's scorers (each scorer maps an instance to [0, 1])."""
+
+    prefix_hit: float = Field(2.0, ge=0, description="share of the prompt already cached on the instance")
+    queue_depth: float = Field(1.0, ge=0, description="fewer queued tokens scores higher")
+    kv_usage: float = Field(1.0, ge=0, description="more free KV blocks scores higher")
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> RouterWeights:
+        if self.prefix_hit + self.queue_depth + self.kv_usage == 0:
+            raise ValueError("at least one router weight must be positive")
+        return self
+
+
+class Router(StrictModel):
+    policy: Literal["cache_aware", "least_loaded", "round_robin"] = Field(
+        "cache_aware", description="cache_aware: weighted scorers below; least_loaded: fewest queued tokens"
+    )
+    weights: RouterWeights = Field(default_factory=RouterWeights, description="used by cache_aware only")
+
+
+class Admission(StrictModel):
+    """Requests over these limits are rejected with reason `queue_full` or `queue_timeout`."""
+
+    max_queue_per_instance: int | None = Field(
+        None, ge=1, description="queued requests per instance; null = no limit"
+    )
+    max_queue_wait_s: float | None = Field(
+        None, gt=0, description="reject after waiting this long; null = never"
+    )
+
+
+class Scheduler(StrictModel):
+    router: Router = Field(default_factory=Router)
+    prefill_budget_tokens: int = Field(16384, ge=1, description="prefill tokens per engine step")
+    chunk_tokens: int = Field(8192, ge=1, description="chunked-prefill chunk size")
+    max_decode_batch: int = Field(256, ge=1, description="sequences decoded together per instance")
+    admission: Admission = Field(default_factory=Admission)
+
+    @model_validator(mode="after")
+    def _chunk_fits(self) -> Scheduler:
+        if self.chunk_tokens > self.prefill_budget_tokens:
+            raise ValueError(
+                f"chunk_tokens ({self.chunk_tokens}) must not exceed prefill_budget_tokens ({self.prefill_budget_tokens})"
+            )
+        return self
