@@ -1,0 +1,192 @@
+"""Tidy result rows, provenance, and the JSON / CSV / markdown writers (standard library only).
+
+One row per kernel × shape (the columns of ``COLUMNS``) so that a timing model can interpolate over batch,
+context and chunk size. Fractions use the reference ceilings of kernels.md §1; the ceilings re-measured in
+the same run are recorded in the provenance.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from kernels_bench.shapes import BF16_TFLOPS, FP8_TFLOPS, HBM_GBPS
+
+COLUMNS = [
+    "family",  # indexer, topk, attention, kvquant, mhc, gemm_dense, gemm_grouped, pipeline, ceiling
+    "kernel",  # what ran, e.g. indexer_decode, sparse_mla_decode, radix_topk, torch_topk
+    "impl",  # triton / torch / cublas / eager
+    "model",  # V4, V4.1 or "-"
+    "layer_kind",  # CSA, HCA, SWA, Full-enc, Full-L20, Reindex, Reuse, projection name, ...
+    "fmt",  # data format(s), e.g. fp8_584, fp8_528+nvfp4_288, bf16, fp8_rowwise
+    "batch",  # decode sequences (query tokens for prefill attention)
+    "context_tokens",  # L
+    "chunk_tokens",  # T for prefill rows, 0 for decode
+    "rows",  # rows / tokens processed (top-k rows, quantised rows, mHC tokens, GEMM M)
+    "n",  # entries / keys / columns per row, or GEMM N
+    "k",  # top-k k, or GEMM K
+    "groups",  # experts for grouped GEMMs
+    "median_us",
+    "p10_us",
+    "p90_us",
+    "samples",
+    "flops",
+    "bytes",
+    "achieved_TFLOPs",
+    "achieved_GBps",
+    "compute_ceiling_TFLOPs",
+    "frac_hbm",  # achieved_GBps / 4200
+    "frac_compute",  # achieved_TFLOPs / compute ceiling
+    "floor_us",  # max(bytes / 4.2 TB/s, flops / ceiling); pipelines: the sum of their kernels' floors
+    "frac_of_ceiling",  # floor_us / median_us: the fraction of the roofline reached
+    "check_passed",  # True / False / "" (timing-only control)
+    "max_abs_err",
+    "rel_err",
+    "timing_method",
+    "note",
+]
+
+
+def make_row(**kw) -> dict:
+    """A row with every column present; derived rates and fractions filled from time, FLOPs and bytes."""
+    row = {c: kw.pop(c, "") for c in COLUMNS}
+    if kw:
+        raise KeyError(f"unknown columns: {sorted(kw)}")
+    med = row["median_us"]
+    if isinstance(med, (int, float)) and med > 0:
+        flops = float(row["flops"] or 0.0)
+        nbytes = float(row["bytes"] or 0.0)
+        peak = float(row["compute_ceiling_TFLOPs"] or BF16_TFLOPS)
+        row["compute_ceiling_TFLOPs"] = peak
+        row["achieved_TFLOPs"] = flops / med / 1e6
+        row["achieved_GBps"] = nbytes / med / 1e3
+        row["frac_hbm"] = row["achieved_GBps"] / HBM_GBPS
+        row["frac_compute"] = row["achieved_TFLOPs"] / peak
+        floor = row["floor_us"] or max(nbytes / (HBM_GBPS * 1e3), flops / (peak * 1e6))
+        row["floor_us"] = floor
+        row["frac_of_ceiling"] = floor / med
+    return row
+
+
+def _cmd(args: list[str]) -> str:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_commit(explicit: str | None = None) -> str:
+    """Commit passed in (the device copy may lack .git), else $KB_COMMIT, else git rev-parse, else 'unknown'."""
+    if explicit:
+        return explicit
+    env = os.environ.get("KB_COMMIT", "")
+    if env:
+        return env
+    here = Path(__file__).resolve().parent
+    out = _cmd(["git", "-C", str(here), "rev-parse", "HEAD"])
+    if out:
+        dirty = _cmd(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"])
+        return out + ("+dirty" if dirty else "")
+    return "unknown"
+
+
+def provenance(commit: str | None = None) -> dict:
+    """GPU, driver, CUDA, torch, Triton, commit, date (UTC) and host facts of this run."""
+    import torch
+
+    prov = {
+        "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": git_commit(commit),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda or "",
+        "hostname": platform.node(),
+        "reference_ceilings": {"hbm_GBps": HBM_GBPS, "bf16_TFLOPs": BF16_TFLOPS, "fp8_TFLOPs": FP8_TFLOPS},
+    }
+    try:
+        import triton
+
+        prov["triton"] = triton.__version__
+    except ImportError:
+        prov["triton"] = ""
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        prov.update(
+            gpu_name=torch.cuda.get_device_name(0),
+            compute_capability=f"{p.major}.{p.minor}",
+            sm_count=p.multi_processor_count,
+            gpu_memory_bytes=p.total_memory,
+            l2_cache_bytes=getattr(p, "L2_cache_size", 0),
+        )
+        smi = _cmd(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem", "--format=csv,noheader"]
+        )
+        prov["nvidia_smi"] = smi
+        prov["driver"] = smi.split(",")[0].strip() if smi else ""
+    return prov
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def write_csv(path: Path, rows: Iterable[dict], prov: dict) -> None:
+    buf = io.StringIO()
+    for key, val in prov.items():
+        buf.write(f"# {key}: {json.dumps(val) if isinstance(val, dict) else val}\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: _fmt(r.get(c, "")) for c in COLUMNS})
+    atomic_write(path, buf.getvalue())
+
+
+def write_json(path: Path, rows: list[dict], prov: dict, extra: dict | None = None) -> None:
+    doc = {"provenance": prov, "columns": COLUMNS, "rows": rows}
+    if extra:
+        doc.update(extra)
+    atomic_write(path, json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(_fmt(v) if not isinstance(v, float) else f"{v:.4g}" for v in r) + " |")
+    return "\n".join(out)
+
+
+def rows_markdown(rows: list[dict]) -> str:
+    cols = [
+        "family",
+        "kernel",
+        "model",
+        "layer_kind",
+        "fmt",
+        "batch",
+        "context_tokens",
+        "chunk_tokens",
+        "rows",
+        "n",
+        "median_us",
+        "achieved_TFLOPs",
+        "achieved_GBps",
+        "frac_of_ceiling",
+        "check_passed",
+    ]
+    return markdown_table(cols, [[r.get(c, "") for c in cols] for r in rows])
