@@ -1,6 +1,7 @@
 """Triton sparse MLA decode / prefill attention over gathered, in-kernel dequantised KV rows.
 
-One program owns one query token and all 64 heads (the h = 64 case of FlashMLA: no 2-CTA crossover), loops
+One program owns one query token and ``heads_per_program`` of the 64 heads (all 64 by default: the h = 64 case
+of FlashMLA, no 2-CTA crossover; fewer heads per program trade re-dequantised tiles for registers), loops
 over blocks of ``BLOCK_N`` gathered rows, dequantises each tile once to bf16 (K = V, so the same tile feeds
 both the QKᵀ and the PV MMA; Hopper has no FP4 MMA, so FP4 is decoded in registers, kernels.md §4.1) and
 runs BF16 MMAs with an online softmax. Two KV sources (window + compressed) may have different formats.
@@ -126,6 +127,58 @@ def _attn_source(
 
 
 @triton.jit
+def _attn_source_584(
+    q,
+    q_r,
+    acc,
+    acc_r,
+    m_i,
+    l_i,
+    pool_ptr,
+    idx_ptr,
+    n_src,
+    blk_lo,
+    blk_hi,
+    qk_scale,
+    row_base,
+    btab_ptr,
+    BN: tl.constexpr,
+    USE_ASM_: tl.constexpr,
+    BLOCKTAB: tl.constexpr,
+):
+    """``_attn_source`` for fp8_584 rows with the RoPE part kept apart: a [BN, 512] NoPE tile (columns 448+
+    zero, scale 0) and a clean [BN, 64] bf16 RoPE tile, so no 512-wide masked bf16 load and no select; the
+    RoPE columns take one extra K = 64 (QKᵀ) and N = 64 (PV) MMA into ``acc_r``."""
+    c = tl.arange(0, 512)
+    g = tl.arange(0, 8)
+    for blk in range(blk_lo, blk_hi):
+        offs = blk * BN + tl.arange(0, BN)
+        valid = offs < n_src
+        rows = tl.load(idx_ptr + offs, mask=valid, other=0).to(tl.int64)
+        if BLOCKTAB:
+            rows = tl.load(btab_ptr + rows // 8, mask=valid, other=0).to(tl.int64) * 8 + rows % 8
+        base = pool_ptr + (rows + row_base) * 584
+        codes = tl.load(base[:, None] + c[None, :], mask=valid[:, None] & (c < 448)[None, :], other=0)
+        # scale byte of group 7 (the RoPE columns) reads as exponent 0: value +0, so those columns vanish
+        sexp = tl.load(base[:, None] + 576 + g[None, :], mask=valid[:, None] & (g < 7)[None, :], other=0)
+        k = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32).reshape(BN, 8, 64)
+        k = (k * ue8m0_to_f32(sexp)[:, :, None]).reshape(BN, 512).to(tl.bfloat16)
+        rptr = (base + 448).to(tl.pointer_type(tl.bfloat16))
+        kr = tl.load(rptr[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0.0)
+        s = dot_bf16(q, tl.trans(k), USE_ASM_) + dot_bf16(q_r, tl.trans(kr), USE_ASM_)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        pb = p.to(tl.bfloat16)
+        acc = acc * alpha[:, None] + dot_bf16(pb, k, USE_ASM_)
+        acc_r = acc_r * alpha[:, None] + dot_bf16(pb, kr, USE_ASM_)
+        m_i = m_new
+    return acc, acc_r, m_i, l_i
+
+
+@triton.jit
 def _sparse_mla_kernel(
     q_ptr,
     pool_a,
@@ -151,11 +204,14 @@ def _sparse_mla_kernel(
     NO_DEQUANT: tl.constexpr,
     USE_ASM_: tl.constexpr,
     BLOCKTAB: tl.constexpr,
+    HB: tl.constexpr,
+    DVS: tl.constexpr,
+    SPLIT584: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     sp = tl.program_id(1)
-    col0 = tl.program_id(2) * DV
-    offs_h = tl.arange(0, 64)
+    col0 = (tl.program_id(2) % DVS) * DV
+    offs_h = (tl.program_id(2) // DVS) * HB + tl.arange(0, HB)
     offs_d = tl.arange(0, 512)
     q = tl.load(q_ptr + r * 64 * 512 + offs_h[:, None] * 512 + offs_d[None, :])
     nblk_a = tl.cdiv(NA, BN)
@@ -163,60 +219,114 @@ def _sparse_mla_kernel(
     per = tl.cdiv(nblk, NSPLIT)
     lo = sp * per
     hi = tl.minimum(lo + per, nblk)
-    acc = tl.zeros([64, DV], dtype=tl.float32)
-    m_i = tl.full([64], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([64], dtype=tl.float32)
-    acc, m_i, l_i = _attn_source(
-        q,
-        acc,
-        m_i,
-        l_i,
-        pool_a,
-        idx_a + r * NA,
-        NA,
-        lo,
-        tl.minimum(hi, nblk_a),
-        qk_scale,
-        col0,
-        r * rows_per_seq_a,
-        btab_ptr,
-        FA,
-        BN,
-        DV,
-        NO_DEQUANT,
-        USE_ASM_,
-        False,
-    )
-    acc, m_i, l_i = _attn_source(
-        q,
-        acc,
-        m_i,
-        l_i,
-        pool_b,
-        idx_b + r * NB,
-        NB,
-        tl.maximum(lo, nblk_a) - nblk_a,
-        hi - nblk_a,
-        qk_scale,
-        col0,
-        r * rows_per_seq_b,
-        btab_ptr + r * nb_tab,
-        FB,
-        BN,
-        DV,
-        NO_DEQUANT,
-        USE_ASM_,
-        BLOCKTAB,
-    )
+    acc = tl.zeros([HB, DV], dtype=tl.float32)
+    m_i = tl.full([HB], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([HB], dtype=tl.float32)
+    if SPLIT584:
+        q_r = tl.load(q_ptr + r * 64 * 512 + offs_h[:, None] * 512 + 448 + tl.arange(0, 64)[None, :])
+        acc_r = tl.zeros([HB, 64], dtype=tl.float32)
+        acc, acc_r, m_i, l_i = _attn_source_584(
+            q,
+            q_r,
+            acc,
+            acc_r,
+            m_i,
+            l_i,
+            pool_a,
+            idx_a + r * NA,
+            NA,
+            lo,
+            tl.minimum(hi, nblk_a),
+            qk_scale,
+            r * rows_per_seq_a,
+            btab_ptr,
+            BN,
+            USE_ASM_,
+            False,
+        )
+        acc, acc_r, m_i, l_i = _attn_source_584(
+            q,
+            q_r,
+            acc,
+            acc_r,
+            m_i,
+            l_i,
+            pool_b,
+            idx_b + r * NB,
+            NB,
+            tl.maximum(lo, nblk_a) - nblk_a,
+            hi - nblk_a,
+            qk_scale,
+            r * rows_per_seq_b,
+            btab_ptr + r * nb_tab,
+            BN,
+            USE_ASM_,
+            BLOCKTAB,
+        )
+    else:
+        acc, m_i, l_i = _attn_source(
+            q,
+            acc,
+            m_i,
+            l_i,
+            pool_a,
+            idx_a + r * NA,
+            NA,
+            lo,
+            tl.minimum(hi, nblk_a),
+            qk_scale,
+            col0,
+            r * rows_per_seq_a,
+            btab_ptr,
+            FA,
+            BN,
+            DV,
+            NO_DEQUANT,
+            USE_ASM_,
+            False,
+        )
+        acc, m_i, l_i = _attn_source(
+            q,
+            acc,
+            m_i,
+            l_i,
+            pool_b,
+            idx_b + r * NB,
+            NB,
+            tl.maximum(lo, nblk_a) - nblk_a,
+            hi - nblk_a,
+            qk_scale,
+            col0,
+            r * rows_per_seq_b,
+            btab_ptr + r * nb_tab,
+            FB,
+            BN,
+            DV,
+            NO_DEQUANT,
+            USE_ASM_,
+            BLOCKTAB,
+        )
     offs_v = col0 + tl.arange(0, DV)
+    offs_r = 448 + tl.arange(0, 64)
+    # SPLIT584: acc holds columns < 448 (its RoPE columns are zero), acc_r columns 448+; disjoint stores
+    if SPLIT584:
+        vmask = (offs_v < 448)[None, :]
+    else:
+        vmask = (offs_v >= 0)[None, :]
     if NSPLIT == 1:
         sink = tl.load(sink_ptr + offs_h) * 1.4426950408889634
-        o = acc / (l_i + tl.math.exp2(sink - m_i))[:, None]
-        tl.store(out_ptr + r * 64 * 512 + offs_h[:, None] * 512 + offs_v[None, :], o.to(tl.bfloat16))
+        den = l_i + tl.math.exp2(sink - m_i)
+        orow = out_ptr + r * 64 * 512 + offs_h[:, None] * 512
+        tl.store(orow + offs_v[None, :], (acc / den[:, None]).to(tl.bfloat16), mask=vmask)
+        if SPLIT584:
+            tl.store(orow + offs_r[None, :], (acc_r / den[:, None]).to(tl.bfloat16))
     else:
-        o = acc / tl.maximum(l_i, 1e-30)[:, None]
+        den = tl.maximum(l_i, 1e-30)
         part = (r * NSPLIT + sp) * 64
-        tl.store(opart_ptr + (part + offs_h[:, None]) * 512 + offs_v[None, :], o)
+        prow = opart_ptr + (part + offs_h[:, None]) * 512
+        tl.store(prow + offs_v[None, :], acc / den[:, None], mask=vmask)
+        if SPLIT584:
+            tl.store(prow + offs_r[None, :], acc_r / den[:, None])
         if col0 == 0:
             tl.store(lse_ptr + part + offs_h, m_i + tl.math.log2(l_i))
 
@@ -241,10 +351,10 @@ def _combine_kernel(opart_ptr, lse_ptr, sink_ptr, out_ptr, NSPLIT: tl.constexpr,
     )
 
 
-def default_nsplit(queries: int, entries: int, block_n: int, sms: int = 132) -> int:
-    """Split the entries only when the queries alone leave most SMs idle (one wave otherwise)."""
+def default_nsplit(programs: int, entries: int, block_n: int, sms: int = 132) -> int:
+    """Split the entries only when the (query, head-block, V-slice) programs alone leave most SMs idle."""
     nblk = triton.cdiv(entries, block_n)
-    return max(1, min(triton.cdiv(sms, queries), nblk, 16))
+    return max(1, min(triton.cdiv(sms, programs), nblk, 16))
 
 
 class SparseMLA:
@@ -265,13 +375,20 @@ class SparseMLA:
         num_stages: int = 1,
         nsplit: int | None = None,
         dv_split: int = 1,
+        heads_per_program: int = 64,
+        split_rope: bool = False,
         no_dequant: bool = False,
     ):
+        assert 64 % heads_per_program == 0 and 512 % dv_split == 0
         self.q_n, self.n_a, self.n_b = queries, n_a, n_b
         self.fa, self.fb = FMT_ID[fmt_a], FMT_ID[fmt_b]
         self.block_n, self.num_warps, self.num_stages = block_n, num_warps, num_stages
-        self.nsplit = nsplit or default_nsplit(queries, n_a + n_b, block_n)
+        self.hb = heads_per_program
         self.dv_split = dv_split
+        # fp8_584 on both sources: NoPE and RoPE tiles apart (``_attn_source_584``)
+        self.split584 = split_rope and self.fa == self.fb == 1 and dv_split == 1 and not no_dequant
+        self.per_query = (64 // heads_per_program) * dv_split
+        self.nsplit = nsplit or default_nsplit(queries * self.per_query, n_a + n_b, block_n)
         self.no_dequant = no_dequant
         self.qk_scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(512)) * LOG2E
         self.out = torch.empty(queries, 64, 512, dtype=torch.bfloat16, device=device)
@@ -296,7 +413,7 @@ class SparseMLA:
     ):
         """Indices are pool rows, offset by ``query · rows_per_seq`` (per-sequence caches laid end to end);
         with ``block_table`` [Q, NBT] the B indices are Reindex candidate positions (8 rows per block)."""
-        grid = (self.q_n, self.nsplit, self.dv_split)
+        grid = (self.q_n, self.nsplit, self.per_query)
         _sparse_mla_kernel[grid](
             q,
             pool_a,
@@ -322,6 +439,9 @@ class SparseMLA:
             NO_DEQUANT=self.no_dequant,
             USE_ASM_=USE_ASM,
             BLOCKTAB=block_table is not None,
+            HB=self.hb,
+            DVS=self.dv_split,
+            SPLIT584=self.split584,
             num_warps=self.num_warps,
             num_stages=self.num_stages,
         )

@@ -31,6 +31,11 @@ class Ctx:
     tune: dict  # kernel configurations chosen by the tuning sweep (or defaults)
 
 
+def tuned(tune: dict, family: str, variant: str) -> dict:
+    """Configuration for ``family:variant`` (e.g. ``attention:fp8_528+nvfp4_288``), else the family's."""
+    return dict(tune.get(f"{family}:{variant}", tune.get(family, {})))
+
+
 def _gen(ctx: Ctx, seed: int) -> torch.Generator:
     g = torch.Generator(device=ctx.device)
     g.manual_seed(seed)
@@ -286,8 +291,8 @@ class IndexerCase:
 
 def fam_indexer(ctx: Ctx) -> Iterator[dict]:
     gr = ctx.grid
-    tune = ctx.tune.get("indexer", {})
     for model, kind in gr.indexer_kinds:
+        tune = tuned(ctx.tune, "indexer", MODELS[model].index_key_fmt)
         for L in gr.contexts:
             for B in gr.batches:
                 if B * L > gr.max_batch_context:
@@ -310,7 +315,7 @@ def fam_indexer(ctx: Ctx) -> Iterator[dict]:
                     compute_ceiling_TFLOPs=FP8_TFLOPS,
                 )
 
-                def body(model=model, kind=kind, L=L, B=B):
+                def body(model=model, kind=kind, L=L, B=B, tune=tune):
                     cases = [IndexerCase(ctx, model, kind, B, L, seed=17)]
                     c0 = cases[0]
                     c0.run(tune)
@@ -574,8 +579,11 @@ def _attn_base(kernel, model, kind, fmt_a, na, fmt_b, nb, Q, L=0, T=0, extra_not
 
 def fam_attention(ctx: Ctx) -> Iterator[dict]:
     gr = ctx.grid
-    tune = ctx.tune.get("attention", {})
     W, TOPK = shapes.WINDOW, shapes.TOPK
+
+    def tune_of(fa: str, fb: str) -> dict:
+        return tuned(ctx.tune, "attention", f"{fa}+{fb}")
+
     # decode, per layer kind (entries do not depend on L once L >= 2048, except HCA)
     kinds = [
         ("V4", "CSA", "fp8_584", "fp8_584", TOPK),
@@ -586,7 +594,9 @@ def fam_attention(ctx: Ctx) -> Iterator[dict]:
         for B in gr.attn_batches:
             base = _attn_base("sparse_mla_decode", model, kind, fa, W, fb, nb, B)
             yield attention_row(
-                ctx, base, lambda s, B=B, fa=fa, fb=fb, nb=nb: AttnCase(ctx, B, fa, W, fb, nb, s, tune=tune)
+                ctx,
+                base,
+                lambda s, B=B, fa=fa, fb=fb, nb=nb: AttnCase(ctx, B, fa, W, fb, nb, s, tune=tune_of(fa, fb)),
             )
     for L in gr.contexts:  # HCA: dense over L/128 compressed entries
         for B in gr.batches:
@@ -596,7 +606,7 @@ def fam_attention(ctx: Ctx) -> Iterator[dict]:
                 ctx,
                 base,
                 lambda s, B=B, nb=nb: AttnCase(
-                    ctx, B, "fp8_584", W, "fp8_584", nb, s, dense_b=True, tune=tune
+                    ctx, B, "fp8_584", W, "fp8_584", nb, s, dense_b=True, tune=tune_of("fp8_584", "fp8_584")
                 ),
             )
     # KV format study (kernels.md §4.3): 640 entries all in one format, plus the FP4 no-dequant control
@@ -604,13 +614,25 @@ def fam_attention(ctx: Ctx) -> Iterator[dict]:
         for fmt in ("fp8_584", "fp8_528", "nvfp4_288", "bf16_1024"):
             base = _attn_base("sparse_mla_fmt", "-", "fmt-study", fmt, W, fmt, TOPK, B)
             yield attention_row(
-                ctx, base, lambda s, B=B, fmt=fmt: AttnCase(ctx, B, fmt, W, fmt, TOPK, s, tune=tune)
+                ctx,
+                base,
+                lambda s, B=B, fmt=fmt: AttnCase(ctx, B, fmt, W, fmt, TOPK, s, tune=tune_of(fmt, fmt)),
             )
         base = _attn_base("sparse_mla_fmt_nodeq", "-", "fmt-study", "nvfp4_288", W, "nvfp4_288", TOPK, B)
         yield attention_row(
             ctx,
             base,
-            lambda s, B=B: AttnCase(ctx, B, "nvfp4_288", W, "nvfp4_288", TOPK, s, tune=tune, no_dequant=True),
+            lambda s, B=B: AttnCase(
+                ctx,
+                B,
+                "nvfp4_288",
+                W,
+                "nvfp4_288",
+                TOPK,
+                s,
+                tune=tune_of("nvfp4_288", "nvfp4_288"),
+                no_dequant=True,
+            ),
             check=False,
         )
     # prefill: T query tokens of one sequence, each with its own 640 entries (compute-bound)
@@ -622,7 +644,9 @@ def fam_attention(ctx: Ctx) -> Iterator[dict]:
             base = _attn_base("sparse_mla_prefill", model, kind, fa, W, fb, TOPK, T, T=T)
             base["batch"] = 1
             yield attention_row(
-                ctx, base, lambda s, T=T, fa=fa, fb=fb: AttnCase(ctx, T, fa, W, fb, TOPK, s, tune=tune)
+                ctx,
+                base,
+                lambda s, T=T, fa=fa, fb=fb: AttnCase(ctx, T, fa, W, fb, TOPK, s, tune=tune_of(fa, fb)),
             )
 
 
@@ -666,7 +690,8 @@ def fam_kvquant(ctx: Ctx) -> Iterator[dict]:
                         slots = torch.randperm(cache.shape[0], generator=g, device=ctx.device)[:R]
                     sets.append((x, slots, cache))
                 x, slots, cache = sets[0]
-                quantize_on_write(fmt, x, slots, cache)
+                qt = tuned(ctx.tune, "kvquant", fmt)
+                quantize_on_write(fmt, x, slots, cache, **qt)
                 nchk = min(R, 8192)
                 want = formats.quant_rows(fmt, x[:nchk])
                 got = cache[slots[:nchk]]
@@ -683,7 +708,7 @@ def fam_kvquant(ctx: Ctx) -> Iterator[dict]:
                     "note": base["note"] + f"; byte mismatch fraction {mismatch:.2e}",
                 }
                 if res["check_passed"]:
-                    res.update(_time(ctx, [lambda s=s: quantize_on_write(fmt, *s) for s in sets]))
+                    res.update(_time(ctx, [lambda s=s: quantize_on_write(fmt, *s, **qt) for s in sets]))
                 return res
 
             yield guarded(ctx, base, body)
@@ -727,7 +752,6 @@ def fam_mhc(ctx: Ctx) -> Iterator[dict]:
     from kernels_bench.mhc_triton import MhcBoundary
 
     gr = ctx.grid
-    tune = ctx.tune.get("mhc", {})
     for H, model in ((4096, "V4"), (5120, "V4.1")):
         for T in gr.mhc_tokens:
             impls = ["fused", "unfused"] + (["eager"] if T in gr.mhc_eager_tokens else [])
@@ -767,6 +791,7 @@ def fam_mhc(ctx: Ctx) -> Iterator[dict]:
                             "note": "eager torch-op chain (float32)",
                             **_time(ctx, calls),
                         }
+                    tune = tuned(ctx.tune, "mhc", "fused") if fused else dict(ctx.tune.get("mhc", {}))
                     ops = [MhcBoundary(T, H, p, ctx.device, **tune) for _ in states]
                     fn = (lambda o, s: o.fused(*s)) if fused else (lambda o, s: o.unfused(*s))
                     outs = fn(ops[0], states[0])
@@ -1104,7 +1129,7 @@ class LayerPipeline:
             self.cfmt,
             sh.compressed_entries,
             dev,
-            **ctx.tune.get("attention", {}),
+            **tuned(ctx.tune, "attention", f"{self.wfmt}+{self.cfmt}"),
         )
         self.q = (torch.randn(B, 64, 512, generator=g, device=dev) * 0.5).to(torch.bfloat16)
         self.sink = torch.randn(64, generator=g, device=dev)
@@ -1141,10 +1166,10 @@ class LayerPipeline:
         from kernels_bench.kvquant_triton import quantize_on_write
 
         for fmt, x, slots, cache in self.writes:
-            quantize_on_write(fmt, x, slots, cache)
+            quantize_on_write(fmt, x, slots, cache, **tuned(self.tune, "kvquant", fmt))
         sel = self.sel
         if self.index is not None:
-            logits, bmax = self.index.run(self.tune.get("indexer", {}))
+            logits, bmax = self.index.run(tuned(self.tune, "indexer", self.index.fmt))
             if self.topk is not None:
                 sel = self.topk(logits)
             if self.btopk is not None:

@@ -130,17 +130,68 @@ def _quant_kernel(x_ptr, slot_ptr, cache_ptr, R, FMT: tl.constexpr, BR: tl.const
         tl.store((base + 128).to(tl.pointer_type(tl.float32)), scale, mask=rmask)
 
 
+@triton.jit
+def _nvfp4_v2_kernel(x_ptr, slot_ptr, cache_ptr, R, BR: tl.constexpr):
+    """NVFP4 rows, ALU-lean: each 16-channel group is the last axis of a [BR, 32, 16] block (amax in a
+    thread pair), codes are int32 (no 8-bit arithmetic), and 8 codes are packed into one 32-bit word by a
+    shift-and-sum over a [BR, 64, 8] view, so each row is stored as 64 + 8 aligned words (288 = 4 · 72)."""
+    pid = tl.program_id(0)
+    offs_r = pid * BR + tl.arange(0, BR)
+    rmask = offs_r < R
+    slot = tl.load(slot_ptr + offs_r, mask=rmask, other=0).to(tl.int64)
+    g = tl.arange(0, 32)
+    e = tl.arange(0, 16)
+    ptr = x_ptr + offs_r.to(tl.int64)[:, None, None] * 512 + (g * 16)[None, :, None] + e[None, None, :]
+    x = tl.load(ptr, mask=rmask[:, None, None], other=0.0).to(tl.float32)
+    a = tl.abs(x)
+    amax = tl.maximum(tl.max(a, axis=2), 0.01171875)  # 6·2^-9 (kernels.md §4.1)
+    s8 = tl.minimum(tl.math.div_rn(amax, 6.0), 448.0).to(tl.float8e4nv)
+    s = s8.to(tl.float32)[:, :, None]
+    # exact scaled thresholds (formats.e2m1_encode_scaled): '>' where the lower code is even, '>=' else
+    mag = (
+        (a > 0.25 * s).to(tl.int32)
+        + (a >= 0.75 * s).to(tl.int32)
+        + (a > 1.25 * s).to(tl.int32)
+        + (a >= 1.75 * s).to(tl.int32)
+        + (a > 2.5 * s).to(tl.int32)
+        + (a >= 3.5 * s).to(tl.int32)
+        + (a > 5.0 * s).to(tl.int32)
+    )
+    codes = mag | ((x < 0).to(tl.int32) << 3)
+    # little-endian words: channel 8w + i sits at bits 4i..4i+3 (low nibble = even channel)
+    words = tl.sum(codes.reshape(BR, 64, 8) << (tl.arange(0, 8) * 4)[None, None, :], axis=2)
+    base = cache_ptr.to(tl.pointer_type(tl.int32)) + slot * 72
+    tl.store(base[:, None] + tl.arange(0, 64)[None, :], words, mask=rmask[:, None])
+    sb = s8.to(tl.uint8, bitcast=True).to(tl.int32).reshape(BR, 8, 4)
+    sw = tl.sum(sb << (tl.arange(0, 4) * 8)[None, None, :], axis=2)
+    tl.store(base[:, None] + 64 + tl.arange(0, 8)[None, :], sw, mask=rmask[:, None])
+
+
 QUANT_FMT_ID = {"nvfp4_288": 0, "fp8_584": 1, "fp8_528": 2, "mxfp4_68": 3, "fp8_132": 4}
 
 
-def quantize_on_write(fmt: str, x: torch.Tensor, slots: torch.Tensor, cache: torch.Tensor, block_r: int = 16):
-    """Quantise bf16 rows x [R, dim] into ``cache`` (uint8 [S, row_bytes]) at rows ``slots`` [R]."""
+def quantize_on_write(
+    fmt: str,
+    x: torch.Tensor,
+    slots: torch.Tensor,
+    cache: torch.Tensor,
+    block_r: int = 16,
+    *,
+    variant: str = "v1",
+    num_warps: int = 4,
+):
+    """Quantise bf16 rows x [R, dim] into ``cache`` (uint8 [S, row_bytes]) at rows ``slots`` [R].
+
+    ``variant="v2"`` (NVFP4 only) runs the ALU-lean kernel; both write the same bytes.
+    """
     r = x.shape[0]
     assert x.dtype == torch.bfloat16 and x.shape[1] == formats.ROW_DIM[fmt]
     assert cache.shape[1] == formats.ROW_BYTES[fmt] and cache.dtype == torch.uint8
-    _quant_kernel[(triton.cdiv(r, block_r),)](
-        x, slots, cache, r, FMT=QUANT_FMT_ID[fmt], BR=block_r, num_warps=4
-    )
+    grid = (triton.cdiv(r, block_r),)
+    if variant == "v2" and fmt == "nvfp4_288":
+        _nvfp4_v2_kernel[grid](x, slots, cache, r, BR=block_r, num_warps=num_warps)
+    else:
+        _quant_kernel[grid](x, slots, cache, r, FMT=QUANT_FMT_ID[fmt], BR=block_r, num_warps=num_warps)
     return cache
 
 

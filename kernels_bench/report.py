@@ -190,3 +190,30 @@ def rows_markdown(rows: list[dict]) -> str:
         "check_passed",
     ]
     return markdown_table(cols, [[r.get(c, "") for c in cols] for r in rows])
+
+
+def results_markdown(rows: list[dict], provs: list[dict]) -> str:
+    """results.md: the provenance of each run that contributed rows, the target table, all rows."""
+    from kernels_bench.targets import targets_markdown
+
+    md = ["# kernels_bench results", ""]
+    for i, prov in enumerate(provs):
+        title = "## Provenance" if len(provs) == 1 else f"## Provenance of run {i + 1} (`{run_tag(prov)}`)"
+        table = [[k, json.dumps(v) if isinstance(v, (dict, list)) else v] for k, v in prov.items()]
+        md += [title, "", markdown_table(["key", "value"], table), ""]
+    md += [
+        "## Targets and anchors",
+        "",
+        targets_markdown(rows),
+        "",
+        "## All rows",
+        "",
+        rows_markdown(rows),
+        "",
+    ]
+    return "\n".join(md)
+
+
+def run_tag(prov: dict) -> str:
+    """Short identity of a run: its UTC date and commit."""
+    return f"{prov.get('date_utc', '?')} {prov.get('commit', '?')}"

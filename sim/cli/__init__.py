@@ -13,7 +13,17 @@ from rich.console import Console
 
 from sim.errors import InputError
 
-from . import bench_cmd, calibrate_cmd, hw_cmd, model_cmd, plan_cmd, report_cmd, run_cmd, scenario_cmd, trace_cmd
+from . import (
+    bench_cmd,
+    calibrate_cmd,
+    hw_cmd,
+    model_cmd,
+    plan_cmd,
+    report_cmd,
+    run_cmd,
+    scenario_cmd,
+    trace_cmd,
+)
 
 app = typer.Typer(
     name="sim",

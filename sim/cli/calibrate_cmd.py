@@ -1,7 +1,336 @@
-"""`sim calibrate` commands (to be filled by the issue that builds them)."""
+"""`sim calibrate show GPU`: the measured kernel tables of one GPU, their efficiency against the
+roofline, and the step times the calibrated timing composes from them next to the roofline's."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from sim.errors import InputError
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON only (every usable row).")]
+AllFlag = Annotated[bool, typer.Option("--all", help="List every usable row, not only the key shapes.")]
+
+calibrate_app = typer.Typer(
+    help="Measured kernel tables (hwprofiles/<gpu>/kernels_bench_results.csv) and the calibrated timing.",
+    no_args_is_help=True,
+)
+
+K = 1024
+# Key shapes shown per family (all rows with --all / --json): {column: allowed values}
+KEY_SHAPES = {
+    "ceiling": {},
+    "pipeline": {"batch": (1, 64), "context_tokens": (131072, 1048576)},
+    "attention": {"batch": (1, 64), "context_tokens": (0, 131072), "chunk_tokens": (0, 512, 8192)},
+    "indexer": {"batch": (1, 64), "context_tokens": (0, 131072, 1048576)},
+    "topk": {"batch": (1, 64), "n": (65536, 1048576)},
+    "kvquant": {"rows": (64, 65536)},
+    "mhc": {"rows": (1, 128, 4096)},
+    "gemm_dense": {"layer_kind": ("wq_b", "wo_b", "shared_gate_up"), "rows": (1, 128, 2048)},
+    "gemm_grouped": {"groups": (8, 32), "batch": (1, 32, 512)},
+}
+DECODE_POINTS = tuple((b, L) for b in (8, 64, 512) for L in (8 * K, 128 * K, 1024 * K))  # per instance
+PREFILL_POINTS = tuple((t, L) for t in (512, 2048, 8192) for L in (0, 128 * K))
+MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the top-level app."""
+    """Add the `sim calibrate` group to the top-level app."""
+    app.add_typer(calibrate_app, name="calibrate")
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def _resolve(name: str):
+    """(GPU key, a hardware profile of that GPU) for a GPU key ("h200") or a profile id."""
+    from sim.hardware import load_all_hw
+    from sim.timing.tables import gpu_key, gpus_with_tables
+
+    known = gpus_with_tables()
+    profiles = load_all_hw()
+    by_id = {p.id: p for p in profiles}
+    key = gpu_key(by_id[name]) if name in by_id else name.lower()
+    if key not in known:
+        raise InputError("no measured kernel tables for this GPU", where="GPU", value=name, allowed=known)
+    matches = [p for p in profiles if gpu_key(p) == key]
+    profile = by_id.get(name) or (matches[0] if matches else None)
+    return key, profile
+
+
+def _row_json(r) -> dict:
+    shape = {
+        c: getattr(r, c)
+        for c in ("batch", "context_tokens", "chunk_tokens", "rows", "n", "k", "groups")
+        if getattr(r, c) is not None
+    }
+    return {
+        "family": r.family,
+        "kernel": r.kernel,
+        "impl": r.impl,
+        "model": r.model,
+        "layer_kind": r.layer_kind,
+        "fmt": r.fmt,
+        "shape": shape,
+        "median_us": r.median_s * 1e6,
+        "floor_us": r.floor_s * 1e6,
+        "efficiency": r.efficiency,
+        "achieved_TFLOPs": r.flops / r.median_s / 1e12,
+        "achieved_TBps": r.bytes / r.median_s / 1e12,
+    }
+
+
+def _is_key_shape(r) -> bool:
+    want = KEY_SHAPES.get(r.family)
+    if want is None:
+        return False
+    return all(getattr(r, col) is None or getattr(r, col) in values for col, values in want.items())
+
+
+def _families(rows) -> list[dict]:
+    out = {}
+    for r in rows:
+        out.setdefault(r.family, []).append(r.efficiency)
+    return [
+        {
+            "family": fam,
+            "rows": len(effs),
+            "efficiency_min": min(effs),
+            "efficiency_median": sorted(effs)[len(effs) // 2],
+            "efficiency_max": max(effs),
+        }
+        for fam, effs in out.items()
+    ]
+
+
+def _contexts(profile, model: str):
+    """TimingContexts of one 8-GPU instance (TP 1, EP = DP = GPUs per node), built as a run builds them."""
+    from sim.cluster.build import efficiency, hw_rates
+    from sim.config.timing import Timing
+    from sim.timing.arith import build_arith
+    from sim.timing.factory import TimingContext
+    from sim.timing.roofline import Parallelism
+
+    timing = Timing()
+    arith = build_arith(model)
+    achievable = {k: getattr(profile.achievable, k).value for k in type(profile.achievable).model_fields}
+    eff = efficiency(achievable, timing)
+    eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
+    g = profile.gpus_per_node
+    par = Parallelism(gpus=g, tp=1, ep=g, dp=g)
+    return TimingContext(
+        model, arith, profile, hw_rates(profile, timing.scale_out_latency_s), par, eff, 1.0, 0, False, True
+    )
+
+
+def _composed(profile) -> dict:
+    from sim.timing.calibrated import build_calibrated, measured_efficiency
+    from sim.timing.factory import make_timing
+
+    decode, prefill, fallback = [], [], {}
+    for model in MODELS:
+        ctx = _contexts(profile, model)
+        cal = build_calibrated(ctx)
+        roof = make_timing("roofline", ctx)
+        fallback[model] = measured_efficiency(ctx, cal.tables)
+        for batch, context in DECODE_POINTS:
+            c, r = cal.decode_seq_terms(context, 1), roof.decode_seq_terms(context, 1)
+            cal_s = cal.step_s(batch, c[0] * batch, c[1] * batch, ())
+            roof_s = roof.step_s(batch, r[0] * batch, r[1] * batch, ())
+            parts = {
+                k.removesuffix("_s") + "_ms": v * 1e3 for k, v in cal.decode_breakdown(batch, context).items()
+            }
+            decode.append(
+                {
+                    "model": model,
+                    "batch": batch,
+                    "context_tokens": context,
+                    "calibrated_ms": cal_s * 1e3,
+                    "roofline_ms": roof_s * 1e3,
+                    "ratio": cal_s / roof_s,
+                    "calibrated_parts": parts,
+                }
+            )
+        for chunk, context in PREFILL_POINTS:
+            part = [(chunk, context, True, 0, 0)]
+            cal_s, roof_s = cal.step_s(0, 0.0, 0.0, part), roof.step_s(0, 0.0, 0.0, part)
+            prefill.append(
+                {
+                    "model": model,
+                    "chunk_tokens": chunk,
+                    "context_tokens": context,
+                    "calibrated_ms": cal_s * 1e3,
+                    "roofline_ms": roof_s * 1e3,
+                    "ratio": cal_s / roof_s,
+                }
+            )
+    g = profile.gpus_per_node
+    return {
+        "instance": {"hardware": profile.id, "gpus": g, "tp": 1, "ep": g, "dp": g},
+        "decode": decode,
+        "prefill": prefill,
+        "fallback_efficiency": fallback,
+    }
+
+
+def _tokens(x: float) -> str:
+    x = int(x)
+    if x >= K * K and x % (K * K) == 0:
+        return f"{x // (K * K)}M"
+    if x >= K and x % K == 0:
+        return f"{x // K}K"
+    return str(x)
+
+
+def _shape_text(shape: dict) -> str:
+    names = {
+        "batch": "B",
+        "context_tokens": "L",
+        "chunk_tokens": "T",
+        "rows": "M",
+        "n": "N",
+        "k": "K",
+        "groups": "G",
+    }
+    return " ".join(f"{names[c]}={_tokens(v)}" for c, v in shape.items() if v or c == "batch")
+
+
+@calibrate_app.command("show")
+def show_cmd(
+    gpu: Annotated[str, typer.Argument(help="GPU key (h200) or a hardware profile id")],
+    as_json: JsonFlag = False,
+    all_rows: AllFlag = False,
+) -> None:
+    """The measured kernel table of GPU: median, roofline floor, efficiency = floor / measured,
+    achieved rates; the composed decode and prefill step times, calibrated vs roofline."""
+    from sim.timing.tables import load_tables, table_path
+
+    key, profile = _resolve(gpu)
+    tables = load_tables(table_path(key))
+    data = {
+        "gpu": key,
+        "file": str(tables.path),
+        "provenance": dict(tables.provenance),
+        "rows_used": len(tables.rows),
+        "rows_dropped": tables.dropped,
+        "families": _families(tables.rows),
+        "kernels": [_row_json(r) for r in tables.rows if as_json or all_rows or _is_key_shape(r)],
+        "composed": _composed(profile) if profile is not None else None,
+    }
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    _print(data)
+
+
+def _print(data: dict) -> None:
+    console = _console()
+    prov = data["provenance"]
+    console.print(
+        f"[bold]{data['gpu']}[/] kernel tables: {data['file']}\n"
+        f"measured {prov.get('date_utc', '?')} on {prov.get('gpu_name', '?')}, torch {prov.get('torch', '?')}, "
+        f"triton {prov.get('triton', '?')}; {data['rows_used']} rows used, {data['rows_dropped']} without a "
+        "passed check dropped. Floors: kernels.md §1 ceilings (4.2 TB/s, 790 BF16, 1440 FP8 TFLOP/s)."
+    )
+    fam = Table(title="Efficiency = roofline floor / measured, per family (all rows)")
+    for col in ("family", "rows", "min", "median", "max"):
+        fam.add_column(col, justify="left" if col == "family" else "right")
+    for f in data["families"]:
+        fam.add_row(
+            f["family"],
+            str(f["rows"]),
+            *(f"{f[k]:.1%}" for k in ("efficiency_min", "efficiency_median", "efficiency_max")),
+        )
+    console.print(fam)
+    rows = Table(title="Kernels at key shapes (--all for every row)")
+    for col in (
+        "family",
+        "kernel",
+        "model",
+        "kind",
+        "fmt",
+        "shape",
+        "measured µs",
+        "floor µs",
+        "eff.",
+        "TFLOP/s",
+        "TB/s",
+    ):
+        rows.add_column(
+            col, justify="right" if col in ("measured µs", "floor µs", "eff.", "TFLOP/s", "TB/s") else "left"
+        )
+    for r in data["kernels"]:
+        rows.add_row(
+            r["family"],
+            r["kernel"],
+            r["model"],
+            r["layer_kind"],
+            r["fmt"],
+            _shape_text(r["shape"]),
+            f"{r['median_us']:,.1f}",
+            f"{r['floor_us']:,.2f}",
+            f"{r['efficiency']:.1%}",
+            f"{r['achieved_TFLOPs']:,.1f}",
+            f"{r['achieved_TBps']:,.2f}",
+        )
+    console.print(rows)
+    comp = data["composed"]
+    if comp is None:
+        return
+    inst = comp["instance"]
+    where = f"{inst['hardware']}, {inst['gpus']} GPUs, TP {inst['tp']} / EP {inst['ep']} / DP {inst['dp']}"
+    dec = Table(title=f"Decode step, calibrated vs roofline ({where})")
+    for col in (
+        "model",
+        "batch",
+        "context",
+        "calibrated ms",
+        "roofline ms",
+        "ratio",
+        "attention",
+        "dense GEMM",
+        "MoE",
+        "mHC",
+        "comm",
+    ):
+        dec.add_column(col, justify="left" if col == "model" else "right")
+    for d in comp["decode"]:
+        p = d["calibrated_parts"]
+        dec.add_row(
+            d["model"],
+            str(d["batch"]),
+            _tokens(d["context_tokens"]),
+            f"{d['calibrated_ms']:.2f}",
+            f"{d['roofline_ms']:.2f}",
+            f"{d['ratio']:.2f}",
+            *(f"{p[k]:.2f}" for k in ("attention_ms", "dense_gemm_ms", "moe_gemm_ms", "mhc_ms", "comm_ms")),
+        )
+    console.print(dec)
+    pre = Table(title=f"Prefill chunk (one request, last chunk), calibrated vs roofline ({where})")
+    for col in ("model", "chunk", "context before", "calibrated ms", "roofline ms", "ratio"):
+        pre.add_column(col, justify="left" if col == "model" else "right")
+    for d in comp["prefill"]:
+        pre.add_row(
+            d["model"],
+            _tokens(d["chunk_tokens"]),
+            _tokens(d["context_tokens"]),
+            f"{d['calibrated_ms']:.2f}",
+            f"{d['roofline_ms']:.2f}",
+            f"{d['ratio']:.2f}",
+        )
+    console.print(pre)
+    fb = ", ".join(
+        f"{m}: decode {v['decode']:.1%}, prefill {v['prefill']:.1%}"
+        for m, v in comp["fallback_efficiency"].items()
+    )
+    console.print(
+        "Measured efficiency (calibrated steps vs the datasheet roofline) that `auto` gives the roofline on GPUs "
+        f"without tables: {fb}"
+    )

@@ -1,7 +1,207 @@
-"""`sim run` commands (to be filled by the issue that builds them)."""
+"""`sim run SCENARIO [--out DIR] [--seed N] [--json]`: simulate every model of a scenario on the
+same cluster and trace, write the outputs, print the models side by side (ratio last/first)
+next to the DeepSeek API list prices."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from sim import units
+from sim.api import check_outputs_dir, run_scenario
+from sim.config.scenario import load_scenario
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the top-level app."""
+    app.command(name="run")(run)
+
+
+def _fmt_sim_time(seconds: float) -> str:
+    d, rem = divmod(int(seconds), 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"{d}d{h:02d}h{m:02d}m" if d else f"{h:02d}h{m:02d}m{s:02d}s"
+
+
+def run(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML (see `sim scenario check`)")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="output folder (default: runs/<scenario name>)")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="override the scenario's seed")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print summary.json to stdout, nothing else")
+    ] = False,
+) -> None:
+    """Replay the scenario's trace on its cluster for each model; write Parquet + summary.json."""
+    scn = load_scenario(scenario)
+    out_dir = out if out is not None else Path("runs") / scn.name
+    check_outputs_dir(out_dir)
+    err = Console(stderr=True)
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("sim {task.fields[sim_time]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=as_json,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(model: str, index: int, models: int, now_s: float, ended: int, expected: int) -> None:
+            if model not in tasks:
+                tasks[model] = bar.add_task(f"{model} ({index + 1}/{models})", total=expected, sim_time="")
+            bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
+
+        result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress)
+        for model, task in tasks.items():
+            s = result.summary["models"][model]
+            bar.update(
+                task, completed=bar.tasks[task].total, sim_time=_fmt_sim_time(s["window_s"] + s["warmup_s"])
+            )
+    if as_json:
+        typer.echo(json.dumps(result.summary, indent=2))
+        return
+    console = Console()
+    console.print(summary_table(result.summary))
+    console.print(cost_table(result.summary))
+    console.print(
+        f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet); "
+        f"wall {time.perf_counter() - started:.1f} s"
+    )
+
+
+# --- tables ---
+
+_GB = units.GB
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+ROWS = [
+    # (label, key or function, format)
+    ("requests arrived", "requests_arrived", ",d"),
+    ("requests completed", "requests_completed", ",d"),
+    ("requests rejected", "requests_rejected", ",d"),
+    ("TTFT p50 (s)", "ttft_p50_s", ".3f"),
+    ("TTFT p90 (s)", "ttft_p90_s", ".3f"),
+    ("TTFT p99 (s)", "ttft_p99_s", ".3f"),
+    ("TPOT p50 (ms)", lambda s: None if s["tpot_p50_s"] is None else s["tpot_p50_s"] * 1e3, ".2f"),
+    ("TPOT p99 (ms)", lambda s: None if s["tpot_p99_s"] is None else s["tpot_p99_s"] * 1e3, ".2f"),
+    ("E2E p50 (s)", "e2e_p50_s", ".2f"),
+    ("output tokens/s", "output_tokens_per_s", ",.0f"),
+    ("input tokens/s", "input_tokens_per_s", ",.0f"),
+    ("tasks/hour", "tasks_per_hour", ",.1f"),
+    ("SLO attainment", "slo_attainment", ".3f"),
+    ("prefix hit (share of input)", "prefix_hit_rate", ".3f"),
+    ("  in HBM already", "hit_rate_hbm", ".3f"),
+    ("  loaded from host DRAM", "hit_rate_dram", ".3f"),
+    ("  loaded from SSD", "hit_rate_ssd", ".3f"),
+    ("SWA pool hits / replays", lambda s: f"{s['swa_pool_hits']:,} / {s['swa_replays']:,}", "s"),
+    ("loaded from DRAM (GB)", lambda s: s["bytes_loaded_dram"] / _GB, ",.1f"),
+    ("loaded from SSD (GB)", lambda s: s["bytes_loaded_ssd"] / _GB, ",.1f"),
+    ("written to SSD (GB)", lambda s: s["bytes_written_ssd"] / _GB, ",.1f"),
+    ("KV P->D transfer (GB)", lambda s: s["bytes_kv_transfer"] / _GB, ",.1f"),
+    ("HBM KV peak / mean (GB)", lambda s: _pair(s, "hbm"), "s"),
+    ("DRAM KV peak / mean (GB)", lambda s: _pair(s, "dram"), "s"),
+    ("SSD KV peak / mean (GB)", lambda s: _pair(s, "ssd"), "s"),
+    ("global KV bytes/token", "kv_bytes_per_token", ",.2f"),
+    ("session context, mean (tokens)", "session_context_tokens_mean", ",.0f"),
+    ("KV per session, mean (MB)", lambda s: _mb(s["session_kv_bytes_mean"]), ",.1f"),
+    ("SSD per session, mean (MB)", lambda s: _mb(s["session_ssd_bytes_mean"]), ",.1f"),
+    ("SSD per session at 1M tokens (GB)", lambda s: s["session_ssd_bytes_at_1m_tokens"] / _GB, ",.2f"),
+    ("cluster $/hour", "cluster_usd_per_hour", ",.2f"),
+    ("cost per task ($)", "cost_per_task_usd", ",.4f"),
+]
+
+
+def _mb(v):
+    return None if v is None else v / 1e6
+
+
+def _pair(s: dict, tier: str) -> str:
+    t = s["tiers"][tier]
+    mean = t["mean_bytes"]
+    return f"{t['peak_bytes'] / _GB:,.1f} / {'-' if mean is None else format(mean / _GB, ',.1f')}"
+
+
+def _value(s: dict, key):
+    return key(s) if callable(key) else s.get(key)
+
+
+def _label(model: str) -> str:
+    """'deepseek-v4.1-flash' -> 'V4.1-Flash' (table headers stay narrow)."""
+    name = model.removeprefix("deepseek-")
+    return "-".join(part.upper() if part[:1] == "v" else part.capitalize() for part in name.split("-"))
+
+
+def summary_table(summary: dict) -> Table:
+    models = list(summary["models"])
+    table = Table(title=f"sim run {summary['scenario']} (seed {summary['seed']})")
+    table.add_column("metric")
+    for m in models:
+        table.add_column(_label(m), justify="right")
+    ratio = len(models) >= 2
+    if ratio:
+        table.add_column(f"{_label(models[-1])} / {_label(models[0])}", justify="right")
+    for label, key, fmt in ROWS:
+        vals = [_value(summary["models"][m], key) for m in models]
+        cells = [_num(v, fmt) if fmt != "s" else (v or "-") for v in vals]
+        if ratio:
+            a, b = vals[0], vals[-1]
+            numeric = isinstance(a, int | float) and isinstance(b, int | float)
+            cells.append(f"{b / a:.2f}" if numeric and a else "-")
+        table.add_row(label, *cells)
+    return table
+
+
+def cost_table(summary: dict) -> Table:
+    table = Table(
+        title="$ per 1M tokens and per task: simulated cluster vs DeepSeek API list price "
+        "(peak hours, hardware.md §4)"
+    )
+    for col in (
+        "model",
+        "sim input",
+        "sim output",
+        "API hit",
+        "API miss",
+        "API output",
+        "API per task",
+        "sim per task",
+    ):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for name, s in summary["models"].items():
+        api = s.get("api") or {}
+        table.add_row(
+            _label(name),
+            _num(s["usd_per_mtok_input"], ".4f"),
+            _num(s["usd_per_mtok_output"], ".4f"),
+            _num(api.get("cache_hit_usd_per_mtok"), ".4f"),
+            _num(api.get("cache_miss_usd_per_mtok"), ".2f"),
+            _num(api.get("output_usd_per_mtok"), ".2f"),
+            _num(api.get("bill_usd_per_task"), ".4f"),
+            _num(s["cost_per_task_usd"], ".4f"),
+        )
+    return table

@@ -47,6 +47,9 @@ class Cache(StrictModel):
     ssd_ttl_s: float = Field(86400.0, gt=0, description="idle time after which SSD KV is dropped")
     # hardware.md §4.1 [A]: "usually within a few hours to a few days"; 24 h chosen [D]
     eviction: Literal["lru"] = Field("lru", description="eviction order inside a tier")
+    block_tokens: int = Field(
+        256, ge=1, description="KV block size: a partial prefix match is used in whole blocks"
+    )  # model.md §5.2 [B]: SGLang 256-token pages for V4, vLLM --block-size 256 for V4.1
     v4: V4CachePolicy = Field(default_factory=V4CachePolicy, description="rules for DeepSeek-V4-Flash")
     v41: V41CachePolicy = Field(default_factory=V41CachePolicy, description="rules for DeepSeek-V4.1-Flash")
 

@@ -35,6 +35,14 @@ class Timing(StrictModel):
     comm_overlap_frac: float = Field(
         0.5, ge=0, le=1, description="share of EP/TP communication hidden behind compute"
     )  # a choice [D]; DeepSeek overlaps two micro-batches to hide most of it (hardware.md §9 S40)
+    kernels_per_layer_step: int = Field(
+        11, ge=0, description="kernel launches per layer per engine step (x kernel_overhead_s x layers)"
+    )  # model.md §10 [A]: a V4.1 Reuse-mode layer runs 11 kernels in decode; V4 assumed alike [D]
+    scale_out_latency_s: float = Field(
+        10e-6,
+        ge=0,
+        description="one-way RDMA latency, software included (collectives beyond a node, KV transfers)",
+    )  # a choice [D]; hardware profiles give only the scale-up latency
 
 
 class SpecDecodeFamily(StrictModel):

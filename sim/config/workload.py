@@ -30,6 +30,12 @@ class Workload(StrictModel):
     warmup_s: float = Field(0.0, ge=0, description="simulated seconds excluded from metrics")
     horizon_s: float | None = Field(None, gt=0, description="stop after this simulated time (> warmup_s)")
     max_requests: int | None = Field(None, ge=1, description="stop after this many arrivals")
+    drain_limit_s: float = Field(
+        604800.0,
+        gt=0,
+        description="after the last arrival, run at most this long; requests still in the system are "
+        "then rejected as unfinished_at_end",
+    )  # a choice: 7 days, so an overloaded cluster ends instead of running on
 
     @field_validator("trace", "generator")
     @classmethod

@@ -38,9 +38,17 @@ def test_radix_topk_full_shape(rows, n):
 
 
 @pytest.mark.parametrize(
-    "fa,fb", [("fp8_584", "fp8_584"), ("fp8_528", "nvfp4_288"), ("bf16_1024", "bf16_1024")]
+    "fa,fb,cfg",
+    [
+        ("fp8_584", "fp8_584", {}),
+        ("fp8_528", "nvfp4_288", {}),
+        ("bf16_1024", "bf16_1024", {}),
+        ("fp8_584", "fp8_584", {"heads_per_program": 32, "block_n": 32}),
+        ("fp8_584", "fp8_584", {"split_rope": True, "num_warps": 8}),
+        ("fp8_528", "nvfp4_288", {"heads_per_program": 16, "dv_split": 2, "block_n": 32, "num_warps": 4}),
+    ],
 )
-def test_sparse_mla_full_shape(fa, fb):
+def test_sparse_mla_full_shape(fa, fb, cfg):
     from kernels_bench.attention_triton import SparseMLA
 
     Q = 64
@@ -49,30 +57,43 @@ def test_sparse_mla_full_shape(fa, fb):
     ib = torch.randint(0, 65536, (Q, 512), device="cuda", dtype=torch.int32)
     q = (torch.randn(Q, 64, 512, device="cuda") * 0.5).bfloat16()
     sink = torch.randn(64, device="cuda")
-    out = SparseMLA(Q, fa, 128, fb, 512, "cuda")(q, pa, ia, pb, ib, sink)
+    out = SparseMLA(Q, fa, 128, fb, 512, "cuda", **cfg)(q, pa, ia, pb, ib, sink)
     ref = attention.sparse_mla_ref_from_pools(q, sink, 1 / math.sqrt(512), [(fa, pa, ia), (fb, pb, ib)])
     assert _rel(out, ref) < 1e-2
 
 
-@pytest.mark.parametrize("fmt", ["nvfp4_288", "fp8_584", "fp8_528", "mxfp4_68"])
-def test_quantize_on_write_bytes(fmt):
+@pytest.mark.parametrize(
+    "fmt,variant",
+    [("nvfp4_288", "v1"), ("nvfp4_288", "v2"), ("fp8_584", "v1"), ("fp8_528", "v1"), ("mxfp4_68", "v1")],
+)
+def test_quantize_on_write_bytes(fmt, variant):
     from kernels_bench.kvquant_triton import quantize_on_write
 
-    x = torch.randn(4096, formats.ROW_DIM[fmt], device="cuda").bfloat16()
+    # scaled rows reach every e2m1 tie and the saturating / minimum scales
+    x = torch.randn(4093, formats.ROW_DIM[fmt], device="cuda")
+    x = (x * torch.logspace(-4, 4, 4093, device="cuda")[:, None]).bfloat16()
     cache = torch.zeros(8192, formats.ROW_BYTES[fmt], dtype=torch.uint8, device="cuda")
-    slots = torch.randperm(8192, device="cuda")[:4096]
-    quantize_on_write(fmt, x, slots, cache)
+    slots = torch.randperm(8192, device="cuda")[:4093]
+    quantize_on_write(fmt, x, slots, cache, variant=variant)
     assert torch.equal(cache[slots], formats.quant_rows(fmt, x))
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_mhc_boundary_full_shape(fused):
+@pytest.mark.parametrize(
+    "fused,cfg",
+    [
+        (True, {}),
+        (False, {}),
+        (True, {"variant": "v2", "bt": 32, "ns": 8}),
+        (True, {"variant": "v2", "bh": 128}),
+    ],
+)
+def test_mhc_boundary_full_shape(fused, cfg):
     from kernels_bench.mhc_triton import MhcBoundary
 
-    T, H = 256, 5120
+    T, H = 250, 5120  # T not a multiple of the token block: masked tails
     p = mhc.make_params(H, device="cuda")
     st = mhc.make_state(T, H, device="cuda")
-    op = MhcBoundary(T, H, p, "cuda")
+    op = MhcBoundary(T, H, p, "cuda", **cfg)
     outs = op.fused(*st) if fused else op.unfused(*st)
     ref = mhc.mhc_boundary_ref(*st, p, shifted=fused)
     for got, want in zip(outs, ref, strict=True):

@@ -1,0 +1,184 @@
+"""`run_scenario`: what the CLI, the tests and the planner call to simulate a scenario.
+
+Each model of the scenario runs on the same cluster and the same trace, one after the other,
+each in its own SimPy environment. Outputs (when `out_dir` is given):
+
+    out_dir/summary.json                      {"scenario", "seed", "models": {name: summary}}
+    out_dir/<model>/requests.parquet          sim.metrics.schema.REQUEST_SCHEMA
+    out_dir/<model>/timeseries/<pool>.parquet sim.metrics.schema.POOL_SCHEMA
+    out_dir/<model>/timeseries/_cluster.parquet
+
+Every file is written under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.cluster.build import build_simulation
+from sim.config.scenario import Scenario, load_scenario
+from sim.errors import InputError
+from sim.metrics.summarize import SessionStats, summarize_model
+from sim.sched.arrivals import Arrivals, iter_trace_sessions
+from sim.timing.arith import build_arith
+from sim.workload.io import trace_info
+
+# progress(model_name, model_index, models, simulated_s, requests_ended, requests_expected)
+Progress = Callable[[str, int, int, float, int, int], None]
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    seed: int
+    summary: dict
+    out_dir: Path | None
+    files: list[Path] = field(default_factory=list)
+
+
+def _api_price(family: str):
+    """The family's latest DeepSeek API list price at peak hours (None if the data is missing)."""
+    try:
+        from sim.hardware import api_price_table
+    except ImportError:  # pragma: no cover - the price data ships with sim.hardware
+        return None
+    rows = [r for r in api_price_table() if r.family == family]
+    return rows[0] if rows else None
+
+
+def _trace_path(scn: Scenario, seed: int, workdir: Path) -> Path:
+    w = scn.workload
+    if w.trace is not None:
+        return Path(w.trace)
+    from sim.workload.generator import generate_trace
+
+    out = workdir / "generated_trace.parquet"
+    generate_trace(w.generator, out, seed=seed, days=w.days)
+    return out
+
+
+def run_scenario(
+    scenario: Scenario | str | os.PathLike,
+    seed: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    seed = scn.seed if seed is None else seed
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    models: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="sim-run-") as tmp:
+        trace = _trace_path(scn, seed, Path(tmp))
+        expected = int(trace_info(trace)["rows"])
+        if scn.workload.max_requests is not None:
+            expected = min(expected, scn.workload.max_requests)
+        for index, ref in enumerate(scn.models):
+            summary, written = _run_model(scn, ref, trace, out, index, expected, progress)
+            models[ref.name] = summary
+            files += written
+    result = {"format": "sim.run/v1", "scenario": scn.name, "seed": seed, "models": models}
+    if out is not None:
+        path = out / "summary.json"
+        tmp_path = path.with_name(path.name + ".tmp")
+        tmp_path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+        os.replace(tmp_path, path)
+        files.append(path)
+    return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=out, files=files)
+
+
+def _run_model(
+    scn: Scenario, ref, trace: Path, out: Path | None, index: int, expected: int, progress: Progress | None
+) -> tuple[dict, list[Path]]:
+    arith = build_arith(ref.name, prefill_mode=ref.prefill_mode, kv_layout=ref.kv_layout)
+    hook = None
+    if progress is not None:
+
+        def hook(now: float, ended: int) -> None:
+            progress(ref.name, index, len(scn.models), now, ended, expected)
+
+    sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook)
+    w = scn.workload
+    sessions = SessionStats(w.warmup_s, w.horizon_s)
+    env = sim.env
+    done = env.event()
+
+    def finish() -> None:
+        if not done.triggered:
+            done.succeed("drained")
+
+    arrivals = Arrivals(
+        env,
+        iter_trace_sessions(trace),
+        sim.cluster,
+        closed_loop=w.replay == "closed_loop",
+        warmup_s=w.warmup_s,
+        horizon_s=w.horizon_s,
+        max_requests=w.max_requests,
+        on_session=sessions.on_session,
+        on_idle=finish,
+    )
+
+    def watchdog():
+        step = scn.outputs.timeseries_interval_s
+        while not arrivals.loaded_all:
+            yield env.timeout(step)
+        yield env.timeout(w.drain_limit_s)
+        if not done.triggered:
+            done.succeed("drain_limit")
+
+    arrivals.start()
+    sim.sampler.start()
+    env.process(watchdog())
+    gc_was_enabled = gc.isenabled()
+    # The run makes millions of short-lived objects and almost no reference cycles: the cyclic
+    # collector would only cost time (reference counting still frees everything).
+    gc.disable()
+    try:
+        env.run(until=done)
+        drain_limited = done.value == "drain_limit"
+        if drain_limited:
+            for req in list(sim.cluster.live.values()):
+                sim.cluster.reject(req, "unfinished_at_end")
+        sim.sampler.sample()
+        sim.recorder.close()
+    except BaseException:
+        sim.recorder.abort()
+        raise
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if sim.cluster.arrived != sim.cluster.completed + sim.cluster.rejected:
+        raise AssertionError(
+            f"{ref.name}: {sim.cluster.arrived} arrived != {sim.cluster.completed} completed + "
+            f"{sim.cluster.rejected} rejected"
+        )
+    written: list[Path] = []
+    if out is not None:
+        if sim.recorder.out_path is not None:
+            written.append(sim.recorder.out_path)
+        written += sim.sampler.write(out / ref.name / "timeseries")
+    summary = summarize_model(
+        sim,
+        sessions=sessions,
+        warmup_s=w.warmup_s,
+        horizon_s=w.horizon_s,
+        api_prices=_api_price(sim.family),
+        not_arrived=arrivals.not_arrived,
+        drain_limited=drain_limited,
+    )
+    return summary, written
+
+
+def check_outputs_dir(out_dir: Path) -> None:
+    """`out_dir` must be a folder (or not exist yet)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("output path exists and is not a folder", where="--out", value=str(out_dir))

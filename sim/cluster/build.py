@@ -1,0 +1,387 @@
+"""Build one model's simulation from a validated scenario: nodes, links, tiers, timing per pool,
+instances, router, cluster wiring, recorder and sampler. Pure construction, no run.
+
+Resolution rules (each a stated choice):
+- HBM per instance = GPUs x usable HBM x (1 - activation_reserve_frac); weights take
+  (GPUs / EP) copies of the routed experts (drafter's included), DP copies of everything else
+  (attention-TP shards it), and V4.1's Engram tables once (row-sharded) when they live in HBM;
+  the rest holds KV. The latent KV is replicated on every attention-TP rank (model.md §9).
+- Host DRAM per node: the profile's `dram_usable_for_kv_gb` (scaled if `cluster.node.dram_gb`
+  overrides the installed size); V4.1's SWA pool takes `swa_pool_dram_frac` of installed DRAM
+  out of it (model.md §10).
+- SSD: one cluster-wide tier of every node's NVMe x `usable_for_kv_frac`, read through each
+  node's own drives (a striped store like 3FS gives each reader about its share).
+- Links: PCIe per instance (its GPUs' host links), NVMe read/write and the NICs per node (a
+  prefill node's sends carry its KV to the decode side; one link per transfer, see sim.cluster.link).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import simpy
+
+from sim import units
+from sim.cluster.cluster import Cluster
+from sim.cluster.instance import Instance
+from sim.cluster.link import FifoLink, SharedLink
+from sim.errors import InputError
+from sim.hardware import load_hw
+from sim.kvcache.policies import CachePolicy
+from sim.kvcache.store import KVStore
+from sim.metrics.recorder import Recorder
+from sim.metrics.timeseries import PoolView, Sampler
+from sim.model import (
+    compressor_state_bytes_per_sequence,
+    global_kv_bytes_per_token,
+    swa_bytes_per_sequence,
+    weights_bytes_by_group,
+)
+from sim.sched.router import Router
+from sim.timing.arith import ModelArith
+from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
+from sim.timing.roofline import Efficiency, HwRates, Parallelism
+
+# Defaults not (yet) in the scenario schema, each a stated choice:
+KERNELS_PER_LAYER_STEP = (
+    11  # model.md §10 [A]: a V4.1 Reuse-mode layer runs 11 kernels in decode; V4 assumed alike [D]
+)
+PCIE_BW_FRAC = 0.8  # [D] achievable share of PCIe for bulk KV copies
+SSD_BW_FRAC = 0.8  # [D] cf. 3FS reads at ~80 % of line rate (hardware.md §5, S96)
+COMM_OVERLAP_FRAC = 0.0  # [D] conservative: no overlap of EP/TP communication with compute
+SCALE_OUT_LATENCY_S = 10e-6  # [D] RDMA one-way latency incl. software
+BLOCK_TOKENS = 256  # model.md §5.2 [B]: SGLang 256-token pages for V4; vLLM --block-size 256 for V4.1
+TIMESCALE_EPS_S = 1e-9  # a TTL of 0 means "expire at the next sweep"
+
+
+@dataclass
+class PoolInfo:
+    name: str
+    role: str
+    hw_id: str
+    nodes: int
+    gpus: int
+    instances: int
+    gpus_per_instance: int
+    weights_bytes_per_instance: float
+    kv_bytes_per_instance: float
+    usd_per_hour: float
+    timing: str
+
+
+@dataclass
+class Simulation:
+    env: simpy.Environment
+    cluster: Cluster
+    store: KVStore
+    recorder: Recorder
+    sampler: Sampler
+    policy: CachePolicy
+    arith: ModelArith
+    pools: list[PoolInfo]
+    instances: list[Instance]
+    front: list[Instance]
+    back: list[Instance]
+    usd_per_hour: float
+    family: str
+    extra: dict = field(default_factory=dict)
+
+
+def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
+    c = scn.cache
+    eps = TIMESCALE_EPS_S
+    common = dict(
+        global_kv_bytes_per_token=global_kv_bytes_per_token(spec, kv_layout),  # model.md §5.1
+        swa_state_bytes=swa_bytes_per_sequence(spec, kv_layout),  # model.md §5.2
+        compressor_state_bytes=compressor_state_bytes_per_sequence(spec),  # model.md §5.2
+        block_tokens=c.block_tokens,
+        hbm_keep_s=max(c.hbm_keep_s, eps),
+        demote_to_dram=True,
+        dram_ttl_s=max(c.dram_ttl_s, eps),
+    )
+    if family == "v4":
+        v4 = c.v4
+        return CachePolicy(
+            family="v4",
+            swa_persisted_with_prefix=v4.swa_persisted_with_prefix,
+            swa_pool=False,
+            swa_pool_dram_frac=0.0,
+            swa_ttl_s=eps,
+            swa_replay_tokens=0,
+            persist_to_ssd=v4.persist_to == "ssd",
+            ssd_retention_s=0.0,  # hardware.md §4.1 [A]: best effort, no guarantee
+            ssd_ttl_s=c.ssd_ttl_s,
+            **common,
+        )
+    v41 = c.v41
+    return CachePolicy(
+        family="v41",
+        swa_persisted_with_prefix=False,  # model.md §10 [A]: SWA no longer persisted
+        swa_pool=True,
+        swa_pool_dram_frac=v41.swa_pool_dram_frac,
+        swa_ttl_s=v41.swa_ttl_s,
+        swa_replay_tokens=v41.swa_replay_tokens,
+        persist_to_ssd=True,
+        ssd_retention_s=v41.global_retention_s,
+        ssd_ttl_s=max(c.ssd_ttl_s, v41.global_retention_s),
+        **common,
+    )
+
+
+def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
+    return HwRates(
+        gpus_per_node=hw.gpus_per_node,
+        scale_up_domain_gpus=hw.scale_up_domain_gpus,
+        fp8_flops_per_s=hw.peak_flops_per_s("fp8"),
+        bf16_flops_per_s=hw.peak_flops_per_s("bf16"),
+        hbm_bw_bytes_per_s=hw.hbm_bw_bytes_per_s,
+        scale_up_bw_bytes_per_s=hw.scale_up_bw_per_gpu_bytes_per_s,
+        scale_up_latency_s=hw.scale_up.latency_us.value * units.US,
+        scale_out_bw_per_gpu_bytes_per_s=hw.scale_out_bw_per_gpu_bytes_per_s,
+        scale_out_bw_per_node_bytes_per_s=hw.scale_out_bw_per_node_bytes_per_s,
+        scale_out_latency_s=scale_out_latency_s,
+        pcie_bw_per_gpu_bytes_per_s=hw.pcie_bw_per_gpu_bytes_per_s,
+        ssd_read_bytes_per_s=hw.ssd_read_bytes_per_s,
+        ssd_write_bytes_per_s=hw.ssd_write_bytes_per_s,
+    )
+
+
+def efficiency(achievable: dict, timing) -> Efficiency:
+    """The pool's achievable fractions (profile, with the scenario's overrides) and the
+    scenario's fixed costs (`timing` block)."""
+    mfu_prefill = achievable["mfu_prefill"]
+    # a null decode MFU in the profile means "bandwidth-bound": compute at the prefill MFU
+    mfu_decode = achievable["mfu_decode"] if achievable["mfu_decode"] is not None else mfu_prefill
+    return Efficiency(
+        mfu_prefill=mfu_prefill,
+        mfu_decode=mfu_decode,
+        hbm_bw_frac=achievable["hbm_bw_frac"],
+        scale_up_bw_frac=achievable["scale_up_bw_frac"],
+        scale_out_bw_frac=achievable["scale_out_bw_frac"],
+        pcie_bw_frac=achievable["pcie_bw_frac"],
+        ssd_bw_frac=achievable["ssd_bw_frac"],
+        step_overhead_s=timing.kernel_overhead_s * timing.kernels_per_layer_step,  # x layers: see below
+        comm_overlap_frac=timing.comm_overlap_frac,
+    )
+
+
+def instance_weight_bytes(spec, gpus: int, ep: int, dp: int, engram_in_hbm: bool) -> float:
+    """HBM the weights take in one instance (see the module doc)."""
+    groups = weights_bytes_by_group(spec)
+    experts = groups.get("routed_experts", 0.0) + groups.get("drafter_routed_experts", 0.0)
+    engram = groups.get("engram_tables", 0.0)
+    rest = sum(groups.values()) - experts - engram
+    return gpus / ep * experts + dp * rest + (engram if engram_in_hbm else 0.0)
+
+
+def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None) -> Simulation:
+    env = simpy.Environment()
+    spec = arith.spec
+    family = model_ref.family
+    policy = cache_policy(scn, family, spec, model_ref.kv_layout)
+    sd = scn.spec_decode
+    accepted, draft = (1.0, 0)
+    if sd.enabled:
+        fam = sd.for_family(family)
+        accepted, draft = fam.accepted_tokens_per_step, fam.draft_tokens
+    engram_in_dram = scn.cluster.engram_placement == "host_dram" and arith.engram_table_bytes > 0
+
+    # nodes and instances, pools in order
+    inst_specs = []  # (pool, role, node, gpus, timing, kv_capacity, replication)
+    node_hw = []  # hardware profile per node
+    node_timing = []
+    pools: list[PoolInfo] = []
+    views_meta = []
+    node_dram = []  # (installed host DRAM, raw NVMe) per node, after the scenario's overrides
+    for pool in scn.cluster.pools:
+        hw_id = scn.pool_hardware(pool)
+        hw = load_hw(hw_id)
+        gpn = hw.gpus_per_node
+        gpi = pool.gpus_per_instance
+        first_node = len(node_hw)
+        node_hw.extend([hw] * pool.nodes)
+        n_inst = pool.nodes * gpn // gpi
+        rates = hw_rates(hw, scn.timing.scale_out_latency_s)
+        eff = efficiency(scn.achievable(pool), scn.timing)
+        eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
+        par = Parallelism(gpus=gpi, tp=pool.tp, ep=pool.ep, dp=pool.dp)
+        ctx = TimingContext(
+            model_name=arith.name,
+            arith=arith,
+            hw_profile=hw,
+            hw=rates,
+            par=par,
+            eff=eff,
+            accepted_tokens_per_step=accepted,
+            draft_tokens=draft,
+            engram_in_dram=engram_in_dram,
+            vision_on_instance=True,
+        )
+        timing = make_timing(scn.timing.model, ctx)
+        node_timing.extend([timing] * pool.nodes)
+        weights = instance_weight_bytes(spec, gpi, pool.ep, pool.dp, not engram_in_dram)
+        hbm_total = gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac)
+        kv_cap = hbm_total - weights
+        if kv_cap <= 0.0:
+            raise InputError(
+                f"{arith.name} weights ({weights / units.GB:.0f} GB per instance) leave no HBM for KV "
+                f"({hbm_total / units.GB:.0f} GB after the activation reserve)",
+                where=f"cluster.pools[{pool.name}].gpus_per_instance",
+                value=gpi,
+                allowed="more GPUs per instance, a larger EP, or engram_placement: host_dram",
+            )
+        per_node = max(1, gpn // gpi)
+        nodes_per_inst = max(1, gpi // gpn)
+        first_inst = len(inst_specs)
+        for i in range(n_inst):
+            node = first_node + (i // per_node if gpi <= gpn else i * nodes_per_inst)
+            inst_specs.append((pool.name, pool.role, node, gpi, timing, kv_cap, pool.tp))
+        pools.append(
+            PoolInfo(
+                name=pool.name,
+                role=pool.role,
+                hw_id=hw_id,
+                nodes=pool.nodes,
+                gpus=pool.nodes * gpn,
+                instances=n_inst,
+                gpus_per_instance=gpi,
+                weights_bytes_per_instance=weights,
+                kv_bytes_per_instance=kv_cap,
+                usd_per_hour=scn.pool_node_cost(pool).total_usd_per_hour * pool.nodes,
+                timing=resolve_timing_name(scn.timing.model, hw),
+            )
+        )
+        views_meta.append(
+            (
+                pool,
+                list(range(first_node, first_node + pool.nodes)),
+                list(range(first_inst, first_inst + n_inst)),
+            )
+        )
+        node_dram.extend([(scn.node_dram_bytes(pool), scn.node_ssd_bytes(pool))] * pool.nodes)
+
+    # per-node memory and links
+    dram_caps, swa_caps, ssd_total = [], [], 0.0
+    ssd_read, ssd_write, net_out = [], [], []
+    for n, hw in enumerate(node_hw):
+        installed, raw_ssd = node_dram[n]
+        # the profile's usable share of DRAM for KV, applied to the (possibly overridden) size
+        usable = installed * hw.host_dram_usable_for_kv_bytes / hw.host_dram_bytes
+        swa = policy.swa_pool_dram_frac * installed if policy.swa_pool else 0.0
+        dram_caps.append(max(0.0, usable - swa))
+        swa_caps.append(swa)
+        ssd_total += raw_ssd * hw.local_storage.usable_for_kv_frac.value
+        t = node_timing[n]
+        ssd_read.append(SharedLink(env, f"ssd_read[{n}]", t.link_bw_bytes_per_s("ssd_read", 1)))
+        ssd_write.append(FifoLink(f"ssd_write[{n}]", t.link_bw_bytes_per_s("ssd_write", 1)))
+        net_out.append(
+            SharedLink(env, f"net_out[{n}]", t.link_bw_bytes_per_s("net", 1), t.link_latency_s("net"))
+        )
+    h2d, d2h = [], []
+    for i, (_pool, _role, _node, gpus, timing, _cap, _rep) in enumerate(inst_specs):
+        h2d.append(SharedLink(env, f"pcie_h2d[{i}]", timing.link_bw_bytes_per_s("pcie_h2d", gpus)))
+        d2h.append(FifoLink(f"pcie_d2h[{i}]", timing.link_bw_bytes_per_s("pcie_d2h", gpus)))
+
+    store = KVStore(
+        policy,
+        hbm_capacity_bytes=[s[5] for s in inst_specs],
+        instance_node=[s[2] for s in inst_specs],
+        kv_replication=[s[6] for s in inst_specs],
+        d2h_links=d2h,
+        dram_capacity_bytes=dram_caps,
+        swa_pool_capacity_bytes=swa_caps,
+        ssd_capacity_bytes=ssd_total,
+        ssd_write_links=ssd_write,
+    )
+    model_dir = out_dir / arith.name if out_dir is not None else None
+    recorder = Recorder(
+        model_dir / "requests.parquet" if model_dir is not None and scn.outputs.write_requests else None,
+        slo_ttft_s=scn.slo.ttft_s,
+        slo_tpot_s=scn.slo.tpot_s,
+    )
+    router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, store)
+    sch = scn.scheduler
+    instances: list[Instance] = []
+    for i, (pool_name, role, node, gpus, timing, _cap, rep) in enumerate(inst_specs):
+        instances.append(
+            Instance(
+                env,
+                i,
+                pool_name,
+                role,
+                node,
+                gpus,
+                timing,
+                store,
+                None,  # the cluster, set below (it needs the instances first)
+                budget_tokens=sch.prefill_budget_tokens,
+                chunk_tokens=sch.chunk_tokens,
+                max_decode_batch=sch.max_decode_batch,
+                kv_replication=rep,
+                h2d=h2d[i],
+                ssd_read=ssd_read[node],
+                max_queue_wait_s=sch.admission.max_queue_wait_s,
+            )
+        )
+    front = [inst for inst in instances if inst.role != "decode"]
+    back = [inst for inst in instances if inst.role == "decode"]
+    cluster = Cluster(
+        env,
+        front=front,
+        back=back,
+        net_out=net_out,
+        store=store,
+        router=router,
+        recorder=recorder,
+        max_context_tokens=arith.max_context_tokens,
+        max_queue_per_instance=sch.admission.max_queue_per_instance,
+    )
+    for inst in instances:
+        inst.cluster = cluster
+    views = [
+        PoolView(
+            name=pool.name,
+            role=pool.role,
+            instances=[instances[i] for i in inst_ids],
+            nodes=node_ids,
+            h2d=[h2d[i] for i in inst_ids],
+            d2h=[d2h[i] for i in inst_ids],
+            ssd_read=[ssd_read[n] for n in node_ids],
+            ssd_write=[ssd_write[n] for n in node_ids],
+            net_out=[net_out[n] for n in node_ids],
+            net_in=[cluster.net_in[n] for n in node_ids],
+        )
+        for pool, node_ids, inst_ids in views_meta
+    ]
+    sampler = Sampler(
+        env,
+        pools=views,
+        cluster=cluster,
+        store=store,
+        interval_s=scn.outputs.timeseries_interval_s,
+        progress=progress,
+    )
+    return Simulation(
+        env=env,
+        cluster=cluster,
+        store=store,
+        recorder=recorder,
+        sampler=sampler,
+        policy=policy,
+        arith=arith,
+        pools=pools,
+        instances=instances,
+        front=front,
+        back=back,
+        usd_per_hour=sum(p.usd_per_hour for p in pools),
+        family=family,
+        extra={
+            "spec_decode": {
+                "enabled": sd.enabled,
+                "accepted_tokens_per_step": accepted,
+                "draft_tokens": draft,
+            },
+            "engram_in_dram": engram_in_dram,
+        },
+    )

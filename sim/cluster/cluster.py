@@ -1,0 +1,127 @@
+"""The cluster wiring: where a request goes between the engines.
+
+arrival -> admission (static reasons) -> router (front instances: prefill or colocated) ->
+instance (HBM admission, prefix loads, prefill) -> [disaggregated: router (decode instances)
+-> KV transfer over the prefill node's NICs -> decode] -> completion or rejection, each
+reported once to the recorder and to the arrivals (closed-loop turns wait on it).
+"""
+
+from __future__ import annotations
+
+
+class Cluster:
+    def __init__(
+        self,
+        env,
+        *,
+        front: list,
+        back: list,
+        net_out: list,
+        store,
+        router,
+        recorder,
+        max_context_tokens: int,
+        max_queue_per_instance: int | None,
+    ) -> None:
+        self.env = env
+        self.front = front  # prefill or colocated instances, by index
+        self.back = back  # decode instances (empty when colocated)
+        self.net_out = net_out  # per node, RDMA sends (P -> D KV transfers)
+        # per node, bytes received over RDMA: a transfer is charged to its sender's link only
+        # (sim.cluster.link: one link per job), the receiver counts it for the time series
+        self.net_in = [NetCounter() for _ in net_out]
+        self.store = store
+        self.router = router
+        self.recorder = recorder
+        self.max_context_tokens = max_context_tokens
+        self.max_queue_per_instance = max_queue_per_instance
+        self.arrivals = None  # set by the arrivals driver (closed-loop follow-ups)
+        # the longest sequence (tokens) any instance of each side can ever hold
+        self._front_fit = max(_fit_tokens(i) for i in front)
+        self._back_fit = max(_fit_tokens(i) for i in back) if back else None
+        self.arrived = 0
+        self.completed = 0
+        self.rejected = 0
+        self.in_flight = 0
+        self.live: dict[int, object] = {}  # requests in the system, by id (ended at a drain limit)
+        self._area = 0.0  # integral of requests in the system over time (Little's law)
+        self._t_area = env.now
+
+    def requests_in_system_area(self) -> float:
+        """Integral over time of the number of requests in the system, up to now."""
+        return self._area + self.in_flight * (self.env._now - self._t_area)
+
+    def dispatch(self, req) -> None:
+        """A request arrives."""
+        self.arrived += 1
+        now = self.env._now
+        self._area += self.in_flight * (now - self._t_area)
+        self._t_area = now
+        self.in_flight += 1
+        self.live[req.rid] = req
+        total = req.input_tokens + req.output_tokens
+        if total > self.max_context_tokens:
+            self.reject(req, "context_too_long")
+            return
+        if (total if self._back_fit is None else req.input_tokens) > self._front_fit or (
+            self._back_fit is not None and total > self._back_fit
+        ):
+            self.reject(req, "kv_exceeds_hbm")
+            return
+        inst = self.router.route(req, self.front, "front")
+        if self.max_queue_per_instance is not None and inst.queued() >= self.max_queue_per_instance:
+            self.reject(req, "queue_full")
+            return
+        est = req.input_tokens
+        key = req.parent_lineage
+        if key is not None:
+            e = self.store.entries.get(key)
+            if e is not None:
+                held = e.hbm.get(inst.index, 0)
+                est -= held if held < req.prefix_tokens else req.prefix_tokens
+        req.est_new_tokens = est
+        inst.submit(req)
+
+    def to_decode(self, req) -> None:
+        """Prefill finished on a prefill instance: pick a decode instance and hand over."""
+        inst = self.router.route(req, self.back, "decode")
+        inst.receive(req)
+
+    def reject(self, req, reason: str) -> None:
+        req.status = "rejected"
+        req.reason = reason
+        if req.finish_s != req.finish_s:  # NaN: not set yet
+            req.finish_s = self.env._now
+        self.rejected += 1
+        self._finish(req)
+
+    def request_done(self, req) -> None:
+        req.status = "completed"
+        self.completed += 1
+        self._finish(req)
+
+    def _finish(self, req) -> None:
+        now = self.env._now
+        self._area += self.in_flight * (now - self._t_area)
+        self._t_area = now
+        self.in_flight -= 1
+        del self.live[req.rid]
+        self.recorder.record(req)
+        if self.arrivals is not None:
+            self.arrivals.on_terminal(req)
+
+
+def _fit_tokens(inst) -> int:
+    """The longest sequence (tokens) instance `inst` could hold with nothing else in its HBM."""
+    room = inst.hbm.capacity_bytes - inst.need_bytes(0)
+    per_token = inst.need_bytes(1) - inst.need_bytes(0)
+    return int(room // per_token) if room > 0 else -1
+
+
+class NetCounter:
+    """Bytes a node received over RDMA (the sending side's link carries the transfer)."""
+
+    __slots__ = ("bytes_done",)
+
+    def __init__(self) -> None:
+        self.bytes_done = 0.0

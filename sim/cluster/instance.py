@@ -1,0 +1,490 @@
+"""One serving instance: its engine loop as a small state machine driven by SimPy timeouts.
+
+An engine step is either
+- a discrete step (STEP): prefill chunks under the token budget, plus one decode step of every
+  running sequence on a colocated instance; one event per step;
+- a decode span (SPAN): decode-only steps with fixed membership, jumped over in one event up to
+  the next leave (the earliest finishing sequence). A join (a request whose prefill or KV
+  transfer just finished) cuts the span at the end of the step in progress, computed in closed
+  form from the timing model, so decode never costs an event per token.
+
+The decode batch keeps the sum of its sequences' timing terms and of their per-step slopes, so
+a join or a leave is O(1) (plus a heap push/pop for the finish step); the step counter `n`
+counts decode steps since the start, and a sequence that joined at step j with s steps to go
+leaves at the boundary n = j + s.
+
+HBM admission is FIFO (head-of-line): a request is admitted when its KV fits beside the running
+ones (cached copies are evicted as needed, LRU first); then its prefix is looked up through the
+tiers and loads start at once, asynchronously, on the instance's links; it becomes ready for
+prefill when they finish.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from sim.cluster.events import call_at
+from sim.kvcache.lookup import plan_prefix
+from sim.sched.batcher import prefill_chunks
+
+IDLE, STEP, SPAN = 0, 1, 2
+
+
+class Instance:
+    def __init__(
+        self,
+        env,
+        index: int,
+        pool: str,
+        role: str,
+        node: int,
+        gpus: int,
+        timing,
+        store,
+        cluster,
+        *,
+        budget_tokens: int,
+        chunk_tokens: int,
+        max_decode_batch: int,
+        kv_replication: int,
+        h2d,
+        ssd_read,
+        max_queue_wait_s: float | None,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.pool = pool
+        self.role = role
+        self.node = node
+        self.gpus = gpus
+        self.timing = timing
+        self.store = store
+        self.hbm = store.hbm[index]
+        self.policy = store.policy
+        self.cluster = cluster
+        self.budget_tokens = budget_tokens
+        self.chunk_tokens = chunk_tokens
+        self.max_decode_batch = max_decode_batch
+        self.kv_replication = kv_replication
+        self.h2d = h2d
+        self.ssd_read = ssd_read
+        self.max_queue_wait_s = max_queue_wait_s
+        self._colocated = role == "colocated"
+        self._verify = timing.verified_tokens_per_step
+        self._accept = timing.accepted_tokens_per_step
+        # queues
+        self.waiting: deque = deque()  # routed here, not yet admitted to HBM
+        self.ready: list = []  # admitted and loaded, prefill not finished
+        self.loading = 0  # admitted, loads in flight
+        self.joins: deque = deque()  # waiting to join the decode batch
+        self.running: dict = {}  # rid -> request, the decode batch
+        self._heap: list = []  # (finish step, rid, request)
+        # decode batch state: summed timing terms of the running sequences and their slopes per step
+        self.n = 0
+        self._a = 0.0
+        self._b = 0.0
+        self._sa = 0.0
+        self._sb = 0.0
+        # engine loop state
+        self.mode = IDLE
+        self._token = 0
+        self._start = 0.0  # start of the current step or span (may lie ahead after a cut)
+        self._k = 0  # decode steps the current step/span advances
+        self._chunks: list = []
+        self._batch = 0
+        self._in_boundary = False  # completions inside a boundary must not re-plan before it ends
+        # bytes per token and fixed bytes per sequence in this instance's HBM (replicated on TP ranks)
+        self._rep_bpt = kv_replication * self.policy.global_kv_bytes_per_token
+        self._rep_state = kv_replication * self.policy.seq_state_bytes
+        # router view: prefill side, estimated prompt tokens still to compute; decode side, sequences
+        self.load = 0.0
+        self.inv_kv_capacity = 1.0 / self.hbm.capacity_bytes if self.hbm.capacity_bytes > 0 else 0.0
+        # statistics
+        self.busy_s = 0.0
+        self.prefill_busy_s = 0.0  # busy time attributed to prefill (token share of mixed steps)
+        self._prefill_share = 0.0
+        self.batch_seq_s = 0.0  # integral of decode batch size over time
+        self.steps = 0
+        self.spans = 0
+
+    # --- entry points ---
+
+    def submit(self, req) -> None:
+        """A request routed to this (prefill or colocated) instance."""
+        req.pinst = self
+        req.prefill_pool = self.pool
+        req.prefill_instance = self.index
+        self.load += req.est_new_tokens
+        self.waiting.append(req)
+        self._admit()
+
+    def receive(self, req) -> None:
+        """A prefilled request handed to this decode instance (its KV is still on the prefill side)."""
+        req.dinst = self
+        req.decode_pool = self.pool
+        req.decode_instance = self.index
+        self.load += 1
+        self.waiting.append(req)
+        self._admit_decode()
+
+    def queued(self) -> int:
+        return len(self.waiting) + len(self.ready) + self.loading + len(self.joins)
+
+    def busy_until(self, now: float) -> tuple[float, float]:
+        """(busy seconds, batch-size-seconds) up to `now`, including the step in progress."""
+        if self.mode == IDLE or now <= self._start:
+            return self.busy_s, self.batch_seq_s
+        dt = now - self._start
+        return self.busy_s + dt, self.batch_seq_s + self._batch * dt
+
+    def need_bytes(self, tokens: int) -> float:
+        """HBM a sequence of `tokens` tokens takes here (global KV + state, replicated)."""
+        return self._rep_bpt * tokens + self._rep_state
+
+    # --- HBM admission and loads ---
+
+    def _expire_waiting(self, now: float) -> None:
+        limit = self.max_queue_wait_s
+        while self.waiting and now - self.waiting[0].arrival_s > limit:
+            req = self.waiting.popleft()
+            self._drop_waiting(req, "queue_timeout")
+
+    def _drop_waiting(self, req, reason: str) -> None:
+        if self.role == "decode":
+            self.load -= 1
+            req.pinst.handed_off(req)  # free the prefill side
+        else:
+            self.load -= req.est_new_tokens
+        self.cluster.reject(req, reason)
+
+    def _admit(self) -> None:
+        """FIFO admission to HBM of routed requests, then their prefix loads (or ready at once)."""
+        store, hbm, waiting = self.store, self.hbm, self.waiting
+        now = self.env._now
+        lru = hbm._lru
+        if lru and next(iter(lru.values()))[1] <= now - hbm.ttl_s:
+            store.sweep_hbm(self.index, now)
+        if self.max_queue_wait_s is not None:
+            self._expire_waiting(now)
+        added = False
+        rep_bpt, rep_state = self._rep_bpt, self._rep_state
+        extra = 0 if self.role == "prefill" else 1  # colocated: room for the output too
+        while waiting:
+            req = waiting[0]
+            need = rep_bpt * (req.input_tokens + extra * req.output_tokens) + rep_state
+            if need > hbm.capacity_bytes - hbm.reserved_bytes + 1e-6:
+                if hbm.reserved_bytes <= 0.0:  # can never fit here
+                    waiting.popleft()
+                    self._drop_waiting(req, "kv_exceeds_hbm")
+                    continue
+                break
+            waiting.popleft()
+            req.admitted_s = now
+            plan = plan_prefix(store, req, self.index, self.node, now)
+            pinned = 0.0
+            if plan is not None:
+                key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay, shared = plan
+                if hbm_tokens:
+                    if shared:
+                        hbm.touch(key, now)
+                    else:
+                        pinned = store.pin_hbm(key, self.index)
+                        req.pinned = True
+                store.count_hit(plan)
+                req.hit_tokens = tokens
+                req.hbm_hit_tokens = hbm_tokens
+                req.hit_tier = tier
+                req.shared_hit = shared
+                req.replay_tokens = replay
+                new = req.input_tokens - tokens + replay
+                self.load += new - req.est_new_tokens
+                req.est_new_tokens = req.new_tokens = new
+                req.ctx_before = tokens - replay
+                if load_bytes:
+                    # V4.1's SWA ring (a pool hit always comes with a DRAM/SSD load) travels in
+                    # the same job: one transfer per request, on the prefix's link
+                    nbytes = load_bytes
+                    store.touch_lower(key, tier, now)
+                    req.load_bytes = load_bytes
+                    if swa_node >= 0:
+                        store.use_swa(key, now)
+                        req.swa_load_bytes = store.policy.swa_state_bytes
+                        nbytes += req.swa_load_bytes
+                    req.loads_pending = 1
+                    (self.h2d if tier == "dram" else self.ssd_read).submit(nbytes, self._loaded, req)
+            store.reserve_hbm(self.index, need - pinned, now)
+            req.reserved_p_bytes = need
+            if req.loads_pending:
+                req.load_start_s = now
+                self.loading += 1
+            else:
+                self.ready.append(req)
+                added = True
+        if added:
+            self.kick()
+
+    def _loaded(self, req) -> None:
+        req.loads_pending = 0
+        req.load_end_s = self.env._now
+        self.loading -= 1
+        self.ready.append(req)
+        self.kick()
+
+    def _admit_decode(self) -> None:
+        """FIFO admission of prefilled requests; admitted ones pull their KV from the prefill side
+        (only the part this instance does not hold already)."""
+        store, hbm, waiting, policy = self.store, self.hbm, self.waiting, self.policy
+        now = self.env._now
+        lru = hbm._lru
+        if lru and next(iter(lru.values()))[1] <= now - hbm.ttl_s:
+            store.sweep_hbm(self.index, now)
+        while waiting:
+            req = waiting[0]
+            need = self._rep_bpt * (req.input_tokens + req.output_tokens) + self._rep_state
+            if need > hbm.capacity_bytes - hbm.reserved_bytes + 1e-6:
+                if hbm.reserved_bytes <= 0.0:
+                    waiting.popleft()
+                    self._drop_waiting(req, "kv_exceeds_hbm")
+                    continue
+                break
+            waiting.popleft()
+            usable = 0
+            pinned = 0.0
+            key = req.parent_lineage
+            if key is not None and req.prefix_tokens:
+                e = store.entries.get(key)
+                held = e.hbm.get(self.index, 0) if e is not None else 0
+                if held:
+                    usable = min(policy.hit_tokens(held, req.prefix_tokens), req.input_tokens - 1)
+                    if usable > 0:
+                        pinned = store.pin_hbm(key, self.index)
+                        req.d_pinned = True
+                    else:
+                        usable = 0
+            store.reserve_hbm(self.index, need - pinned, now)
+            req.reserved_d_bytes = need
+            nbytes = (req.input_tokens - usable) * policy.global_kv_bytes_per_token + policy.seq_state_bytes
+            req.kv_bytes = nbytes
+            req.kv_start_s = now
+            self.cluster.net_out[req.pinst.node].submit(nbytes, self._kv_arrived, req)
+
+    def _kv_arrived(self, req) -> None:
+        req.kv_end_s = self.env._now
+        self.cluster.net_in[self.node].bytes_done += req.kv_bytes
+        req.pinst.handed_off(req)
+        self.joins.append(req)
+        self.kick()
+
+    def handed_off(self, req) -> None:
+        """The decode side has the KV: free the prefill-side reservation, keep a cached copy."""
+        self.store.finish(
+            req.lineage,
+            self.index,
+            req.input_tokens,
+            req.reserved_p_bytes,
+            req.parent_lineage if req.pinned else None,
+            self.env._now,
+            False,
+        )
+        req.pinned = False
+        self._admit()
+
+    # --- the engine loop ---
+
+    def kick(self) -> None:
+        """Something new to do (a request ready to prefill, a sequence ready to join): start a step
+        if idle; during a decode span, end the span at the end of the step in progress and plan
+        the next one from there at once (no extra event: the old wake-up becomes stale)."""
+        if self._in_boundary:
+            return  # the boundary plans the next step itself
+        mode = self.mode
+        if mode == IDLE:
+            self._plan(self.env._now)
+        elif mode == SPAN:
+            now = self.env._now
+            start = self._start
+            if now < start:  # a span planned from a boundary still ahead: re-plan from there
+                self._plan(start)
+                return
+            batch = self._batch
+            k, dt = self.timing.decode_step_end(batch, self._a, self._b, self._sa, self._sb, now - start)
+            if k >= self._k:
+                return  # the span ends after the step in progress anyway
+            end = start + dt
+            self._account(end)
+            self._advance(k)
+            self._plan(end)
+
+    def _account(self, end: float) -> None:
+        dt = end - self._start
+        self.busy_s += dt
+        self.batch_seq_s += self._batch * dt
+        if self.mode == STEP:
+            self.prefill_busy_s += self._prefill_share * dt
+
+    def _advance(self, k: int) -> None:
+        if k:
+            self.n += k
+            self._a += self._sa * k
+            self._b += self._sb * k
+
+    def _plan(self, start: float) -> None:
+        """Plan the next step or span from `start` (now, or a boundary just ahead)."""
+        joins = self.joins
+        while joins and len(self.running) < self.max_decode_batch:
+            self._join(joins.popleft(), start)
+        batch = len(self.running)
+        chunks = None
+        if self.ready:
+            budget = self.budget_tokens - batch * self._verify
+            if budget > 0:
+                chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
+        timing = self.timing
+        if chunks:
+            parts = []
+            rows = 0
+            for req, take in chunks:
+                if req.done_tokens == 0:
+                    req.prefill_start_s = start
+                img = req.image_pending
+                parts.append(
+                    (
+                        take,
+                        req.ctx_before + req.done_tokens,
+                        req.done_tokens + take >= req.new_tokens,
+                        img,
+                        req.image_count if img else 0,
+                    )
+                )
+                req.image_pending = 0
+                rows += take
+            dt = timing.step_s(batch, self._a, self._b, parts)
+            self._prefill_share = rows / (rows + batch * self._verify)
+            self.mode = STEP
+            self._chunks = chunks
+            self._k = 1 if batch else 0
+            self.steps += 1
+        elif batch:
+            k = self._heap[0][0] - self.n
+            dt = timing.decode_span_s(batch, self._a, self._b, self._sa, self._sb, k)
+            self.mode = SPAN
+            self._k = k
+            self.spans += 1
+        else:
+            self.mode = IDLE
+            return
+        self._batch = batch
+        self._start = start
+        self._token += 1
+        call_at(self.env, start + dt, self._boundary, self._token)
+
+    def _boundary(self, event) -> None:
+        if event._value != self._token:
+            return  # a span that was cut short
+        now = self.env._now
+        dt = now - self._start
+        self.busy_s += dt
+        self.batch_seq_s += self._batch * dt
+        k = self._k
+        if self.mode == STEP:
+            self.prefill_busy_s += self._prefill_share * dt
+        self._in_boundary = True
+        if k:
+            self.n += k
+            self._a += self._sa * k
+            self._b += self._sb * k
+        if self.mode == STEP:
+            self._finish_chunks(now)
+        heap = self._heap
+        n = self.n
+        while heap and heap[0][0] <= n:
+            req = heapq.heappop(heap)[2]
+            self._leave(req)
+            self._complete(req, now)
+        self.mode = IDLE
+        self._in_boundary = False
+        self._plan(now)
+
+    def _finish_chunks(self, now: float) -> None:
+        finished = False
+        for req, take in self._chunks:
+            req.done_tokens += take
+            self.load -= take
+            if req.done_tokens >= req.new_tokens:
+                finished = True
+                req.first_token_s = now
+                if req.shared_key is not None and not (req.shared_hit and req.hit_tier == "hbm"):
+                    self.store.retain_shared(req.shared_key, self.index, req.shared_tokens, now)
+                if req.output_tokens <= 1:
+                    self._complete(req, now)
+                elif self._colocated:
+                    self.joins.append(req)
+                else:
+                    self.cluster.to_decode(req)
+        self._chunks = []
+        if finished:
+            self.ready = [r for r in self.ready if r.done_tokens < r.new_tokens]
+
+    def _join(self, req, now: float) -> None:
+        steps = max(1, math.ceil((req.output_tokens - 1) / self._accept))
+        a, b, sa, sb = self.timing.decode_seq_terms(req.input_tokens + 1, steps)
+        req.terms = (a, b, sa, sb)
+        req.join_step = self.n
+        req.decode_start_s = now
+        if self.running:
+            self._a += a
+            self._b += b
+            self._sa += sa
+            self._sb += sb
+        else:
+            self._a, self._b, self._sa, self._sb = a, b, sa, sb
+        self.running[req.rid] = req
+        heapq.heappush(self._heap, (self.n + steps, req.rid, req))
+
+    def _leave(self, req) -> None:
+        del self.running[req.rid]
+        if not self.running:
+            self._a = self._b = self._sa = self._sb = 0.0  # no drift from repeated sums
+            return
+        a, b, sa, sb = req.terms
+        age = self.n - req.join_step
+        self._a -= a + sa * age
+        self._b -= b + sb * age
+        self._sa -= sa
+        self._sb -= sb
+
+    def _complete(self, req, now: float) -> None:
+        """The last token is out: cache and persist the session's context, then report."""
+        req.finish_s = now
+        store = self.store
+        if self.role == "decode":
+            self.load -= 1
+            store.finish(
+                req.lineage,
+                self.index,
+                req.input_tokens + req.output_tokens,
+                req.reserved_d_bytes,
+                req.parent_lineage if req.d_pinned else None,
+                now,
+                True,
+            )
+            req.d_pinned = False
+            self.cluster.request_done(req)
+            if self.waiting:
+                self._admit_decode()
+        else:  # colocated, or a one-token request finishing on its prefill instance
+            store.finish(
+                req.lineage,
+                self.index,
+                req.input_tokens + req.output_tokens,
+                req.reserved_p_bytes,
+                req.parent_lineage if req.pinned else None,
+                now,
+                True,
+            )
+            req.pinned = False
+            self.cluster.request_done(req)
+            if self.waiting:
+                self._admit()

@@ -1,0 +1,129 @@
+"""Transfer links: a processor-sharing link for loads on a request's critical path, and a FIFO
+write queue for background writes (demotion to host DRAM, persistence to SSD).
+
+`SharedLink` is a deterministic fluid model: n concurrent jobs each move at bw / n. It keeps a
+virtual clock V (bytes served to every active job so far), so a job's finish point V_start +
+size never changes when others join or leave; only the mapping from V to time does. Events
+happen only when a job finishes (one SimPy timeout for the earliest finish, re-planned when the
+set changes), never per byte or per interval. Ties finish in submission order.
+
+A link's fixed latency is charged as extra bytes at the link's rate (latency x bw), which keeps
+one event per job; under sharing that latency stretches like data, a small, stated error.
+
+`FifoLink` needs no event at all: writes queue in order, so a write's completion time is known
+when it is submitted (start = max(now, link free), end = start + latency + bytes / bw).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+from simpy import Environment
+
+from sim.cluster.events import call_after
+
+
+class SharedLink:
+    """Bandwidth `bw_bytes_per_s` shared equally by the jobs in flight (processor sharing)."""
+
+    __slots__ = (
+        "env",
+        "name",
+        "bw_bytes_per_s",
+        "latency_s",
+        "bytes_done",
+        "jobs_done",
+        "_v",
+        "_t",
+        "_heap",
+        "_seq",
+        "_token",
+    )
+
+    def __init__(self, env: Environment, name: str, bw_bytes_per_s: float, latency_s: float = 0.0) -> None:
+        if not bw_bytes_per_s > 0.0:
+            raise ValueError(f"link {name}: bandwidth must be > 0, got {bw_bytes_per_s}")
+        if latency_s < 0.0:
+            raise ValueError(f"link {name}: latency must be >= 0, got {latency_s}")
+        self.env = env
+        self.name = name
+        self.bw_bytes_per_s = float(bw_bytes_per_s)
+        self.latency_s = float(latency_s)
+        self.bytes_done = 0.0  # payload bytes of finished jobs (for bandwidth time series)
+        self.jobs_done = 0
+        self._v = 0.0  # virtual clock: bytes served to each active job
+        self._t = env.now  # time of the last update of _v
+        self._heap: list[tuple[float, int, float, Callable[[Any], None], Any]] = []
+        self._seq = 0
+        self._token = 0  # identifies the one pending wake-up; older ones are stale
+
+    def submit(self, nbytes: float, on_done: Callable[[Any], None], arg: Any = None) -> None:
+        """Start moving `nbytes` now; `on_done(arg)` is called when the last byte arrives."""
+        if nbytes < 0.0:
+            raise ValueError(f"link {self.name}: negative transfer of {nbytes} bytes")
+        heap = self._heap
+        now = self.env._now
+        bw = self.bw_bytes_per_s
+        # advance the virtual clock to now (restart it when idle, so it stays small)
+        self._v = self._v + (now - self._t) * bw / len(heap) if heap else 0.0
+        self._t = now
+        self._seq += 1
+        heapq.heappush(heap, (self._v + nbytes + self.latency_s * bw, self._seq, nbytes, on_done, arg))
+        self._token += 1
+        call_after(self.env, (heap[0][0] - self._v) * len(heap) / bw, self._wake, self._token)
+
+    def _wake(self, event) -> None:
+        if event._value != self._token:
+            return  # superseded by a later plan
+        heap = self._heap
+        now = self.env._now
+        bw = self.bw_bytes_per_s
+        v = self._v = self._v + (now - self._t) * bw / len(heap)
+        self._t = now
+        # The head is due by construction; others finishing within rounding of it finish too.
+        first = heapq.heappop(heap)
+        tol = 1e-12 * (v if v > 1.0 else 1.0)
+        if heap and heap[0][0] <= v + tol:
+            finished = [first]
+            while heap and heap[0][0] <= v + tol:
+                finished.append(heapq.heappop(heap))
+        else:
+            finished = (first,)
+        for item in finished:
+            self.bytes_done += item[2]
+        self.jobs_done += len(finished)
+        self._token += 1
+        if heap:
+            call_after(self.env, (heap[0][0] - v) * len(heap) / bw, self._wake, self._token)
+        for _vf, _seq, _nbytes, cb, arg in finished:
+            cb(arg)
+
+
+class FifoLink:
+    """Writes served one after another at `bw_bytes_per_s`; completion known at submission."""
+
+    __slots__ = ("name", "bw_bytes_per_s", "latency_s", "free_at_s", "bytes_done", "jobs_done")
+
+    def __init__(self, name: str, bw_bytes_per_s: float, latency_s: float = 0.0) -> None:
+        if not bw_bytes_per_s > 0.0:
+            raise ValueError(f"link {name}: bandwidth must be > 0, got {bw_bytes_per_s}")
+        self.name = name
+        self.bw_bytes_per_s = float(bw_bytes_per_s)
+        self.latency_s = float(latency_s)
+        self.free_at_s = 0.0
+        self.bytes_done = 0.0
+        self.jobs_done = 0
+
+    def submit(self, now_s: float, nbytes: float) -> float:
+        """Queue a write of `nbytes` at `now_s`; returns the time it is complete."""
+        start = self.free_at_s if self.free_at_s > now_s else now_s
+        self.free_at_s = start + self.latency_s + nbytes / self.bw_bytes_per_s
+        self.bytes_done += nbytes
+        self.jobs_done += 1
+        return self.free_at_s
+
+    def backlog_s(self, now_s: float) -> float:
+        """Seconds of queued writes still ahead of a write submitted now."""
+        return self.free_at_s - now_s if self.free_at_s > now_s else 0.0

@@ -1,0 +1,105 @@
+"""One request (a turn of an agent session) as it moves through the cluster.
+
+Trace fields are set once at arrival; the rest is written only by the instance engines and the
+cluster wiring (style.md §6 ownership table), and read by the recorder when it ends.
+Timestamps that never happened stay NaN. Run-time fields start as class-level defaults, so
+making a request sets only its trace fields (millions are made per run).
+
+Cache keys are ints: a lineage (one agent of one session) is session_id * LINEAGE_AGENTS +
+agent_id; a shared prompt prefix is -(shared_prefix_id + 1).
+"""
+
+from __future__ import annotations
+
+NAN = float("nan")
+LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
+
+
+def lineage_key(session_id: int, agent_id: int) -> int:
+    return session_id * LINEAGE_AGENTS + agent_id
+
+
+def shared_key(shared_prefix_id: int) -> int:
+    return -(shared_prefix_id + 1)
+
+
+class Request:
+    # routing and cache
+    est_new_tokens = 0
+    hit_tokens = 0
+    hbm_hit_tokens = 0
+    hit_tier = "none"
+    shared_hit = False
+    pinned = False
+    load_bytes = 0.0
+    swa_load_bytes = 0.0
+    replay_tokens = 0
+    ctx_before = 0
+    done_tokens = 0
+    loads_pending = 0
+    reserved_p_bytes = 0.0
+    reserved_d_bytes = 0.0
+    d_pinned = False
+    kv_bytes = 0.0
+    pinst = None
+    dinst = None
+    prefill_pool = None
+    prefill_instance = -1
+    decode_pool = None
+    decode_instance = -1
+    # timestamps
+    admitted_s = NAN
+    load_start_s = NAN
+    load_end_s = NAN
+    prefill_start_s = NAN
+    first_token_s = NAN
+    kv_start_s = NAN
+    kv_end_s = NAN
+    decode_start_s = NAN
+    finish_s = NAN
+    # decode
+    terms = None
+    join_step = 0
+    # end
+    status = ""
+    reason = None
+    measured = False
+
+    def __init__(
+        self,
+        rid: int,
+        session_id: int,
+        request_index: int,
+        agent_id: int,
+        lineage: int,
+        parent_lineage: int | None,
+        shared: int | None,
+        arrival_s: float,
+        input_tokens: int,
+        output_tokens: int,
+        prefix_tokens: int,
+        shared_tokens: int,
+        image_tokens: int,
+        image_count: int,
+    ) -> None:
+        self.rid = rid
+        self.session_id = session_id
+        self.request_index = request_index
+        self.agent_id = agent_id
+        self.lineage = lineage
+        self.parent_lineage = parent_lineage
+        self.shared_key = shared
+        self.arrival_s = arrival_s
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.prefix_tokens = prefix_tokens
+        self.shared_tokens = shared_tokens
+        self.image_tokens = image_tokens
+        self.image_count = image_count
+        self.image_pending = image_tokens
+        self.new_tokens = input_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens of the session's context after this request (what a completion caches)."""
+        return self.input_tokens + self.output_tokens

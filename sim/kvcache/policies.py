@@ -1,0 +1,63 @@
+"""Each model family's cache semantics as numbers (every one a scenario field), and the byte
+arithmetic the store and the engines share.
+
+- V4-Flash: global KV (3,514 B/token, FP8 main rows, model.md §5.1) plus the sliding-window
+  ring and compressor state, persisted with the prefix (DeepSeek's on-disk context cache,
+  hardware.md §4.1): a prefix hit restores everything, so V4 never replays.
+- V4.1-Flash: global KV only (890 B/token, FP4) is persisted, with a retention guarantee on SSD
+  (72 h, model.md §10); the SWA ring lives in a host-DRAM pool (10 % of DRAM, TTL of minutes);
+  on a pool miss the last `swa_replay_tokens` (128) tokens are recomputed (SWA bounded replay).
+
+In HBM the latent KV is replicated on every attention-TP rank (model.md §9), so an instance
+holds `kv_replication` copies of each byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    family: str  # "v4" | "v41"
+    global_kv_bytes_per_token: float
+    swa_state_bytes: float  # per sequence
+    compressor_state_bytes: float  # per sequence
+    swa_persisted_with_prefix: bool  # V4: SWA (+ compressor) saved with the prefix
+    swa_pool: bool  # V4.1: SWA in a host-DRAM pool
+    swa_pool_dram_frac: float
+    swa_ttl_s: float
+    swa_replay_tokens: int
+    block_tokens: int  # prefix hits are whole blocks unless the whole cached context matches
+    hbm_keep_s: float  # a finished session's KV stays in HBM this long after last use
+    demote_to_dram: bool
+    dram_ttl_s: float
+    persist_to_ssd: bool
+    ssd_retention_s: float  # guaranteed retention; evicting earlier is counted as a violation
+    ssd_ttl_s: float  # dropped after this long without use
+
+    @cached_property
+    def seq_state_bytes(self) -> float:
+        """Fixed per-sequence state beside the global KV (SWA ring + compressor partial groups)."""
+        return self.swa_state_bytes + self.compressor_state_bytes
+
+    @cached_property
+    def persisted_state_bytes(self) -> float:
+        """State bytes saved with a persisted prefix (V4: all of it; V4.1: none, SWA is pooled)."""
+        return self.seq_state_bytes if self.swa_persisted_with_prefix else 0.0
+
+    def hbm_bytes(self, tokens: float, kv_replication: int) -> float:
+        """HBM an instance needs for a sequence of `tokens` (global KV + state, replicated)."""
+        return kv_replication * (tokens * self.global_kv_bytes_per_token + self.seq_state_bytes)
+
+    def persist_bytes(self, tokens: float) -> float:
+        """Bytes of a session's prefix in host DRAM or on SSD."""
+        return tokens * self.global_kv_bytes_per_token + self.persisted_state_bytes
+
+    def hit_tokens(self, cached_tokens: int, prefix_tokens: int) -> int:
+        """Usable prefix: the whole cached context when the request repeats all of it, else
+        whole blocks of the shared part (chained block hashes stop at the first partial block)."""
+        if prefix_tokens >= cached_tokens:
+            return cached_tokens
+        return prefix_tokens - prefix_tokens % self.block_tokens

@@ -1,0 +1,224 @@
+"""The request log: one row per arrived request, written when it ends (completed or rejected).
+
+Ended requests are buffered and turned into a Parquet row group (and into the summary's sums
+and latency arrays) a batch at a time with vectorised column operations, so the per-request
+cost is one list append and memory stays bounded by one row group.
+
+Files are written to a temporary name in the same folder and renamed by `close()`, never left
+half-written (`abort()` removes them).
+"""
+
+from __future__ import annotations
+
+import os
+from operator import attrgetter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sim.metrics.schema import REQUEST_SCHEMA
+
+ROWS_PER_GROUP = 65_536
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
+
+# Request attribute -> (log column, numpy dtype or None for Python objects: strings, nullable)
+_COLUMNS = {
+    "rid": ("request_id", np.int64),
+    "session_id": ("session_id", np.int64),
+    "request_index": ("request_index", np.int32),
+    "agent_id": ("agent_id", np.int32),
+    "status": ("status", None),
+    "reason": ("reject_reason", None),
+    "measured": ("measured", np.bool_),
+    "arrival_s": ("arrival_s", np.float64),
+    "admitted_s": ("admitted_s", np.float64),
+    "load_start_s": ("load_start_s", np.float64),
+    "load_end_s": ("load_end_s", np.float64),
+    "prefill_start_s": ("prefill_start_s", np.float64),
+    "first_token_s": ("first_token_s", np.float64),
+    "kv_start_s": ("kv_transfer_start_s", np.float64),
+    "kv_end_s": ("kv_transfer_end_s", np.float64),
+    "decode_start_s": ("decode_start_s", np.float64),
+    "finish_s": ("finish_s", np.float64),
+    "input_tokens": ("input_tokens", np.int64),
+    "output_tokens": ("output_tokens", np.int64),
+    "prefix_tokens": ("prefix_tokens", np.int64),
+    "hit_tokens": ("hit_tokens", np.int64),
+    "hbm_hit_tokens": ("hbm_hit_tokens", np.int64),
+    "done_tokens": ("computed_tokens", np.int64),
+    "replay_tokens": ("replay_tokens", np.int64),
+    "image_tokens": ("image_tokens", np.int64),
+    "hit_tier": ("prefix_source", None),
+    "shared_hit": ("shared_prefix_hit", np.bool_),
+    "load_bytes": ("load_bytes", np.float64),
+    "swa_load_bytes": ("swa_load_bytes", np.float64),
+    "kv_bytes": ("kv_transfer_bytes", np.float64),
+    "prefill_pool": ("prefill_pool", None),
+    "prefill_instance": ("prefill_instance", np.int32),
+    "decode_pool": ("decode_pool", None),
+    "decode_instance": ("decode_instance", np.int32),
+}
+
+
+def _column(reqs: list, attr: str, dtype):
+    values = map(attrgetter(attr), reqs)
+    if dtype is None:
+        return list(values)
+    return np.fromiter(values, dtype=dtype, count=len(reqs))
+
+
+class Totals:
+    """Running sums over measured requests (arrived after the warm-up)."""
+
+    def __init__(self) -> None:
+        self.arrived = 0
+        self.completed = 0
+        self.rejected = 0
+        self.reasons: dict[str, int] = {}
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.prefix_tokens = 0
+        self.hit_tokens = {"hbm": 0, "dram": 0, "ssd": 0}
+        self.computed_tokens = 0
+        self.replay_tokens = 0
+        self.load_bytes = {"dram": 0.0, "ssd": 0.0}
+        self.swa_load_bytes = 0.0
+        self.kv_transfer_bytes = 0.0
+        self.slo_met = 0
+        self.swa_pool = 0
+        self.swa_replay = 0
+        self.last_finish_s = 0.0
+
+
+class Recorder:
+    def __init__(self, out_path: Path | None, *, slo_ttft_s: float, slo_tpot_s: float) -> None:
+        self.out_path = out_path
+        self._tmp = out_path.with_name(out_path.name + ".tmp") if out_path is not None else None
+        self._writer: pq.ParquetWriter | None = None
+        self._buf: list = []
+        self.slo_ttft_s = slo_ttft_s
+        self.slo_tpot_s = slo_tpot_s
+        self.totals = Totals()
+        self._ttft: list[np.ndarray] = []
+        self._tpot: list[np.ndarray] = []
+        self._e2e: list[np.ndarray] = []
+        self.all_count = 0
+        self.all_sojourn_s = 0.0  # sum over every request of (end - arrival): Little's law
+
+    def record(self, req) -> None:
+        """`req` ended (completed or rejected)."""
+        buf = self._buf
+        buf.append(req)
+        if len(buf) >= ROWS_PER_GROUP:
+            self._flush()
+
+    # latency arrays of measured completed requests (after close)
+    @property
+    def ttft(self) -> np.ndarray:
+        return np.concatenate(self._ttft) if self._ttft else np.zeros(0)
+
+    @property
+    def tpot(self) -> np.ndarray:
+        return np.concatenate(self._tpot) if self._tpot else np.zeros(0)
+
+    @property
+    def e2e(self) -> np.ndarray:
+        return np.concatenate(self._e2e) if self._e2e else np.zeros(0)
+
+    def _flush(self) -> None:
+        reqs = self._buf
+        if not reqs:
+            return
+        self._buf = []
+        cols = {name: _column(reqs, attr, dtype) for attr, (name, dtype) in _COLUMNS.items()}
+        status = np.asarray(cols["status"])
+        tier = np.asarray(cols["prefix_source"])
+        completed = status == "completed"
+        arrival, first, finish = cols["arrival_s"], cols["first_token_s"], cols["finish_s"]
+        out = cols["output_tokens"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ttft = np.where(completed, first - arrival, np.nan)
+            e2e = np.where(completed, finish - arrival, np.nan)
+            tpot = np.where(completed & (out > 1), (finish - first) / np.maximum(out - 1, 1), np.nan)
+        hit = cols["hit_tokens"] > 0
+        swa = np.where(
+            hit & (cols["swa_load_bytes"] > 0),
+            "pool",
+            np.where(cols["replay_tokens"] > 0, "replay", np.where(hit & (tier == "hbm"), "hbm", "")),
+        )
+        self.all_count += len(reqs)
+        self.all_sojourn_s += float(np.sum(finish - arrival))
+        cols["ttft_s"] = ttft
+        cols["tpot_s"] = tpot
+        cols["e2e_s"] = e2e
+        if self.out_path is not None:
+            self._write(cols, swa)
+        self._accumulate(cols, completed, tier, swa)
+
+    def _write(self, cols: dict, swa) -> None:
+        source = pa.array(swa, type=pa.string())
+        data = {**cols, "swa_source": pc.if_else(pc.equal(source, ""), pa.scalar(None, pa.string()), source)}
+        arrays = [pa.array(data[f.name], type=f.type) for f in REQUEST_SCHEMA]
+        table = pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
+        if self._writer is None:
+            self._tmp.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, REQUEST_SCHEMA, **PARQUET_OPTIONS)
+        self._writer.write_table(table, row_group_size=ROWS_PER_GROUP)
+
+    def _accumulate(self, cols: dict, completed, tier, swa) -> None:
+        t = self.totals
+        measured = cols["measured"]
+        ok = measured & completed
+        t.arrived += int(measured.sum())
+        t.completed += int(ok.sum())
+        rejected = measured & ~completed
+        t.rejected += int(rejected.sum())
+        for i in np.flatnonzero(rejected):
+            reason = cols["reject_reason"][i]
+            t.reasons[reason] = t.reasons.get(reason, 0) + 1
+        if not ok.any():
+            return
+        t.last_finish_s = max(t.last_finish_s, float(cols["finish_s"][ok].max()))
+        t.input_tokens += int(cols["input_tokens"][ok].sum())
+        t.output_tokens += int(cols["output_tokens"][ok].sum())
+        t.prefix_tokens += int(cols["prefix_tokens"][ok].sum())
+        in_hbm = cols["hbm_hit_tokens"]
+        loaded = cols["hit_tokens"] - in_hbm  # the rest came from the tier named in prefix_source
+        t.hit_tokens["hbm"] += int(in_hbm[ok].sum())
+        for name in ("dram", "ssd"):
+            sel = ok & (tier == name)
+            t.hit_tokens[name] += int(loaded[sel].sum())
+            t.load_bytes[name] += float(cols["load_bytes"][sel].sum())
+        t.computed_tokens += int(cols["computed_tokens"][ok].sum())
+        t.replay_tokens += int(cols["replay_tokens"][ok].sum())
+        t.swa_load_bytes += float(cols["swa_load_bytes"][ok].sum())
+        t.kv_transfer_bytes += float(cols["kv_transfer_bytes"][ok].sum())
+        t.swa_pool += int((ok & (swa == "pool")).sum())
+        t.swa_replay += int((ok & (swa == "replay")).sum())
+        out = cols["output_tokens"]
+        ttft, tpot = cols["ttft_s"], cols["tpot_s"]
+        met = ok & (ttft <= self.slo_ttft_s) & ((out <= 1) | (tpot <= self.slo_tpot_s))
+        t.slo_met += int(met.sum())
+        self._ttft.append(ttft[ok])
+        self._e2e.append(cols["e2e_s"][ok])
+        self._tpot.append(tpot[ok & (out > 1)])
+
+    def close(self) -> None:
+        """Turn the last buffered requests into rows and move the file into place."""
+        self._flush()
+        if self.out_path is None:
+            return
+        if self._writer is None:  # no request at all: still write an empty, typed file
+            self._tmp.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, REQUEST_SCHEMA, **PARQUET_OPTIONS)
+        self._writer.close()
+        os.replace(self._tmp, self.out_path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._tmp is not None and self._tmp.exists():
+            self._tmp.unlink()

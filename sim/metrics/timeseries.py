@@ -1,0 +1,157 @@
+"""Periodic samples of every pool and of the cluster (one SimPy process, one event per interval).
+
+Each tick also applies the cache tiers' TTLs (lazy expiry elsewhere), checks that no tier holds
+more than its capacity, and reports progress. Rates are means over the interval (bytes moved /
+interval); utilisation is busy time / interval; batch size is time-averaged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sim.metrics.recorder import PARQUET_OPTIONS
+from sim.metrics.schema import CLUSTER_SCHEMA, POOL_SCHEMA
+
+
+@dataclass
+class PoolView:
+    """What the sampler reads of one pool."""
+
+    name: str
+    role: str
+    instances: list
+    nodes: list[int]
+    h2d: list  # SharedLink per instance
+    d2h: list  # FifoLink per instance
+    ssd_read: list  # SharedLink per node
+    ssd_write: list  # FifoLink per node
+    net_out: list  # SharedLink per node (RDMA sends)
+    net_in: list  # per node: a counter of bytes received (sim.cluster.cluster.NetCounter)
+    _last: dict = field(default_factory=dict)
+
+
+class Sampler:
+    def __init__(
+        self, env, *, pools: list[PoolView], cluster, store, interval_s: float, progress=None
+    ) -> None:
+        self.env = env
+        self.pools = pools
+        self.cluster = cluster
+        self.store = store
+        self.interval_s = interval_s
+        self.progress = progress
+        self.pool_rows: dict[str, dict[str, list]] = {
+            p.name: {n: [] for n in POOL_SCHEMA.names} for p in pools
+        }
+        self.cluster_rows: dict[str, list] = {n: [] for n in CLUSTER_SCHEMA.names}
+        self._t_last = env.now
+        # time integrals of tier occupancy (for means) and sampled peaks of the cluster-wide sums
+        self.tier_area = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.tier_peak = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.sampled_s = 0.0
+        for p in pools:
+            p._last = self._counters(p, env.now)
+
+    def start(self) -> None:
+        self.env.process(self._run())
+
+    def _run(self):
+        env = self.env
+        while True:
+            yield env.timeout(self.interval_s)
+            self.sample()
+
+    @staticmethod
+    def _counters(p: PoolView, now: float) -> dict:
+        busy = batch = 0.0
+        for inst in p.instances:
+            b, s = inst.busy_until(now)
+            busy += b
+            batch += s
+        return {
+            "busy": busy,
+            "batch": batch,
+            "h2d": sum(link.bytes_done for link in p.h2d),
+            "d2h": sum(link.bytes_done for link in p.d2h),
+            "ssd_read": sum(link.bytes_done for link in p.ssd_read),
+            "ssd_write": sum(link.bytes_done for link in p.ssd_write),
+            "net_out": sum(link.bytes_done for link in p.net_out),
+            "net_in": sum(c.bytes_done for c in p.net_in),
+        }
+
+    def sample(self) -> None:
+        env, store = self.env, self.store
+        now = env.now
+        dt = now - self._t_last
+        if dt <= 0.0:
+            return
+        self._t_last = now
+        store.sweep(now)
+        store.check_capacities()
+        for p in self.pools:
+            cur = self._counters(p, now)
+            last = p._last
+            p._last = cur
+            n = len(p.instances)
+            r = self.pool_rows[p.name]
+            r["t_s"].append(now)
+            r["instances"].append(n)
+            r["utilization"].append((cur["busy"] - last["busy"]) / (dt * n))
+            r["decode_batch_mean"].append((cur["batch"] - last["batch"]) / (dt * n))
+            r["running_seqs"].append(sum(len(i.running) for i in p.instances))
+            r["queue_len"].append(sum(i.queued() for i in p.instances))
+            r["prefill_tokens_queued"].append(
+                int(sum(max(0.0, i.load) for i in p.instances if i.role != "decode"))
+            )
+            r["hbm_kv_capacity_bytes"].append(sum(i.hbm.capacity_bytes for i in p.instances))
+            r["hbm_reserved_bytes"].append(sum(i.hbm.reserved_bytes for i in p.instances))
+            r["hbm_cached_bytes"].append(sum(i.hbm.cached_bytes for i in p.instances))
+            r["dram_kv_bytes"].append(sum(store.dram[n_].used_bytes for n_ in p.nodes))
+            r["dram_kv_capacity_bytes"].append(sum(store.dram[n_].capacity_bytes for n_ in p.nodes))
+            r["swa_pool_bytes"].append(sum(store.swa[n_].used_bytes for n_ in p.nodes))
+            for key, col in (
+                ("h2d", "pcie_h2d"),
+                ("d2h", "pcie_d2h"),
+                ("ssd_read", "ssd_read"),
+                ("ssd_write", "ssd_write"),
+                ("net_in", "net_in"),
+                ("net_out", "net_out"),
+            ):
+                r[f"{col}_bytes_per_s"].append((cur[key] - last[key]) / dt)
+        tiers = store.tier_bytes()
+        c, cl = self.cluster_rows, self.cluster
+        c["t_s"].append(now)
+        c["arrived"].append(cl.arrived)
+        c["completed"].append(cl.completed)
+        c["rejected"].append(cl.rejected)
+        c["in_flight"].append(cl.in_flight)
+        c["ssd_kv_bytes"].append(tiers["ssd"])
+        c["ssd_kv_capacity_bytes"].append(store.ssd.capacity_bytes)
+        c["hbm_kv_bytes"].append(tiers["hbm"])
+        c["dram_kv_bytes"].append(tiers["dram"])
+        c["swa_pool_bytes"].append(tiers["swa_pool"])
+        for k in self.tier_area:
+            self.tier_area[k] += tiers[k] * dt
+            if tiers[k] > self.tier_peak[k]:
+                self.tier_peak[k] = tiers[k]
+        self.sampled_s += dt
+        if self.progress is not None:
+            self.progress(now, cl.completed + cl.rejected)
+
+    def write(self, folder: Path) -> list[Path]:
+        """One Parquet file per pool plus cluster.parquet under `folder` (temp name, then rename)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        out = []
+        items = [(p.name, self.pool_rows[p.name], POOL_SCHEMA) for p in self.pools]
+        items.append(("_cluster", self.cluster_rows, CLUSTER_SCHEMA))  # "_" cannot start a pool name
+        for name, rows, schema in items:
+            path = folder / f"{name}.parquet"
+            tmp = path.with_name(path.name + ".tmp")
+            pq.write_table(pa.table(rows, schema=schema), tmp, **PARQUET_OPTIONS)
+            tmp.replace(path)
+            out.append(path)
+        return out

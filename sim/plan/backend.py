@@ -1,0 +1,150 @@
+"""The real simulator behind the plan: scenario validation, the pre-simulation look at a candidate
+(GPUs, $/hour, does the model fit), and the worker function that runs `sim.api.run_scenario`.
+
+Early stop: `run_scenario` offers no hook that sees SLO violations during a run (its progress
+callback gets only the simulated time and the count of ended requests), so a candidate is never
+cut short inside the simulator; the search stops early instead (`sim.plan.search`: no node count
+is simulated once the answer for it is implied, nor one dearer than a feasible answer found).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+from sim import units
+from sim.config.errors import validate_or_raise
+from sim.config.scenario import Scenario
+from sim.config.yamlio import read_yaml_mapping
+from sim.errors import InputError
+from sim.paths import hwprofiles_dir
+from sim.plan.space import EvalTask, Inspection, PoolUnit
+
+_PATH_FIELDS = ("trace", "generator")  # workload paths, relative to the scenario file
+_RESULT_FILES = (".py", ".yaml", ".yml", ".json", ".csv", ".parquet")  # code and data a result depends on
+_NOT_RESULT_PACKAGES = ("plan", "cli", "report")  # parts of sim that never change a simulation
+
+
+def code_fingerprint() -> str:
+    """Hash of the simulator's code and data: the `sim` package (less plan/, cli/, report/) and the
+    hardware profiles. Two runs with equal fingerprints, scenario and seed give equal results."""
+    package, profiles = Path(__file__).resolve().parents[1], hwprofiles_dir()  # sim/plan/backend.py -> sim/
+    files = [
+        (path.relative_to(package.parent).as_posix(), path)
+        for path in package.rglob("*")
+        if path.relative_to(package).parts[0] not in _NOT_RESULT_PACKAGES
+    ]
+    files += [(path.relative_to(profiles.parent).as_posix(), path) for path in profiles.rglob("*")]
+    digest = hashlib.blake2b(digest_size=16)
+    for name, path in sorted(files):
+        if path.is_file() and path.suffix in _RESULT_FILES:
+            digest.update(name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def evaluate(task: EvalTask) -> dict[str, Any]:
+    """Worker side: simulate one candidate; only the model's summary travels back. A worker whose
+    simulator differs from the driver's (another version on a Ray node) refuses to run."""
+    from sim.api import run_scenario
+
+    started = time.perf_counter()
+    here = SimBackend().fingerprint(task.scenario)
+    if here != task.fingerprint:
+        raise RuntimeError(
+            f"candidate {task.key}: this worker's simulator or input files differ from the driver's "
+            f"(fingerprint {here} != {task.fingerprint}); install the same sim and files on every node"
+        )
+    scenario = validate_or_raise(Scenario, task.scenario, file=f"candidate {task.key}")
+    result = run_scenario(scenario, task.seed, out_dir=None)
+    summary = result.summary["models"][task.model]
+    return {"summary": summary, "wall_s": time.perf_counter() - started}
+
+
+class SimBackend:
+    """`sim.plan.runner.Backend` over the scenario schema and `sim.api.run_scenario`."""
+
+    evaluate = staticmethod(evaluate)
+
+    def __init__(self) -> None:
+        self._hashes: dict[str, str] = {}  # per plan: code and each input file are read once
+
+    def fingerprint(self, scenario: dict[str, Any]) -> str:
+        """Simulator code and data, and the content of the workload file the scenario names
+        (a generator spec's own referenced files are not followed)."""
+        if "code" not in self._hashes:
+            self._hashes["code"] = code_fingerprint()
+        parts = [self._hashes["code"]]
+        for name in _PATH_FIELDS:
+            path = scenario.get("workload", {}).get(name)
+            if path is not None:
+                if path not in self._hashes:
+                    self._hashes[path] = hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
+                parts.append(self._hashes[path])
+        return hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
+
+    def load_template(self, path: Path) -> dict[str, Any]:
+        """The template document with its workload paths made absolute, so that every candidate
+        (and the scenario files written for reproduction) can live in any folder."""
+        document = read_yaml_mapping(path)
+        scenario = validate_or_raise(
+            Scenario, document, file=str(path), context={"base_dir": path.parent.resolve()}
+        )
+        workload = dict(document["workload"])
+        for name in _PATH_FIELDS:
+            if workload.get(name) is not None:
+                workload[name] = getattr(scenario.workload, name)  # absolute after validation
+        return {**document, "workload": workload}
+
+    def model_overrides(self, template: dict[str, Any], model: str) -> dict[str, Any]:
+        """Serve only `model`, keeping the template's engine options for it when it lists them."""
+        listed = [
+            m for m in template.get("models", []) if (m if isinstance(m, str) else m.get("name")) == model
+        ]
+        return {"models": listed or [model]}
+
+    def node_steps(self, scenario: dict[str, Any]) -> dict[str, int]:
+        """Nodes one instance spans, per pool, read from the raw document (it cannot be validated
+        before its node counts are legal); a pool it cannot read gets 1 and validation reports it."""
+        from sim.hardware import load_hw
+
+        steps: dict[str, int] = {}
+        for pool in scenario.get("cluster", {}).get("pools", []):
+            try:
+                hw = load_hw(pool.get("hardware") or scenario["hardware"])
+                steps[pool["name"]] = max(1, int(pool["gpus_per_instance"]) // hw.gpus_per_node)
+            except (InputError, KeyError, TypeError, ValueError):
+                continue
+        return steps
+
+    def inspect(self, scenario: dict[str, Any], model: str, *, file: str) -> Inspection:
+        """Validate; per pool GPUs per node, $/node-hour (the simulator's `pool_node_cost`) and node
+        step; prune a model whose weights leave no HBM for KV (sim.cluster.build refuses to build it)."""
+        from sim.cluster.build import instance_weight_bytes
+        from sim.model import load_model
+
+        scn = validate_or_raise(Scenario, scenario, file=file)
+        spec = load_model(model)
+        pools: dict[str, PoolUnit] = {}
+        reasons = []
+        for pool in scn.cluster.pools:
+            hw = scn.pool_profile(pool)
+            pools[pool.name] = PoolUnit(
+                nodes=pool.nodes,
+                gpus_per_node=hw.gpus_per_node,
+                usd_per_node_hour=scn.pool_node_cost(pool).total_usd_per_hour,
+                nodes_per_instance=max(1, pool.gpus_per_instance // hw.gpus_per_node),
+            )
+            # the rule of sim.cluster.build: weights plus activation reserve must leave HBM for KV
+            weights = instance_weight_bytes(
+                spec, pool.gpus_per_instance, pool.ep, pool.dp, scn.cluster.engram_placement == "hbm"
+            )
+            hbm = pool.gpus_per_instance * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac)
+            if weights >= hbm:
+                reasons.append(
+                    f"{model} weights ({weights / units.GB:.0f} GB per instance) fill the {hbm / units.GB:.0f} GB "
+                    f"of HBM of a {pool.gpus_per_instance}-GPU {hw.id} instance in pool {pool.name}"
+                )
+        return Inspection(pools, "; ".join(reasons) or None)

@@ -1,0 +1,99 @@
+"""Where candidates run: a local process pool (default) or Ray (a local instance or a cluster).
+
+Every candidate is an independent call `fn(task) -> result`; an executor only submits tasks and
+hands back finished ones, in whatever order they finish. The search never depends on that order
+(see `sim.plan.search`), so every executor gives the same plan. Ray is used as it is:
+`ray.init(num_cpus=N)` starts a local instance, `ray.init(address=...)` joins an existing
+cluster, whose nodes need the same `sim` installed and the scenario's files at the same paths (a
+worker whose simulator or files differ refuses to run: see `sim.plan.backend.evaluate`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol
+
+from sim.errors import InputError
+
+
+class Executor(Protocol):
+    """Submit keyed tasks; `next_done` blocks until one finishes and returns (key, result)."""
+
+    def submit(self, key: str, task: Any) -> None: ...
+
+    def next_done(self) -> tuple[str, Any]: ...
+
+    def pending(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """`workers` local processes. Spawned, not forked: the parent runs a progress thread."""
+
+    def __init__(self, fn: Callable[[Any], Any], workers: int) -> None:
+        self._fn = fn
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self._running: dict[Future, str] = {}
+
+    def submit(self, key: str, task: Any) -> None:
+        self._running[self._pool.submit(self._fn, task)] = key
+
+    def next_done(self) -> tuple[str, Any]:
+        done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+        future = min(done, key=lambda f: self._running[f])  # several at once: any fixed pick will do
+        key = self._running.pop(future)
+        return key, future.result()
+
+    def pending(self) -> int:
+        return len(self._running)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor:
+    """Ray tasks of one CPU each. `address` None starts a local instance of `workers` CPUs."""
+
+    def __init__(self, fn: Callable[[Any], Any], workers: int, address: str | None) -> None:
+        import ray  # imported here: Ray is optional (`pip install sim[dist]`) and slow to import
+
+        self._ray = ray
+        if address is None:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        else:
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+            except ConnectionError as err:
+                raise InputError(
+                    f"cannot reach the Ray cluster: {err}", where="--ray", value=address
+                ) from None
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        self._running: dict[Any, str] = {}
+
+    def submit(self, key: str, task: Any) -> None:
+        self._running[self._remote.remote(task)] = key
+
+    def next_done(self) -> tuple[str, Any]:
+        ready, _ = self._ray.wait(list(self._running), num_returns=1)
+        ref = ready[0]
+        key = self._running.pop(ref)
+        return key, self._ray.get(ref)
+
+    def pending(self) -> int:
+        return len(self._running)
+
+    def close(self) -> None:
+        for ref in self._running:
+            self._ray.cancel(ref, force=True)
+        self._running.clear()
+        self._ray.shutdown()
+
+
+def make_executor(fn: Callable[[Any], Any], workers: int, ray: str | None) -> Executor:
+    """`ray` None: local processes; "local": a local Ray instance; anything else: a Ray address."""
+    if ray is None:
+        return LocalExecutor(fn, workers)
+    return RayExecutor(fn, workers, None if ray == "local" else ray)

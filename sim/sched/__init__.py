@@ -1,0 +1,1 @@
+"""Scheduling: admission, routing (pluggable policies), the token-budget batcher, arrivals."""

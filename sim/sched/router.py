@@ -1,0 +1,91 @@
+"""Routing: which instance of a role serves a request. Policies are plain functions in a
+registry (`POLICIES`); the scenario names one (`scheduler.router.policy`).
+
+- cache_aware: a weighted sum of three scorers, each in [0, 1] (BLIS's weighted scorers):
+    prefix_hit  share of the prompt the instance holds: its HBM copy in full, a copy in its
+                node's host DRAM at half weight (it must still be loaded);
+    queue_depth 1 - load / the largest load among the candidates (`inst.load`: prompt tokens
+                still to compute on the prefill side, sequences held on the decode side);
+    kv_usage    share of the instance's KV memory not reserved by running sequences;
+  with `scheduler.router.weights`. Ties go to the lowest instance index (deterministic). The
+  router never reads the true output length. The scorers are inlined: this runs for every
+  request and candidate.
+- least_loaded: the smallest queue (prefill tokens, or decode sequences).
+- round_robin: instances in turn, per role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class Router:
+    def __init__(self, policy: str, weights, store) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown router policy {policy!r}; known: {sorted(POLICIES)}")
+        self.policy = policy
+        self._choose: Callable = POLICIES[policy]
+        self.w_hit = weights.prefix_hit
+        self.w_queue = weights.queue_depth
+        self.w_kv = weights.kv_usage
+        self.store = store
+        self._rr: dict[str, int] = {}
+
+    def route(self, req, candidates: list, role: str):
+        if len(candidates) == 1:
+            return candidates[0]
+        return self._choose(self, req, candidates, role)
+
+
+def _cache_aware(router: Router, req, candidates: list, role: str):
+    max_load = 0.0
+    for inst in candidates:
+        if inst.load > max_load:
+            max_load = inst.load
+    w_queue, w_kv = router.w_queue, router.w_kv
+    q = w_queue / max_load if max_load > 0.0 else 0.0
+    holders = None
+    dram_node = -1
+    key = req.parent_lineage
+    if router.w_hit and key is not None and req.prefix_tokens:
+        e = router.store.entries.get(key)
+        if e is not None:
+            holders = e.hbm
+            if role != "decode":
+                dram_node = e.dram_node
+    w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
+    prefix = req.prefix_tokens
+    best = None
+    best_score = -1.0
+    for inst in candidates:
+        score = w_queue - q * inst.load + w_kv - w_kv * inst.hbm.reserved_bytes * inst.inv_kv_capacity
+        if holders is not None:
+            tokens = holders.get(inst.index, 0)
+            if tokens:
+                score += w_hit * (tokens if tokens < prefix else prefix)
+            elif dram_node == inst.node:
+                score += 0.5 * w_hit * prefix
+        if score > best_score:
+            best, best_score = inst, score
+    return best
+
+
+def _least_loaded(router: Router, req, candidates: list, role: str):
+    best = candidates[0]
+    for inst in candidates[1:]:
+        if inst.load < best.load:
+            best = inst
+    return best
+
+
+def _round_robin(router: Router, req, candidates: list, role: str):
+    i = router._rr.get(role, 0)
+    router._rr[role] = i + 1
+    return candidates[i % len(candidates)]
+
+
+POLICIES: dict[str, Callable] = {
+    "cache_aware": _cache_aware,
+    "least_loaded": _least_loaded,
+    "round_robin": _round_robin,
+}

@@ -1,0 +1,15 @@
+"""How long things take: one interface (`base.TimingModel`) for prefill and mixed steps, decode
+spans and transfers; `roofline` is the first implementation, `factory.make_timing` the one
+place that picks an implementation (`timing.model: auto | roofline | calibrated`)."""
+
+from sim.timing.base import LINK_KINDS, PrefillChunk, TimingModel
+from sim.timing.factory import available_timing_models, make_timing, register_timing_model
+
+__all__ = [
+    "LINK_KINDS",
+    "PrefillChunk",
+    "TimingModel",
+    "available_timing_models",
+    "make_timing",
+    "register_timing_model",
+]

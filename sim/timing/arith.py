@@ -1,0 +1,249 @@
+"""Per-model arithmetic the timing needs, precomputed once per run from `sim.model` into tables
+that answer in microseconds (the simulator asks them once or twice per request; `sim.model`'s
+exact functions take 0.1-0.3 ms per call).
+
+- Decode: attention + index FLOPs and KV bytes read per step of one sequence at context L
+  (model.md §5.3, §6.1). Both are piecewise linear in L (sums of min(cap, L / ratio)); the table
+  has a knot every 128 tokens up to 64K and is linear beyond the last cap (16,384), so linear
+  interpolation reproduces `decode_cost` to rounding.
+- Prefill: a chunk of n new tokens after c cached ones costs G(c + n) - G(c) (+ T(c + n) for the
+  request's last chunk: the V4.1 decoder tail and the logits row), where G(P) is the cost of
+  positions [0, P) on the every-token layers (`prefill_cost(P, 0, last_chunk=False)`; additive
+  by construction, see its docstring). G is piecewise quadratic in P, T piecewise linear in
+  the end position; both are interpolated quadratically between knots (model.md §6.2).
+- Weights read per step: the non-routed matmul blocks and LM head once, routed experts by
+  expected coverage E (1 - (1 - k/E)^rows) per MoE layer (model.md §7.2).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim import model as m
+
+_FINE_STEP = 128  # tokens between knots below _FINE_END
+_FINE_END = 1 << 16
+_MAX_TOKENS = 1 << 22  # 4M positions: beyond any 1M context + output
+
+
+def _coarse() -> np.ndarray:
+    return np.unique(np.geomspace(_FINE_END, _MAX_TOKENS, 97).astype(np.int64))
+
+
+def _decode_grid() -> np.ndarray:
+    """Knots for the piecewise-linear decode terms: every 128 tokens up to 64K (every cap is a
+    multiple of 128), then geometric (the terms are linear there)."""
+    fine = np.arange(0, _FINE_END + 1, _FINE_STEP, dtype=np.int64)
+    return np.unique(np.concatenate([fine, _coarse()]))
+
+
+def _prefill_grid() -> np.ndarray:
+    """Knots for the piecewise-quadratic prefill sums: every 4 tokens below 512 (window and tail
+    caps: 128 + speculative rows), every 64 up to 4K (top-512 caps at 512 to 2,048), every 256 up
+    to 16K (the largest cap, 16,384 Reindex candidates), every 2,048 up to 64K, then geometric
+    (quadratic there, interpolated exactly)."""
+    small = np.arange(0, 512, 4, dtype=np.int64)
+    low = np.arange(512, 4096, 64, dtype=np.int64)  # the V4.1 / V4 top-512 caps end at 512-2,048
+    mid = np.arange(4096, 16384 + 1, 256, dtype=np.int64)
+    upper = np.arange(16384, _FINE_END + 1, 2048, dtype=np.int64)
+    return np.unique(np.concatenate([small, low, mid, upper, _coarse()]))
+
+
+class LinearTable:
+    """Piecewise-linear interpolation of two components over one knot vector (plain floats:
+    numpy scalars would cost ten times more per lookup)."""
+
+    __slots__ = ("xs", "_rows")
+
+    def __init__(self, xs: np.ndarray, cols: list[np.ndarray]) -> None:
+        if len(cols) != 2:
+            raise ValueError("LinearTable holds exactly two components")
+        x = xs.astype(np.float64)
+        self.xs = [float(v) for v in x]
+        rows = []
+        for i in range(len(x)):
+            j = min(i, len(x) - 2)
+            dx = x[j + 1] - x[j]
+            rows.append(
+                tuple(
+                    float(v)
+                    for v in (
+                        cols[0][i],
+                        (cols[0][j + 1] - cols[0][j]) / dx,
+                        cols[1][i],
+                        (cols[1][j + 1] - cols[1][j]) / dx,
+                    )
+                )
+            )
+        self._rows = rows
+
+    def at(self, x: float) -> tuple[float, float]:
+        i = bisect.bisect_right(self.xs, x) - 1
+        if i < 0:
+            i = 0
+        a0, s0, a1, s1 = self._rows[i]
+        t = x - self.xs[i]
+        return a0 + s0 * t, a1 + s1 * t
+
+
+class QuadraticTable:
+    """Piecewise-quadratic interpolation of three components (through knots i, i+1, i+2 on
+    [x_i, x_{i+1}])."""
+
+    __slots__ = ("xs", "_coef")
+
+    def __init__(self, xs: np.ndarray, cols: list[np.ndarray]) -> None:
+        if len(cols) != 3:
+            raise ValueError("QuadraticTable holds exactly three components")
+        x = [float(v) for v in xs]
+        self.xs = x
+        n = len(x)
+        coef = []
+        for i in range(n - 1):
+            j = min(i, n - 3)
+            x0, x1, x2 = x[j], x[j + 1], x[j + 2]
+            row = []
+            for c in cols:
+                y0, y1, y2 = float(c[j]), float(c[j + 1]), float(c[j + 2])
+                # Newton form around x0, expanded about the segment start x_i for accuracy
+                d1 = (y1 - y0) / (x1 - x0)
+                d2 = ((y2 - y1) / (x2 - x1) - d1) / (x2 - x0)
+                xi = x[i]
+                # p(x) = y0 + d1 (x - x0) + d2 (x - x0)(x - x1); write as A + B t + C t^2 with t = x - xi
+                a = y0 + d1 * (xi - x0) + d2 * (xi - x0) * (xi - x1)
+                b = d1 + d2 * ((xi - x0) + (xi - x1))
+                row.extend((a, b, d2))
+            coef.append(tuple(row))
+        self._coef = coef
+
+    def at(self, x: float) -> tuple[float, float, float]:
+        i = bisect.bisect_right(self.xs, x) - 1
+        if i < 0:
+            i = 0
+        elif i >= len(self._coef):
+            i = len(self._coef) - 1
+        t = x - self.xs[i]
+        a0, b0, c0, a1, b1, c1, a2, b2, c2 = self._coef[i]
+        return a0 + t * (b0 + t * c0), a1 + t * (b1 + t * c1), a2 + t * (b2 + t * c2)
+
+
+@dataclass(frozen=True)
+class ModelArith:
+    """Numbers and tables for one model (hardware-independent)."""
+
+    name: str
+    max_context_tokens: int
+    hidden: int
+    layers: int
+    moe_layers: int
+    routed_experts: int
+    top_k: int
+    expert_bytes: float  # one routed expert of one layer
+    dense_flops_per_token: float  # GEMM FLOPs of one decoded row (2 x active params, LM head incl.)
+    dense_weight_bytes: float  # non-routed matmul weights + LM head, read once per step
+    draft_flops_per_step: float  # drafter FLOPs per sequence per step (DSpark / MTP)
+    engram_bytes_per_token: float
+    weights_bytes: float
+    engram_table_bytes: float
+    decode_table: LinearTable = field(repr=False)  # L -> (attention+index FLOPs, KV bytes read)
+    prefill_every: QuadraticTable = field(repr=False)  # P -> G(P): (dense, attn+index FLOPs, KV write bytes)
+    prefill_tail: QuadraticTable = field(repr=False)  # end -> T(end): same components
+    spec: object = field(repr=False, compare=False)
+
+    def decode_terms(self, context_tokens: float) -> tuple[float, float]:
+        return self.decode_table.at(context_tokens)
+
+    def prefill_parts(
+        self, new_tokens: int, context_tokens: int, last_chunk: bool
+    ) -> tuple[float, float, float]:
+        """(GEMM FLOPs, attention+index FLOPs, KV bytes written) of one chunk."""
+        end = context_tokens + new_tokens
+        e = self.prefill_every.at(end)
+        s = self.prefill_every.at(context_tokens)
+        d, a, kv = e[0] - s[0], e[1] - s[1], e[2] - s[2]
+        if last_chunk:
+            t = self.prefill_tail.at(end)
+            d += t[0]
+            a += t[1]
+            kv += t[2]
+        return d, a, kv
+
+    def expert_bytes_touched(self, rows: int) -> float:
+        """Routed-expert bytes a step of `rows` rows reads, all MoE layers (uniform routing)."""
+        e, k = self.routed_experts, self.top_k
+        return self.moe_layers * e * (1.0 - (1.0 - k / e) ** rows) * self.expert_bytes
+
+    def vision_flops(self, image_tokens: int, image_count: int) -> float:
+        """Vision tower FLOPs for `image_count` images totalling `image_tokens` tokens (equal sizes).
+        A model without a vision tower (V4-Flash) pays only the prompt tokens: the same trace is
+        replayed on both models, as if the client sent a text rendering of the same length."""
+        if image_tokens <= 0 or image_count <= 0 or self.spec.vision is None:
+            return 0.0
+        per = min(-(-image_tokens // image_count), self.spec.vision.max_image_tokens)
+        return image_count * m.vision_flops_per_image(self.spec, per)
+
+
+def build_arith(
+    model_name: str, *, prefill_mode: str | None = None, kv_layout: str | None = None
+) -> ModelArith:
+    spec = m.load_model(model_name)
+    mode = m.resolve_prefill_mode(spec, prefill_mode)
+    xs = _decode_grid()
+    dc = m.decode_cost(spec, xs, layout=kv_layout)
+    decode_table = LinearTable(xs, [dc.attention_flops + dc.index_flops, dc.kv_read_bytes])
+    xs = _prefill_grid()
+
+    every = [m.prefill_cost(spec, int(p), 0, mode, last_chunk=False, layout=kv_layout) for p in xs]
+    g = [
+        np.array([getattr(c, f) for c in every])
+        for f in ("dense_flops", "attention_flops", "index_flops", "kv_write_bytes")
+    ]
+    prefill_every = QuadraticTable(xs, [g[0], g[1] + g[2], g[3]])
+    tails = []
+    for p in xs:
+        p = int(p)
+        if p == 0:
+            tails.append((0.0, 0.0, 0.0))
+            continue
+        last = m.prefill_cost(spec, 1, p - 1, mode, last_chunk=True, layout=kv_layout)
+        body = m.prefill_cost(spec, 1, p - 1, mode, last_chunk=False, layout=kv_layout)
+        tails.append(
+            (
+                last.dense_flops - body.dense_flops,
+                last.attention_flops + last.index_flops - body.attention_flops - body.index_flops,
+                last.kv_write_bytes - body.kv_write_bytes,
+            )
+        )
+    t = np.array(tails)
+    prefill_tail = QuadraticTable(xs, [t[:, 0], t[:, 1], t[:, 2]])
+
+    moe_layers = sum(1 for layer in spec.layers if layer.mlp != "dense")
+    moe = spec.moe
+    experts_one = (
+        moe_layers
+        * float(m.expected_experts_touched(moe.routed_experts, moe.top_k, 1))
+        * m.expert_bytes(spec)
+    )
+    return ModelArith(
+        name=model_name,
+        max_context_tokens=spec.max_context_tokens,
+        hidden=spec.hidden,
+        layers=len(spec.layers),
+        moe_layers=moe_layers,
+        routed_experts=moe.routed_experts,
+        top_k=moe.top_k,
+        expert_bytes=m.expert_bytes(spec),
+        dense_flops_per_token=2.0 * m.active_params_decode(spec),  # model.md §6.1
+        dense_weight_bytes=m.decode_weight_bytes_per_step(spec, 1) - experts_one,  # model.md §7.2
+        draft_flops_per_step=m.draft_step_flops(spec),  # model.md §6.3
+        engram_bytes_per_token=m.engram_gather_bytes_per_token(spec),  # model.md §6.3: 12.7 KB
+        weights_bytes=m.weights_bytes(spec),
+        engram_table_bytes=m.engram_table_bytes(spec),
+        decode_table=decode_table,
+        prefill_every=prefill_every,
+        prefill_tail=prefill_tail,
+        spec=spec,
+    )

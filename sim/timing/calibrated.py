@@ -1,0 +1,511 @@
+"""Calibrated timing: step times composed from kernel times measured on the GPU itself
+(`hwprofiles/<gpu>/kernels_bench_results.csv`, see sim.timing.tables), the roofline for the rest.
+
+A decode step of `batch` sequences on one instance (GPUs run their kernels one after another,
+so a step is a sum of kernel times on the busiest GPU):
+- attention side, per layer by kind (V4: SWA x 2, CSA x 21, HCA x 20; V4.1: SWA x 2, Full-enc
+  x 3, Full-L20 x 1, Reindex x 4, Reuse x 30; model.md §4): the measured `decode_layer`
+  pipeline (indexer scoring + top-k + sparse MLA) at (sequences per DP group x rows per
+  sequence, mean context). The tables have one query row per sequence: a speculative step's
+  1 + drafted rows are timed as that many sequences, an upper bound (their KV is read once).
+  V4.1's two SWA-only layers use V4's SWA kernel (584- instead of
+  528-B rows; kernels.md §9 says it barely matters). Attention-TP ranks split the heads but each
+  still dequantises every KV entry and reads every index key of its sequences (kernels.md §3.1:
+  the kernel is dequant-bound), so a rank is timed at its DP group's full-head batch;
+- GEMMs: every layer's dense projections (FP8, the faster of block- and row-scaled at each M) at
+  M = rows per DP group (/ TP), `wo_a` as its grouped bmm, the shared expert and router, the
+  routed experts as FP8 grouped GEMMs at (local experts touched, tokens per touched expert)
+  under uniform routing (kernels.md §6.2), indexer query and compressor projections where the
+  layer has them. GEMM work the tables lack (LM head, Engram and index-weight projections, HCA
+  and layer-20 compressors: 5-6 % of the FLOPs per token) is added at the same measured seconds
+  per FLOP, i.e. the measured time is scaled by total / covered GEMM FLOPs per token; the
+  drafter's FLOPs (speculative decoding) likewise;
+- mHC: two sublayer boundaries per layer, the faster of the fused and unfused kernels;
+- communication (EP all-to-all, TP all-reduce, Engram gathers): the roofline's terms, with no
+  per-step launch overhead (the measured kernels are CUDA-graph replays, launch cost included).
+
+Decode terms. The engine adds per-sequence terms; here t0 = the context length (t1 unused, 0),
+so a batch's step reads the attention tables at its mean context. The tables are interpolated
+linearly in the context (affine in L, sim.timing.tables), so this equals the mean of the
+sequences' own times wherever their contexts share one segment of the grid; across segments the
+error is the bend at the knots, an over-estimate: 64 sequences per GPU, half at 8K and half at
+1M, attention side +1.5 % (V4) / +2.5 % (V4.1), whole step +0.6 % / +0.4 %; half at 8K and
+half at 128K, +2.4 % / +2.1 % and +0.4 % / +0.2 % (tests/timing checks <= 5 %). Within a
+span, the mean context grows by the accepted tokens per step, so a span is a closed-form sum
+over the pieces of that piecewise-linear curve (`Curve.sum_along`), exact against summed steps.
+
+Prefill (chunks of a step): GEMMs, experts and mHC as above at the step's rows, per class of
+layers: those on every prompt token see the decode rows plus every chunk's tokens, V4.1's decoder
+layers (CED, the model's default prefill mode) only the decode rows plus the last 128 rows of
+each request finishing its prompt (model.md §6.2). Attention + indexer: the chunk's FLOPs (model
+arithmetic) at the measured seconds per FLOP of the prefill kernels at this chunk size and
+context (sparse MLA prefill and indexer prefill, weighted by the layers that run them on every
+prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; vision on the
+roofline.
+
+Fallback (`auto` on hardware without tables, see `fallback_context`): the roofline, with its
+decode MFU and HBM fraction and its prefill MFU set to the fraction of the datasheet roofline
+that these calibrated steps reach on the H200 (per model and parallelism, geometric mean over
+a few decode and prefill points), so that other GPUs are timed at the software efficiency
+measured here rather than at the profile's guesses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from sim.errors import InputError
+from sim.model.modes import on_every_prompt_token
+from sim.timing.base import PrefillChunk
+from sim.timing.roofline import Efficiency, RooflineTiming
+from sim.timing.tables import (
+    LINEAR,
+    LOGLOG,
+    Curve,
+    Grid,
+    KernelRow,
+    KernelTables,
+    best_of,
+    curve_of,
+    gpu_key,
+    grid_of,
+    has_tables,
+    load_tables,
+    table_path,
+)
+
+# Table `model` column per model spec (kernels_bench/shapes.py MODELS).
+MODEL_KEYS = {"deepseek-v4-flash": "V4", "deepseek-v4.1-flash": "V4.1"}
+REFERENCE_GPU = "h200"  # the GPU whose tables give the fallback fractions (hwprofiles/h200/README.md)
+DENSE_FORMATS = ("fp8_blockwise", "fp8_rowwise")  # kernels.md §6.2: checkpoint projections are FP8
+# kernels.md §6.1: the SM90 grouped GEMM is FP8 rowwise; no MXFP4 kernel on Hopper was measured, so
+# experts stream FP8 weights here (about 2x the MXFP4 bytes the checkpoint stores)
+EXPERT_FORMAT = "fp8_rowwise"
+MHC_KERNELS = ("mhc_fused", "mhc_unfused")  # the eager chain is a strawman (kernels.md §9)
+MHC_BOUNDARIES_PER_LAYER = 2  # kernels.md §2: mHC pre / post around each of the two sublayers
+# H200 datasheet peaks (kernels.md §1 [A]): the fallback fractions are of these, as the roofline's are
+H200_HBM_BYTES_PER_S = 4.8e12
+H200_BF16_FLOPS_PER_S = 989e12
+H200_FP8_FLOPS_PER_S = 1979e12
+
+
+def pipeline_kind(layer) -> str:
+    """The `decode_layer` pipeline (table `layer_kind`) that times one layer's attention side."""
+    kind = layer.attention
+    if kind in ("swa", "csa", "hca"):
+        return kind.upper()
+    if kind == "csa2":
+        if layer.selection == "full":
+            return "Full-enc" if layer.ratio == 2 else "Full-L20"
+        return {"reindex": "Reindex", "reuse": "Reuse"}[layer.selection]
+    raise InputError(
+        "no measured attention pipeline for this layer kind", where=f"layer {layer.index}", value=kind
+    )
+
+
+def layer_projections(layer) -> tuple[str, ...]:
+    """Dense projections (table `layer_kind`) one decode layer runs (model.md §4, kernels.md §6.2)."""
+    names = ["wq_a", "wq_b", "wkv", "wo_b"]
+    if layer.mlp != "dense":
+        names += ["shared_gate_up", "shared_down"]
+    if layer.mlp == "moe":  # hash-routed layers have no router GEMM
+        names.append("router")
+    if layer.has_index_query:
+        names.append("index_q")
+    compressor = {"csa": "compressor_csa", "pool2": "compressor_r2"}.get(layer.compressor or "")
+    if compressor:  # HCA's and layer 20's compressors are not in the tables: covered by FLOPs
+        names.append(compressor)
+    return tuple(names)
+
+
+def _gemm_flops_per_token(row: KernelRow, groups: float = 1.0) -> float:
+    """FLOPs per token row of a GEMM row's shape (N x K, through `groups` blocks)."""
+    return 2.0 * row.n * row.k * groups
+
+
+@dataclass(frozen=True)
+class LayerClass:
+    """Layers that run on the same rows in prefill (all of them on every prompt token, or V4.1's
+    decoder layers only on the request's tail; model.md §6.2); in decode all run on every row."""
+
+    dense: tuple[tuple[tuple[Curve, ...], int], ...]  # (curves over M of a projection set, layers)
+    layers: int
+    moe_layers: int
+
+
+@dataclass(frozen=True)
+class ModelTables:
+    """The interpolated tables one model's composition reads (built once per timing)."""
+
+    pipelines: dict[str, tuple[Grid, int]]  # layer kind -> (context x batch grid, layers of that kind)
+    every: LayerClass  # layers on every prompt token
+    tail: LayerClass  # layers on the decoder tail only (none outside V4.1's CED / engine modes)
+    tail_tokens: int  # prompt rows the tail layers see in a request's last chunk (0: no tail class)
+    wo_a: Curve  # over M tokens
+    moe_gate_up: Grid  # groups x tokens per expert
+    moe_down: Grid
+    mhc: Curve  # one boundary, over tokens
+    covered_flops_per_token: float  # GEMM FLOPs the tables time, all layers
+    mla_prefill: Curve  # chunk -> time, and its FLOPs
+    mla_prefill_flops: Curve
+    index_prefill: Grid  # chunk x end position -> time, and its FLOPs
+    index_prefill_flops: Grid
+    prefill_attn_layers: int  # layers running sparse MLA on every prompt token
+    prefill_index_layers: int  # layers scoring on every prompt token
+
+
+def model_tables(tables: KernelTables, spec) -> ModelTables:
+    """Select and interpolate the rows one model needs; an InputError when a kernel is missing."""
+    key = MODEL_KEYS.get(spec.name)
+    if key is None:
+        raise InputError(
+            "no measured kernel tables for this model (use timing.model: roofline)",
+            file=str(tables.path),
+            value=spec.name,
+            allowed=sorted(MODEL_KEYS),
+        )
+    path = tables.path
+    kinds = Counter(pipeline_kind(layer) for layer in spec.layers)
+    pipelines = {}
+    for kind, count in sorted(kinds.items()):
+        model = "V4" if kind == "SWA" else key  # V4.1 SWA-only layers: V4's SWA kernel (module doc)
+        rows = tables.need(
+            f"{kind} decode pipeline", family="pipeline", kernel="decode_layer", model=model, layer_kind=kind
+        )
+        pipelines[kind] = (
+            grid_of(rows, "context_tokens", "batch", outer_mode=LINEAR, inner_mode=LOGLOG, path=path),
+            count,
+        )
+
+    proj_rows: dict[str, list[KernelRow]] = {}
+
+    def dense_rows(name: str) -> list[KernelRow]:
+        if name not in proj_rows:
+            found = [
+                r
+                for fmt in DENSE_FORMATS
+                for r in tables.select(family="gemm_dense", model=key, layer_kind=name, fmt=fmt)
+            ]
+            if not found:
+                tables.need(f"projection {name}", family="gemm_dense", model=key, layer_kind=name)
+            proj_rows[name] = best_of(found, "rows")
+        return proj_rows[name]
+
+    mode = spec.default_prefill_mode
+    every = {
+        layer.index: on_every_prompt_token(spec, layer.index, "attention", mode) for layer in spec.layers
+    }
+
+    def layer_class(on_every: bool) -> LayerClass:
+        mine = [layer for layer in spec.layers if every[layer.index] == on_every]
+        sets = Counter(layer_projections(layer) for layer in mine)
+        return LayerClass(
+            dense=tuple(
+                (tuple(curve_of(dense_rows(n), "rows", path=path) for n in names), count)
+                for names, count in sorted(sets.items())
+            ),
+            layers=len(mine),
+            moe_layers=sum(1 for layer in mine if layer.mlp != "dense"),
+        )
+
+    sets = Counter(layer_projections(layer) for layer in spec.layers)
+    wo_a_rows = tables.need("wo_a", family="gemm_grouped", kernel="proj_wo_a", model=key, fmt=EXPERT_FORMAT)
+    gate_up = tables.need(
+        "MoE gate_up", family="gemm_grouped", kernel="moe_gate_up", model=key, fmt=EXPERT_FORMAT
+    )
+    down = tables.need("MoE down", family="gemm_grouped", kernel="moe_down", model=key, fmt=EXPERT_FORMAT)
+    moe_layers = sum(1 for layer in spec.layers if layer.mlp != "dense")
+    tail = layer_class(False)
+    mhc_rows = [r for kernel in MHC_KERNELS for r in tables.select(family="mhc", kernel=kernel, model=key)]
+    if not mhc_rows:
+        tables.need("mHC", family="mhc", model=key)
+
+    covered = sum(
+        count * sum(_gemm_flops_per_token(dense_rows(n)[0]) for n in names) for names, count in sets.items()
+    )
+    covered += spec.n_layers * _gemm_flops_per_token(
+        wo_a_rows[0], wo_a_rows[0].groups
+    )  # every token, all groups
+    covered += (
+        moe_layers * spec.moe.top_k * (_gemm_flops_per_token(gate_up[0]) + _gemm_flops_per_token(down[0]))
+    )
+
+    mla = tables.need("sparse MLA prefill", family="attention", kernel="sparse_mla_prefill", model=key)
+    idx = tables.need("indexer prefill", family="indexer", kernel="indexer_prefill", model=key)
+
+    def end(r: KernelRow) -> float:
+        return r.context_tokens + r.chunk_tokens
+
+    return ModelTables(
+        pipelines=pipelines,
+        every=layer_class(True),
+        tail=tail,
+        tail_tokens=spec.ced.tail_tokens if tail.layers and spec.ced else 0,
+        wo_a=curve_of(wo_a_rows, "batch", path=path),
+        moe_gate_up=grid_of(gate_up, "groups", "batch", outer_mode=LOGLOG, path=path),
+        moe_down=grid_of(down, "groups", "batch", outer_mode=LOGLOG, path=path),
+        mhc=curve_of(best_of(mhc_rows, "rows"), "rows", path=path),
+        covered_flops_per_token=covered,
+        mla_prefill=curve_of(mla, "chunk_tokens", path=path),
+        mla_prefill_flops=curve_of(mla, "chunk_tokens", value=lambda r: r.flops, path=path),
+        index_prefill=grid_of(idx, "chunk_tokens", end, outer_mode=LOGLOG, inner_mode=LINEAR, path=path),
+        index_prefill_flops=grid_of(
+            idx, "chunk_tokens", end, outer_mode=LOGLOG, inner_mode=LINEAR, value=lambda r: r.flops, path=path
+        ),
+        prefill_attn_layers=sum(
+            1
+            for layer in spec.layers
+            if layer.ratio and on_every_prompt_token(spec, layer.index, "attention", mode)
+        ),
+        prefill_index_layers=sum(
+            1
+            for layer in spec.layers
+            if layer.has_index_query and on_every_prompt_token(spec, layer.index, "index_query", mode)
+        ),
+    )
+
+
+class CalibratedTiming(RooflineTiming):
+    """`TimingModel` from measured kernel tables (see the module doc); links, communication and
+    the parts the tables lack come from the roofline it extends."""
+
+    name = "calibrated"
+
+    def __init__(self, arith, hw, par, eff: Efficiency, tables: KernelTables, **kwargs) -> None:
+        # the measured kernels include their launch costs: no separate per-step overhead
+        super().__init__(arith, hw, par, replace(eff, step_overhead_s=0.0), **kwargs)
+        self.tables = tables
+        self.mt = model_tables(tables, arith.spec)
+        self._f_total = arith.dense_flops_per_token
+        # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
+        self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
+        self._pass_cache: dict[tuple[bool, int], tuple[float, float, float]] = {}
+        self._fixed_cache: dict[int, float] = {}
+        self._attn_cache: dict[int, Curve] = {}
+
+    # --- building blocks, memoised by integer rows / batch ---
+
+    def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float]:
+        """(dense GEMMs, routed experts, mHC) seconds of `rows` token rows through one class of
+        layers on the busiest GPU; the GEMMs scaled up for the work the tables lack (module doc)."""
+        key = (every, rows)
+        v = self._pass_cache.get(key)
+        if v is None:
+            mt, par = self.mt, self.par
+            cls = mt.every if every else mt.tail
+            if rows <= 0 or cls.layers == 0:
+                v = (0.0, 0.0, 0.0)
+            else:
+                m = math.ceil(rows / par.dp)  # rows per DP group (the straggler's share)
+                dense = sum(count * sum(c.at(m) for c in curves) for curves, count in cls.dense)
+                dense = (dense + cls.layers * mt.wo_a.at(m)) / par.tp
+                e, k = self.arith.routed_experts, self.arith.top_k
+                touched = e * (1.0 - (1.0 - k / e) ** rows)  # kernels.md §6.2 [C], uniform routing
+                groups, per_expert = touched / par.ep, rows * k / touched
+                # fewer local experts than the fewest measured (6): the time shrinks with the experts
+                g0 = mt.moe_gate_up.outer[0]
+                share, groups = min(1.0, groups / g0), max(groups, g0)
+                experts = (
+                    cls.moe_layers
+                    * share
+                    * (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert))
+                )
+                scale = self._f_total / mt.covered_flops_per_token
+                v = (dense * scale, experts * scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
+            self._pass_cache[key] = v
+        return v
+
+    def _pass_s(self, every_rows: int, tail_rows: int) -> float:
+        """Seconds of the non-attention kernels of a step whose every-token layers see `every_rows`
+        rows and whose decoder-tail layers see `tail_rows` (equal in decode)."""
+        return sum(self._class_parts(True, every_rows)) + sum(self._class_parts(False, tail_rows))
+
+    def _attn_curve(self, batch_size: int) -> Curve:
+        """Summed attention-side time of a decode step over the mean context (piecewise linear)."""
+        v = self._attn_cache.get(batch_size)
+        if v is None:
+            b = math.ceil(batch_size / self.par.dp) * self.verified_tokens_per_step
+            grids = self.mt.pipelines.values()
+            knots = sorted({x for grid, _n in grids for x in grid.outer})
+            v = Curve(tuple(knots), tuple(sum(n * g.at(x, b) for g, n in grids) for x in knots), LINEAR)
+            self._attn_cache[batch_size] = v
+        return v
+
+    def _fixed(self, batch_size: int) -> float:
+        """Seconds of a decode step of `batch_size` sequences that do not depend on their contexts."""
+        v = self._fixed_cache.get(batch_size)
+        if v is None:
+            rows = batch_size * self.verified_tokens_per_step
+            v = self._pass_s(rows, rows) * (1.0 + self._draft_share) + self._comm_s(rows)
+            self._fixed_cache[batch_size] = v
+        return v
+
+    def prefill_attention_s_per_flop(self, new_tokens: int, context_tokens: int) -> float:
+        """Measured seconds per attention + indexer FLOP of a prefill chunk on one GPU."""
+        mt = self.mt
+        end = context_tokens + new_tokens
+        na, ni = mt.prefill_attn_layers, mt.prefill_index_layers
+        t = na * mt.mla_prefill.at(new_tokens) + ni * mt.index_prefill.at(new_tokens, end)
+        f = na * mt.mla_prefill_flops.at(new_tokens) + ni * mt.index_prefill_flops.at(new_tokens, end)
+        return t / f
+
+    # --- the interface ---
+
+    def decode_seq_terms(self, context_tokens: float, steps: int) -> tuple[float, float, float, float]:
+        return float(context_tokens), 0.0, self.accepted_tokens_per_step, 0.0
+
+    def step_s(self, batch_size: int, t0: float, t1: float, prefill: Sequence[PrefillChunk]) -> float:
+        attn = self._attn_curve(batch_size).at(t0 / batch_size) if batch_size else 0.0
+        if not prefill:
+            return self._fixed(batch_size) + attn if batch_size else 0.0
+        a, tail_tokens = self.arith, self.mt.tail_tokens
+        decode_rows = batch_size * self.verified_tokens_per_step
+        every_rows = tail_rows = decode_rows
+        for new, ctx, last, img, img_count in prefill:
+            _dense, attn_flops, _kv = a.prefill_parts(new, ctx, last)
+            attn += attn_flops / self.par.gpus * self.prefill_attention_s_per_flop(new, ctx)
+            if img and self.vision_on_instance:
+                attn += a.vision_flops(img, img_count) / self._attn_rate_prefill
+            every_rows += new
+            if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
+                tail_rows += min(ctx + new, tail_tokens)
+        if every_rows == 0:
+            return 0.0
+        if not tail_tokens:
+            tail_rows = every_rows
+        drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn
+
+    def decode_span_s(self, batch_size: int, t0: float, t1: float, s0: float, s1: float, steps: int) -> float:
+        if steps <= 0:
+            return 0.0
+        curve = self._attn_curve(batch_size)
+        return steps * self._fixed(batch_size) + curve.sum_along(t0 / batch_size, s0 / batch_size, steps)
+
+    def decode_step_end(
+        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
+    ) -> tuple[int, float]:
+        """(k + 1, span of k + 1 steps) for the largest k whose span fits in `elapsed_s`: steps never
+        get shorter within a span, so k lies between elapsed / (its last step) and elapsed / (its
+        first step); a binary search over that narrow bracket finds it."""
+        fixed, curve = self._fixed(batch_size), self._attn_curve(batch_size)
+        x0, dx = t0 / batch_size, s0 / batch_size
+
+        def span(k: int) -> float:
+            return k * fixed + curve.sum_along(x0, dx, k)
+
+        if elapsed_s <= 0.0:
+            return 1, span(1)
+        hi = int(elapsed_s / (fixed + curve.at(x0))) + 1
+        lo = min(hi - 1, int(elapsed_s / (fixed + curve.at(x0 + dx * hi))))
+        while span(hi) <= elapsed_s:  # guards for a measured curve that dips between knots
+            lo, hi = hi, 2 * hi
+        while lo > 0 and span(lo) > elapsed_s:
+            lo //= 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if span(mid) <= elapsed_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1, span(lo + 1)
+
+    def decode_breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
+        """Seconds per component of a decode step at one context (for `sim calibrate show`)."""
+        rows = batch_size * self.verified_tokens_per_step
+        parts = [
+            a + b for a, b in zip(self._class_parts(True, rows), self._class_parts(False, rows), strict=True)
+        ]
+        work = 1.0 + self._draft_share
+        return {
+            "attention_s": self._attn_curve(batch_size).at(context_tokens),
+            "dense_gemm_s": parts[0] * work,
+            "moe_gemm_s": parts[1] * work,
+            "mhc_s": parts[2] * work,
+            "comm_s": self._comm_s(rows),
+        }
+
+
+# --- the fallback where no tables exist ---
+
+# Points at which the measured efficiency is taken: sequences per DP group x context (decode),
+# chunk x context before it (prefill); the grid's batch and context range (kernels_bench/grid.py).
+FALLBACK_DECODE_POINTS = tuple((b, L) for b in (1, 8, 64) for L in (8192, 131072, 1048576))
+FALLBACK_PREFILL_POINTS = tuple((t, L) for t in (2048, 8192) for L in (0, 131072))
+
+
+def _timing_kwargs(ctx) -> dict:
+    return dict(
+        accepted_tokens_per_step=ctx.accepted_tokens_per_step,
+        draft_tokens=ctx.draft_tokens,
+        engram_in_dram=ctx.engram_in_dram,
+        vision_on_instance=ctx.vision_on_instance,
+    )
+
+
+def measured_efficiency(ctx, tables: KernelTables) -> dict[str, float]:
+    """How much of the datasheet roofline the calibrated steps reach on the tables' GPU (the H200),
+    for the context's model and parallelism: per regime, the geometric mean over fixed points of
+    (roofline at 100 % of the H200 datasheet peaks) / (calibrated), both without communication."""
+    ref = replace(
+        ctx.hw,
+        fp8_flops_per_s=H200_FP8_FLOPS_PER_S,
+        bf16_flops_per_s=H200_BF16_FLOPS_PER_S,
+        hbm_bw_bytes_per_s=H200_HBM_BYTES_PER_S,
+    )
+    ideal = replace(ctx.eff, mfu_prefill=1.0, mfu_decode=1.0, hbm_bw_frac=1.0, step_overhead_s=0.0)
+    roof = RooflineTiming(ctx.arith, ref, ctx.par, ideal, **_timing_kwargs(ctx))
+    cal = CalibratedTiming(ctx.arith, ref, ctx.par, ctx.eff, tables, **_timing_kwargs(ctx))
+
+    def ratio(batch: int, context: float, chunks) -> float:
+        rows = batch * cal.verified_tokens_per_step + sum(c[0] for c in chunks)
+        comm = cal._comm_s(rows)  # the same in both (no overhead in either)
+        r0, r1, _, _ = roof.decode_seq_terms(context, 1)
+        c0, c1, _, _ = cal.decode_seq_terms(context, 1)
+        return (roof.step_s(batch, r0 * batch, r1 * batch, chunks) - comm) / (
+            cal.step_s(batch, c0 * batch, c1 * batch, chunks) - comm
+        )
+
+    decode = [ratio(b * ctx.par.dp, context, ()) for b, context in FALLBACK_DECODE_POINTS]
+    prefill = [ratio(0, 0.0, [(t, c, True, 0, 0)]) for t, c in FALLBACK_PREFILL_POINTS]
+    return {
+        "decode": math.exp(sum(map(math.log, decode)) / len(decode)),
+        "prefill": math.exp(sum(map(math.log, prefill)) / len(prefill)),
+    }
+
+
+def fallback_context(ctx):
+    """`auto` on hardware without tables: the roofline at the efficiency measured on the H200 (its
+    decode MFU and HBM fraction from the decode points, its prefill MFU from the prefill points, no
+    separate launch overhead, as in the calibrated steps); unchanged for a model without tables or
+    when the H200 tables are absent."""
+    path = table_path(REFERENCE_GPU)
+    if not path.is_file() or ctx.arith.spec.name not in MODEL_KEYS:
+        return ctx
+    frac = measured_efficiency(ctx, load_tables(path))
+    eff = replace(
+        ctx.eff,
+        mfu_decode=frac["decode"],
+        hbm_bw_frac=frac["decode"],
+        mfu_prefill=frac["prefill"],
+        step_overhead_s=0.0,
+    )
+    return replace(ctx, eff=eff)
+
+
+def build_calibrated(ctx) -> CalibratedTiming:
+    """The factory's builder: the tables of the context's GPU."""
+    tables = load_tables(table_path(gpu_key(ctx.hw_profile)))
+    return CalibratedTiming(ctx.arith, ctx.hw, ctx.par, ctx.eff, tables, **_timing_kwargs(ctx))
+
+
+def _register() -> None:
+    from sim.timing.factory import register_timing_model
+
+    register_timing_model("calibrated", build_calibrated, has_tables, fallback_context)
+
+
+_register()

@@ -1,0 +1,71 @@
+"""Collective communication time inside one serving instance (pure functions).
+
+Ring all-reduce over p ranks moves 2 (p - 1) / p of the buffer through each rank's link;
+an all-to-all over p ranks sends (p - 1) / p of each rank's buffer to the others. Each
+collective pays a fixed latency once. Bandwidths are one direction, per GPU, already scaled by
+the achievable fraction.
+"""
+
+from __future__ import annotations
+
+
+def allreduce_s(nbytes: float, ranks: int, bw_bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-reduce of an `nbytes` buffer over `ranks` GPUs."""
+    if ranks <= 1 or nbytes <= 0.0:
+        return 0.0
+    return latency_s + 2.0 * (ranks - 1) / ranks * nbytes / bw_bytes_per_s
+
+
+def alltoall_s(nbytes_per_rank: float, ranks: int, bw_bytes_per_s: float, latency_s: float) -> float:
+    """All-to-all where every GPU holds `nbytes_per_rank` to scatter over `ranks` GPUs."""
+    if ranks <= 1 or nbytes_per_rank <= 0.0:
+        return 0.0
+    return latency_s + (ranks - 1) / ranks * nbytes_per_rank / bw_bytes_per_s
+
+
+def moe_alltoall_s(
+    tokens: float,
+    *,
+    gpus: int,
+    ep: int,
+    hidden: int,
+    top_k: int,
+    moe_layers: int,
+    dispatch_bytes_per_elem: float,
+    combine_bytes_per_elem: float,
+    bw_bytes_per_s: float,
+    latency_s: float,
+) -> float:
+    """EP dispatch + combine for `tokens` rows spread evenly over `gpus`, every MoE layer.
+
+    Each row goes to `top_k` experts: dispatch sends hidden x dispatch bytes per copy (FP8 in
+    DeepEP), combine returns hidden x combine bytes (BF16)."""
+    if ep <= 1 or tokens <= 0.0:
+        return 0.0
+    rows_per_gpu = tokens / gpus
+    dispatch = alltoall_s(
+        rows_per_gpu * top_k * hidden * dispatch_bytes_per_elem, ep, bw_bytes_per_s, latency_s
+    )
+    combine = alltoall_s(
+        rows_per_gpu * top_k * hidden * combine_bytes_per_elem, ep, bw_bytes_per_s, latency_s
+    )
+    return moe_layers * (dispatch + combine)
+
+
+def tp_allreduce_s(
+    tokens: float,
+    *,
+    dp: int,
+    tp: int,
+    hidden: int,
+    layers: int,
+    allreduces_per_layer: int,
+    act_bytes_per_elem: float,
+    bw_bytes_per_s: float,
+    latency_s: float,
+) -> float:
+    """Tensor-parallel all-reduces of the activations: each of the `dp` groups holds tokens / dp rows."""
+    if tp <= 1 or tokens <= 0.0:
+        return 0.0
+    nbytes = tokens / dp * hidden * act_bytes_per_elem
+    return layers * allreduces_per_layer * allreduce_s(nbytes, tp, bw_bytes_per_s, latency_s)

@@ -1,0 +1,330 @@
+"""Roofline timing: a step takes max(compute, HBM traffic) + exposed communication + Engram
+gathers + a fixed per-step overhead.
+
+- compute = GEMM FLOPs / (GPUs x FP8 peak x MFU) + attention FLOPs / (GPUs x BF16 peak x MFU)
+  (MFU: `mfu_prefill` for prefill rows, `mfu_decode` for decode rows);
+- HBM traffic per GPU = dense weights / TP + routed experts touched / EP + KV read / DP, at
+  `hbm_bw_frac` of the peak (the KV latent is replicated across attention-TP ranks, so each DP
+  group's GPUs all read their sequences' KV, model.md §9);
+- communication = EP all-to-all (dispatch FP8, combine BF16) for every MoE layer plus TP
+  all-reduces of the activations, over NVLink inside the scale-up domain and RDMA beyond it,
+  of which `1 - comm_overlap_frac` is exposed;
+- Engram (V4.1, tables in host DRAM): gathered rows per token over PCIe (model.md §6.3);
+- speculative decoding: every decoding sequence verifies `verified_tokens_per_step` rows and
+  advances `accepted_tokens_per_step` tokens (an assumption of the scenario).
+
+Decode spans have a closed form: within fixed membership the summed terms grow linearly per
+step, so compute(k) and memory(k) are linear in k and the span is a sum of max(two lines).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sim.timing.base import PrefillChunk
+from sim.timing.comm import moe_alltoall_s, tp_allreduce_s
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of the peaks and fixed costs (hardware profile `achievable` block,
+    overridden by the scenario's `timing` block)."""
+
+    mfu_prefill: float
+    mfu_decode: float
+    hbm_bw_frac: float
+    scale_up_bw_frac: float
+    scale_out_bw_frac: float
+    pcie_bw_frac: float
+    ssd_bw_frac: float
+    step_overhead_s: float
+    comm_overlap_frac: float
+
+
+@dataclass(frozen=True)
+class HwRates:
+    """Peak per-GPU / per-node rates from the hardware profile, SI units."""
+
+    gpus_per_node: int
+    scale_up_domain_gpus: int
+    fp8_flops_per_s: float  # per GPU
+    bf16_flops_per_s: float  # per GPU
+    hbm_bw_bytes_per_s: float  # per GPU
+    scale_up_bw_bytes_per_s: float  # per GPU, one direction
+    scale_up_latency_s: float
+    scale_out_bw_per_gpu_bytes_per_s: float  # one direction
+    scale_out_bw_per_node_bytes_per_s: float
+    scale_out_latency_s: float
+    pcie_bw_per_gpu_bytes_per_s: float  # one direction
+    ssd_read_bytes_per_s: float  # per node
+    ssd_write_bytes_per_s: float  # per node
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    gpus: int
+    tp: int
+    ep: int
+    dp: int
+
+
+class RooflineTiming:
+    """`TimingModel` from model arithmetic (`sim.timing.arith.ModelArith`) and peak rates."""
+
+    name = "roofline"
+
+    def __init__(
+        self,
+        arith,
+        hw: HwRates,
+        par: Parallelism,
+        eff: Efficiency,
+        *,
+        accepted_tokens_per_step: float = 1.0,
+        draft_tokens: int = 0,
+        engram_in_dram: bool = False,
+        vision_on_instance: bool = True,
+    ) -> None:
+        if accepted_tokens_per_step < 1.0 or accepted_tokens_per_step > 1 + draft_tokens:
+            raise ValueError(
+                f"accepted tokens per step {accepted_tokens_per_step} must lie in [1, 1 + draft tokens {draft_tokens}]"
+            )
+        self.arith = arith
+        self.hw = hw
+        self.par = par
+        self.eff = eff
+        self.accepted_tokens_per_step = float(accepted_tokens_per_step)
+        self.verified_tokens_per_step = 1 + int(draft_tokens)
+        self.engram_in_dram = engram_in_dram
+        self.vision_on_instance = vision_on_instance
+        g = par.gpus
+        # per-instance rates with efficiency applied
+        self._dense_rate_decode = g * hw.fp8_flops_per_s * eff.mfu_decode
+        self._attn_rate_decode = g * hw.bf16_flops_per_s * eff.mfu_decode
+        self._dense_rate_prefill = g * hw.fp8_flops_per_s * eff.mfu_prefill
+        self._attn_rate_prefill = g * hw.bf16_flops_per_s * eff.mfu_prefill
+        self._hbm_rate = hw.hbm_bw_bytes_per_s * eff.hbm_bw_frac  # per GPU
+        within_domain = g <= hw.scale_up_domain_gpus
+        if within_domain:
+            self._comm_bw = hw.scale_up_bw_bytes_per_s * eff.scale_up_bw_frac
+            self._comm_lat = hw.scale_up_latency_s
+        else:
+            self._comm_bw = hw.scale_out_bw_per_gpu_bytes_per_s * eff.scale_out_bw_frac
+            self._comm_lat = hw.scale_out_latency_s
+        self._pcie_rate = g * hw.pcie_bw_per_gpu_bytes_per_s * eff.pcie_bw_frac
+        self._dense_weight_bytes_per_gpu = arith.dense_weight_bytes / par.tp
+        self._draft_flops = arith.draft_flops_per_step if draft_tokens else 0.0
+        self._kv_rate = par.dp * self._hbm_rate  # KV read: each DP group's GPUs read their sequences
+        self._k_attn = self.verified_tokens_per_step / self._attn_rate_decode
+        self._comm_cache: dict[int, float] = {}
+        self._expert_cache: dict[int, float] = {}
+        self._batch_cache: dict[int, tuple[float, float, float]] = {}
+
+    # --- per-sequence decode terms: (attention+index FLOPs per verified row, KV bytes read) ---
+
+    def decode_seq_terms(self, context_tokens: float, steps: int) -> tuple[float, float, float, float]:
+        table = self.arith.decode_table
+        attn0, kv0 = table.at(context_tokens)
+        if steps <= 1:
+            return attn0, kv0, 0.0, 0.0
+        # secant over the sequence's whole decode: exact where the terms are linear in the context
+        n = steps - 1
+        attn1, kv1 = table.at(context_tokens + self.accepted_tokens_per_step * n)
+        return attn0, kv0, (attn1 - attn0) / n, (kv1 - kv0) / n
+
+    # --- building blocks, memoised by the integer row count / batch size (few distinct values) ---
+
+    def _comm_s(self, rows: int) -> float:
+        """Exposed communication + Engram gathers + fixed overhead of a step of `rows` rows."""
+        v = self._comm_cache.get(rows)
+        if v is None:
+            a, p = self.arith, self.par
+            ep_s = moe_alltoall_s(
+                rows,
+                gpus=p.gpus,
+                ep=p.ep,
+                hidden=a.hidden,
+                top_k=a.top_k,
+                moe_layers=a.moe_layers,
+                dispatch_bytes_per_elem=1.0,  # DeepEP dispatch in FP8 (hardware.md §1 notes, S41)
+                combine_bytes_per_elem=2.0,  # combine in BF16
+                bw_bytes_per_s=self._comm_bw,
+                latency_s=self._comm_lat,
+            )
+            tp_s = tp_allreduce_s(
+                rows,
+                dp=p.dp,
+                tp=p.tp,
+                hidden=a.hidden,
+                layers=a.layers,
+                allreduces_per_layer=2,  # after attention and after the MoE block
+                act_bytes_per_elem=2.0,  # BF16 activations
+                bw_bytes_per_s=self._comm_bw,
+                latency_s=self._comm_lat,
+            )
+            v = (ep_s + tp_s) * (1.0 - self.eff.comm_overlap_frac)
+            if self.engram_in_dram:
+                v += rows * a.engram_bytes_per_token / self._pcie_rate
+            v += self.eff.step_overhead_s
+            self._comm_cache[rows] = v
+        return v
+
+    def _weights_s(self, rows: int) -> float:
+        """Seconds to read the weights a step of `rows` rows touches, per GPU."""
+        v = self._expert_cache.get(rows)
+        if v is None:
+            experts = self.arith.expert_bytes_touched(rows) / self.par.ep
+            v = (self._dense_weight_bytes_per_gpu + experts) / self._hbm_rate
+            self._expert_cache[rows] = v
+        return v
+
+    def _decode_fixed(self, batch_size: int) -> tuple[float, float, float]:
+        """(compute, memory, added) seconds of a decode step of `batch_size` sequences that do not
+        depend on their contexts: GEMMs + drafter, weights read, communication + overhead."""
+        v = self._batch_cache.get(batch_size)
+        if v is None:
+            rows = batch_size * self.verified_tokens_per_step
+            compute = (
+                rows * self.arith.dense_flops_per_token + batch_size * self._draft_flops
+            ) / self._dense_rate_decode
+            v = (compute, self._weights_s(rows), self._comm_s(rows))
+            self._batch_cache[batch_size] = v
+        return v
+
+    # --- the interface ---
+
+    def step_s(self, batch_size: int, t0: float, t1: float, prefill: Sequence[PrefillChunk]) -> float:
+        a = self.arith
+        rows = batch_size * self.verified_tokens_per_step
+        if batch_size:
+            compute, _w, _c = self._decode_fixed(batch_size)
+            compute += self.verified_tokens_per_step * t0 / self._attn_rate_decode
+            kv_bytes = t1
+        else:
+            compute = kv_bytes = 0.0
+        for new, ctx, last, img, img_count in prefill:
+            dense, attn, kv = a.prefill_parts(new, ctx, last)
+            compute += dense / self._dense_rate_prefill + attn / self._attn_rate_prefill
+            if img and self.vision_on_instance:
+                compute += a.vision_flops(img, img_count) / self._attn_rate_prefill
+            kv_bytes += kv
+            rows += new
+        if rows == 0:
+            return 0.0
+        memory = self._weights_s(rows) + kv_bytes / self._kv_rate
+        return (compute if compute > memory else memory) + self._comm_s(rows)
+
+    def _lines(self, batch_size: int, t0: float, t1: float, s0: float, s1: float):
+        """The span's step time as max of two lines + a constant, split at the switch point:
+        (first line, second line, switch step, added)."""
+        fixed = self._batch_cache.get(batch_size)
+        if fixed is None:
+            fixed = self._decode_fixed(batch_size)
+        c_fixed, m_fixed, added = fixed
+        k_attn = self._k_attn
+        kv_rate = self._kv_rate
+        return _split(c_fixed + k_attn * t0, k_attn * s0, m_fixed + t1 / kv_rate, s1 / kv_rate) + (added,)
+
+    def decode_span_s(self, batch_size: int, t0: float, t1: float, s0: float, s1: float, steps: int) -> float:
+        if steps <= 0:
+            return 0.0
+        u0, u1, w0, w1, p, added = self._lines(batch_size, t0, t1, s0, s1)
+        return _span(u0, u1, w0, w1, p, added, steps)
+
+    def decode_step_end(
+        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
+    ) -> tuple[int, float]:
+        u0, u1, w0, w1, p, added = self._lines(batch_size, t0, t1, s0, s1)
+        return _step_end(u0, u1, w0, w1, p, added, elapsed_s)
+
+    # --- links ---
+
+    def link_bw_bytes_per_s(self, kind: str, units: int) -> float:
+        hw, eff = self.hw, self.eff
+        if kind in ("pcie_h2d", "pcie_d2h"):
+            return units * hw.pcie_bw_per_gpu_bytes_per_s * eff.pcie_bw_frac
+        if kind == "ssd_read":
+            return units * hw.ssd_read_bytes_per_s * eff.ssd_bw_frac
+        if kind == "ssd_write":
+            return units * hw.ssd_write_bytes_per_s * eff.ssd_bw_frac
+        if kind == "net":
+            return units * hw.scale_out_bw_per_node_bytes_per_s * eff.scale_out_bw_frac
+        if kind == "nvlink":
+            return units * hw.scale_up_bw_bytes_per_s * eff.scale_up_bw_frac
+        raise ValueError(f"unknown link kind {kind!r}")
+
+    def link_latency_s(self, kind: str) -> float:
+        if kind == "net":
+            return self.hw.scale_out_latency_s
+        if kind == "nvlink":
+            return self.hw.scale_up_latency_s
+        return 0.0
+
+    def transfer_s(self, nbytes: float, kind: str, units: int) -> float:
+        return self.link_latency_s(kind) + nbytes / self.link_bw_bytes_per_s(kind, units)
+
+
+def _split(c0: float, c1: float, m0: float, m1: float) -> tuple[float, float, float, float, float]:
+    """max(c0 + c1 k, m0 + m1 k) over k >= 0 as (first line, second line, switch step p): the first
+    holds for k < p, the second from p on (p = inf when one line wins throughout)."""
+    d0, d1 = c0 - m0, c1 - m1
+    if d1 == 0.0:
+        return (c0, c1, c0, c1, math.inf) if d0 >= 0.0 else (m0, m1, m0, m1, math.inf)
+    p = -d0 / d1
+    if p > 1e15:  # the lines cross beyond any span: one line wins throughout
+        return (c0, c1, c0, c1, math.inf) if d0 >= 0.0 else (m0, m1, m0, m1, math.inf)
+    p = math.ceil(p) if p > 0.0 else 0
+    if d1 > 0.0:  # compute wins from p on
+        return m0, m1, c0, c1, p
+    return c0, c1, m0, m1, p
+
+
+def _span(u0: float, u1: float, w0: float, w1: float, p: float, added: float, steps: int) -> float:
+    """Time of `steps` steps: sum_{k<steps} of the first line below p, the second from p, + added."""
+    if steps <= p:
+        return steps * (u0 + added) + u1 * (steps - 1) * steps / 2.0
+    # first line on [0, p), second on [p, steps)
+    n = steps - p
+    return p * u0 + u1 * (p - 1) * p / 2.0 + n * w0 + w1 * (p + steps - 1) * n / 2.0 + added * steps
+
+
+def _first_steps(v0: float, v1: float, budget: float) -> float:
+    """Largest real k with k v0 + v1 k (k - 1) / 2 <= budget (v0 > 0, v1 >= 0)."""
+    if v1 <= 0.0:
+        return budget / v0
+    b = v0 - v1 / 2.0
+    return (-b + math.sqrt(b * b + 2.0 * v1 * budget)) / v1
+
+
+def _step_end(u0: float, u1: float, w0: float, w1: float, p: float, added: float, elapsed_s: float):
+    """(k + 1, _span(k + 1)) for the largest k with _span(k) <= elapsed_s: the end of the step in
+    progress at `elapsed_s`."""
+    k = _steps_within(u0, u1, w0, w1, p, added, elapsed_s)
+    return k + 1, _span(u0, u1, w0, w1, p, added, k + 1)
+
+
+def _steps_within(
+    u0: float, u1: float, w0: float, w1: float, p: float, added: float, elapsed_s: float
+) -> int:
+    """Largest k with _span(k) <= elapsed_s: the quadratic solved in closed form on each side of
+    the switch point, then checked exactly against `_span` (at most a step or two of rounding)."""
+    if elapsed_s <= 0.0:
+        return 0
+    k = _first_steps(u0 + added, u1, elapsed_s)
+    if k > p:  # past the switch: continue on the second line from p
+        used = p * (u0 + added) + u1 * (p - 1) * p / 2.0
+        k = p + _first_steps(w0 + w1 * p + added, w1, elapsed_s - used)
+    k = int(k) if k > 0.0 else 0
+    while k > 0 and _span(u0, u1, w0, w1, p, added, k) > elapsed_s:
+        k -= 1
+    while _span(u0, u1, w0, w1, p, added, k + 1) <= elapsed_s:
+        k += 1
+    return k
+
+
+def _sum_max_lines(c0: float, c1: float, m0: float, m1: float, steps: int) -> float:
+    """sum over k in [0, steps) of max(c0 + c1 k, m0 + m1 k), exactly."""
+    u0, u1, w0, w1, p = _split(c0, c1, m0, m1)
+    return _span(u0, u1, w0, w1, p, 0.0, steps)

@@ -1,0 +1,397 @@
+"""Measured kernel tables (`hwprofiles/<gpu>/kernels_bench_results.csv`, written by kernels_bench):
+loading with validation, and the interpolation the calibrated timing reads them through.
+
+Loading. The tidy CSV is read once per timing build (never at import): leading `# key: value`
+lines are the provenance, then one row per kernel x shape (columns: kernels_bench/report.py).
+A missing column or an unparsable number is an InputError naming the file, the row and the
+column. Rows whose correctness check failed carry no time and are dropped, as are timing-only
+controls (no check at all); only rows with `check_passed` True and a positive median remain.
+
+Interpolation (`Curve`, one axis; `Grid`, two axes on a possibly ragged grid) is exact at the
+measured points and, between two of them, lies between their values (monotone). Per axis:
+- `loglog`: piecewise linear in (log x, log t), i.e. a power law between neighbours; used for
+  batch, rows, tokens per expert, expert groups and chunk size, where times follow
+  latency floor -> linear growth and a power law bends the right way between the points.
+- `linear`: piecewise linear in (x, t); used for the context axis, where the measured decode
+  times are affine in L (e.g. V4 CSA at B = 64: 0.0011 us per token from 32K to 1M within 2 %),
+  so that a batch's time at its mean context equals the mean of its sequences' times (the
+  engine only knows the sum of the contexts, see sim.timing.calibrated).
+Outside the measured range: below the first point the time is clamped (a latency floor: smaller
+shapes never take less); above the last it scales linearly with the work: proportionally to x
+on a `loglog` axis (per-row cost no longer falls), continuing the last segment (slope >= 0) on a
+`linear` axis (the affine law in L). Both are conservative: measured times per unit of work fall
+with size, so the extrapolation over-estimates rather than flatters.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim import units
+from sim.errors import InputError
+from sim.paths import hwprofiles_dir
+
+TABLE_FILE = "kernels_bench_results.csv"
+
+_TEXT_COLUMNS = ("family", "kernel", "impl", "model", "layer_kind", "fmt")
+_NUMBER_COLUMNS = (
+    "batch",
+    "context_tokens",
+    "chunk_tokens",
+    "rows",
+    "n",
+    "k",
+    "groups",
+    "median_us",
+    "flops",
+    "bytes",
+    "floor_us",
+    "compute_ceiling_TFLOPs",
+)
+REQUIRED_COLUMNS = (*_TEXT_COLUMNS, *_NUMBER_COLUMNS, "check_passed")
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One timed kernel x shape; absent numbers are None. Times in seconds."""
+
+    family: str
+    kernel: str
+    impl: str
+    model: str
+    layer_kind: str
+    fmt: str
+    batch: float | None
+    context_tokens: float | None
+    chunk_tokens: float | None
+    rows: float | None
+    n: float | None
+    k: float | None
+    groups: float | None
+    median_s: float
+    flops: float
+    bytes: float
+    floor_s: float
+    compute_ceiling_TFLOPs: float | None
+
+    @property
+    def efficiency(self) -> float:
+        """Roofline floor / measured time (the floor uses kernels.md §1's measured ceilings)."""
+        return self.floor_s / self.median_s
+
+
+@dataclass(frozen=True)
+class KernelTables:
+    """The usable rows of one table file and its provenance."""
+
+    path: Path
+    provenance: tuple[tuple[str, str], ...]
+    rows: tuple[KernelRow, ...]
+    dropped: int  # rows without a usable time (failed checks, timing-only controls)
+
+    def select(self, **equal: str) -> list[KernelRow]:
+        """Rows whose text columns equal the given values (e.g. family="pipeline", model="V4")."""
+        return [r for r in self.rows if all(getattr(r, key) == value for key, value in equal.items())]
+
+    def need(self, what: str, **equal: str) -> list[KernelRow]:
+        """`select`, but an InputError naming the file when nothing matches (a table that lacks a
+        kernel the calibrated model composes)."""
+        found = self.select(**equal)
+        if not found:
+            where = ", ".join(f"{k}={v}" for k, v in equal.items())
+            raise InputError(f"no timed rows for {what}", file=str(self.path), where=where)
+        return found
+
+
+# --- where tables live ---
+
+
+def gpu_key(hw_profile) -> str:
+    """Folder name of a profile's tables: its `gpu` field in lower case (H200 -> hwprofiles/h200/)."""
+    return str(hw_profile.gpu).lower()
+
+
+def table_path(key: str) -> Path:
+    return hwprofiles_dir() / key / TABLE_FILE
+
+
+def gpus_with_tables() -> list[str]:
+    """GPU keys that have a table file under hwprofiles/."""
+    root = hwprofiles_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob(f"*/{TABLE_FILE}") if p.is_file())
+
+
+def has_tables(hw_profile) -> bool:
+    return table_path(gpu_key(hw_profile)).is_file()
+
+
+# --- loading ---
+
+
+def load_tables(path: Path) -> KernelTables:
+    """Read and validate one table file (see the module doc)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"cannot read kernel table: {err.strerror}", file=str(path)) from None
+    lines = text.splitlines()
+    provenance = []
+    start = 0
+    while start < len(lines) and lines[start].startswith("#"):
+        key, _, value = lines[start][1:].partition(":")
+        provenance.append((key.strip(), value.strip()))
+        start += 1
+    reader = csv.DictReader(lines[start:])
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InputError(
+            "kernel table lacks required columns",
+            file=str(path),
+            where=f"column {missing[0]}",
+            value=header[:4] if header else None,
+            allowed=list(REQUIRED_COLUMNS),
+        )
+    rows, dropped = [], 0
+    for i, raw in enumerate(reader):
+        line = start + 2 + i  # 1-based line in the file (header + this row)
+        row = _parse_row(raw, path, line)
+        if row is None:
+            dropped += 1
+        else:
+            rows.append(row)
+    if not rows:
+        raise InputError("kernel table has no timed rows with a passed check", file=str(path))
+    return KernelTables(path=path, provenance=tuple(provenance), rows=tuple(rows), dropped=dropped)
+
+
+def _number(raw: dict, col: str, path: Path, line: int) -> float | None:
+    text = (raw.get(col) or "").strip()
+    if text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(
+            "not a number", file=str(path), where=f"line {line}, column {col}", value=text
+        ) from None
+    if not math.isfinite(value):
+        return None  # NaN marks "not applicable" in the writer
+    return value
+
+
+def _parse_row(raw: dict, path: Path, line: int) -> KernelRow | None:
+    check = (raw.get("check_passed") or "").strip()
+    if check not in ("True", "False", ""):
+        raise InputError(
+            "check_passed must be True, False or empty",
+            file=str(path),
+            where=f"line {line}, column check_passed",
+            value=check,
+        )
+    nums = {c: _number(raw, c, path, line) for c in _NUMBER_COLUMNS}
+    if check != "True":
+        return None  # failed check (no time) or a timing-only control: never used
+    med = nums["median_us"]
+    if med is None or med <= 0.0:
+        raise InputError(
+            "a passed check needs a positive median_us",
+            file=str(path),
+            where=f"line {line}, column median_us",
+            value=raw.get("median_us"),
+        )
+    text = {c: (raw.get(c) or "").strip() for c in _TEXT_COLUMNS}
+    if not text["family"] or not text["kernel"]:
+        raise InputError("family and kernel must not be empty", file=str(path), where=f"line {line}")
+    return KernelRow(
+        **text,
+        batch=nums["batch"],
+        context_tokens=nums["context_tokens"],
+        chunk_tokens=nums["chunk_tokens"],
+        rows=nums["rows"],
+        n=nums["n"],
+        k=nums["k"],
+        groups=nums["groups"],
+        median_s=med * units.US,
+        flops=nums["flops"] or 0.0,
+        bytes=nums["bytes"] or 0.0,
+        floor_s=(nums["floor_us"] or 0.0) * units.US,
+        compute_ceiling_TFLOPs=nums["compute_ceiling_TFLOPs"],
+    )
+
+
+# --- interpolation ---
+
+LOGLOG = "loglog"
+LINEAR = "linear"
+
+
+def _between(x0: float, x1: float, y0: float, y1: float, x: float, mode: str) -> float:
+    """Value at x in [x0, x1] on the segment through (x0, y0), (x1, y1)."""
+    if mode == LOGLOG:
+        t = math.log(x / x0) / math.log(x1 / x0)
+        return y0 * (y1 / y0) ** t
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _beyond(xs: Sequence[float], ys: Sequence[float], x: float, mode: str) -> float:
+    """Value at x above the last point: proportional to x (loglog) or the last segment continued
+    with a slope >= 0 (linear)."""
+    if mode == LOGLOG:
+        return ys[-1] * x / xs[-1]
+    if len(xs) < 2:
+        return ys[-1]
+    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+    return ys[-1] + slope * (x - xs[-1])
+
+
+@dataclass(frozen=True)
+class Curve:
+    """t(x) through measured points (xs strictly increasing; ys > 0 on a loglog axis)."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    mode: str = LOGLOG
+    # per piece (below the first point, each segment, above the last): (start x, value, slope)
+    # of the linear form, for closed-form sums; filled after the checks
+    _pieces: tuple[tuple[float, float, float], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.xs or len(self.xs) != len(self.ys):
+            raise ValueError("a curve needs as many values as points, at least one")
+        if any(b <= a for a, b in zip(self.xs, self.xs[1:], strict=False)):
+            raise ValueError(f"curve points must increase strictly: {self.xs}")
+        if self.mode == LOGLOG and (self.xs[0] <= 0.0 or min(self.ys) <= 0.0):
+            raise ValueError("a loglog curve needs positive points and values")
+        if self.mode not in (LOGLOG, LINEAR):
+            raise ValueError(f"unknown interpolation mode {self.mode!r}")
+        xs, ys = self.xs, self.ys
+        pieces = [(xs[0], ys[0], 0.0)]
+        pieces += [(xs[i], ys[i], (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(len(xs) - 1)]
+        pieces.append((xs[-1], ys[-1], max(0.0, pieces[-1][2]) if len(xs) > 1 else 0.0))
+        object.__setattr__(self, "_pieces", tuple(pieces))
+
+    def at(self, x: float) -> float:
+        xs, ys = self.xs, self.ys
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return _beyond(xs, ys, x, self.mode) if x > xs[-1] else ys[-1]
+        i = bisect.bisect_right(xs, x) - 1
+        return _between(xs[i], xs[i + 1], ys[i], ys[i + 1], x, self.mode)
+
+    def sum_along(self, x0: float, dx: float, n: int) -> float:
+        """sum over k in [0, n) of at(x0 + dx k), in closed form per piece (linear curves, dx >= 0):
+        the clamp below the first point, each segment, and the continuation above the last."""
+        if self.mode != LINEAR:
+            raise ValueError("closed-form sums need a linear curve")
+        if n <= 0:
+            return 0.0
+        if dx <= 0.0:
+            return n * self.at(x0)
+        xs, pieces = self.xs, self._pieces
+        first = bisect.bisect_right(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
+        last = bisect.bisect_right(xs, x0 + dx * (n - 1))
+        total, ka = 0.0, 0
+        for p in range(first, last + 1):
+            kb = n if p == last else min(n, max(0, math.ceil((xs[p] - x0) / dx)))  # first k in piece p + 1
+            if kb > ka:
+                start, value, slope = pieces[p]
+                m = kb - ka
+                total += m * (value + slope * (x0 - start)) + slope * dx * (ka + kb - 1) * m / 2.0
+                ka = kb
+        return total
+
+
+@dataclass(frozen=True)
+class Grid:
+    """t(outer, inner) on a ragged grid: each outer point carries its own inner `Curve` (e.g. the
+    batch sizes measured at one context); the outer axis interpolates their values at `inner`."""
+
+    outer: tuple[float, ...]
+    inner: tuple[Curve, ...]
+    mode: str = LINEAR  # along the outer axis
+
+    def __post_init__(self) -> None:
+        Curve(self.outer, tuple(1.0 for _ in self.outer), self.mode)  # same checks on the outer points
+
+    def at(self, outer: float, inner: float) -> float:
+        xs = self.outer
+        if outer <= xs[0]:
+            return self.inner[0].at(inner)
+        if outer >= xs[-1]:
+            last = self.inner[-1].at(inner)
+            if outer == xs[-1]:
+                return last
+            ys = (self.inner[-2].at(inner), last) if len(xs) > 1 else (last,)
+            return _beyond(xs[-len(ys) :], ys, outer, self.mode)
+        i = bisect.bisect_right(xs, outer) - 1
+        return _between(
+            xs[i], xs[i + 1], self.inner[i].at(inner), self.inner[i + 1].at(inner), outer, self.mode
+        )
+
+
+def _coordinate(r: KernelRow, x) -> float | None:
+    return x(r) if callable(x) else getattr(r, x)
+
+
+def curve_of(
+    rows: Iterable[KernelRow], x, *, mode: str = LOGLOG, value=lambda r: r.median_s, path: Path | None = None
+) -> Curve:
+    """A curve over `x` (a column name, or a function of the row) of `rows`, one row per point;
+    `value` picks what is interpolated (the median time by default)."""
+    pts: dict[float, float] = {}
+    for r in rows:
+        key = _coordinate(r, x)
+        if key is None:
+            raise InputError(
+                f"row lacks {x}", file=str(path) if path else None, where=f"{r.kernel} {r.layer_kind}"
+            )
+        if key in pts:
+            raise InputError(
+                f"two timed rows for one shape of {r.kernel} {r.model} {r.layer_kind} {r.fmt}",
+                file=str(path) if path else None,
+                where=f"{x} = {key:g}",
+            )
+        pts[key] = value(r)
+    xs = tuple(sorted(pts))
+    return Curve(xs, tuple(pts[v] for v in xs), mode)
+
+
+def grid_of(
+    rows: Iterable[KernelRow],
+    outer,
+    inner,
+    *,
+    outer_mode: str = LINEAR,
+    inner_mode: str = LOGLOG,
+    value=lambda r: r.median_s,
+    path: Path | None = None,
+) -> Grid:
+    """A grid over (`outer`, `inner`) (column names or functions of the row) of `rows`."""
+    by_outer: dict[float, list[KernelRow]] = {}
+    for r in rows:
+        by_outer.setdefault(_coordinate(r, outer), []).append(r)
+    if None in by_outer:
+        raise InputError(f"row lacks {outer}", file=str(path) if path else None)
+    keys = tuple(sorted(by_outer))
+    curves = tuple(curve_of(by_outer[k], inner, mode=inner_mode, value=value, path=path) for k in keys)
+    return Grid(keys, curves, outer_mode)
+
+
+def best_of(rows: Iterable[KernelRow], key: str) -> list[KernelRow]:
+    """The fastest row at each value of column `key` (several implementations of one kernel)."""
+    best: dict[float, KernelRow] = {}
+    for r in rows:
+        k = getattr(r, key)
+        if k not in best or r.median_s < best[k].median_s:
+            best[k] = r
+    return [best[k] for k in sorted(best)]

@@ -1,0 +1,59 @@
+"""`sim calibrate show`: JSON with every usable row and the composed steps; unknown GPUs and
+broken tables are clean input errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.errors import InputError
+from sim.paths import hwprofiles_dir
+
+
+def test_show_h200_json(h200_tables):
+    result = CliRunner().invoke(app, ["calibrate", "show", "h200", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["gpu"] == "h200" and data["rows_used"] == len(h200_tables.rows)
+    assert data["rows_dropped"] == h200_tables.dropped
+    for row in data["kernels"]:
+        assert row["efficiency"] == pytest.approx(row["floor_us"] / row["median_us"])
+    comp = data["composed"]
+    assert comp["instance"]["hardware"] == "nvidia-h200-hgx8"
+    models = {d["model"] for d in comp["decode"]}
+    assert models == {"deepseek-v4-flash", "deepseek-v4.1-flash"}
+    for d in comp["decode"]:
+        assert d["calibrated_ms"] > d["roofline_ms"] > 0
+        assert sum(d["calibrated_parts"].values()) == pytest.approx(d["calibrated_ms"], rel=1e-9)
+    assert all(p["calibrated_ms"] > 0 for p in comp["prefill"])
+    assert set(comp["fallback_efficiency"]) == models
+
+
+def test_show_table_by_profile_id(h200_tables):
+    result = CliRunner().invoke(app, ["calibrate", "show", "nvidia-h200-hgx8"])
+    assert result.exit_code == 0, result.output
+    assert "Decode step, calibrated vs roofline" in result.output
+
+
+def test_unknown_gpu_lists_those_with_tables(h200_tables):
+    result = CliRunner().invoke(app, ["calibrate", "show", "b200"])
+    assert isinstance(result.exception, InputError)
+    assert "no measured kernel tables" in str(result.exception) and "allowed: h200" in str(result.exception)
+
+
+def test_broken_table_is_a_clean_input_error(tmp_path, monkeypatch, h200_tables):
+    home = tmp_path / "home"
+    (home / "hwprofiles" / "h200").mkdir(parents=True)
+    for profile in hwprofiles_dir().glob("nvidia-h200*.yaml"):
+        (home / "hwprofiles" / profile.name).write_text(profile.read_text())
+    src = (hwprofiles_dir() / "h200" / "kernels_bench_results.csv").read_text().splitlines()
+    broken = [line.replace(",median_us,", ",median,") for line in src[:60]]
+    path = home / "hwprofiles" / "h200" / "kernels_bench_results.csv"
+    path.write_text("\n".join(broken) + "\n")
+    monkeypatch.setenv("SIM_HOME", str(home))
+    result = CliRunner().invoke(app, ["calibrate", "show", "h200"])
+    assert isinstance(result.exception, InputError)
+    assert str(path) in str(result.exception) and "column median_us" in str(result.exception)
