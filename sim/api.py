@@ -3,7 +3,7 @@
 Each model of the scenario runs on the same cluster and the same trace, one after the other,
 each in its own SimPy environment. Outputs (when `out_dir` is given):
 
-    out_dir/summary.json                      {"scenario", "seed", "models": {name: summary}}
+    out_dir/summary.json                      {"scenario": {...inputs}, "seed", "models": {name: summary}}
     out_dir/<model>/requests.parquet          sim.metrics.schema.REQUEST_SCHEMA
     out_dir/<model>/timeseries/<pool>.parquet sim.metrics.schema.POOL_SCHEMA
     out_dir/<model>/timeseries/_cluster.parquet
@@ -85,7 +85,8 @@ def run_scenario(
             summary, written = _run_model(scn, ref, trace, out, index, expected, progress)
             models[ref.name] = summary
             files += written
-    result = {"format": "sim.run/v1", "scenario": scn.name, "seed": seed, "models": models}
+    # The whole validated scenario, so the outputs (and the report page) stand alone.
+    result = {"format": "sim.run/v1", "scenario": scn.model_dump(mode="json"), "seed": seed, "models": models}
     if out is not None:
         path = out / "summary.json"
         tmp_path = path.with_name(path.name + ".tmp")

@@ -158,7 +158,7 @@ def _label(model: str) -> str:
 
 def summary_table(summary: dict) -> Table:
     models = list(summary["models"])
-    table = Table(title=f"sim run {summary['scenario']} (seed {summary['seed']})")
+    table = Table(title=f"sim run {summary['scenario']['name']} (seed {summary['seed']})")
     table.add_column("metric")
     for m in models:
         table.add_column(_label(m), justify="right")
