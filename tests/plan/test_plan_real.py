@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_trace import write_agent_trace
+from simulator.traces import agent_trace
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -29,7 +29,7 @@ def plan(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("plan")
     for name in ("plan_tiny.yaml", "plan_tiny_scenario.yaml"):
         shutil.copy(HERE / name, folder / name)
-    write_agent_trace(folder / "plan_tiny_trace.parquet", sessions=80, turns=4, gap_s=0.05)
+    agent_trace(folder / "plan_tiny_trace.parquet", sessions=80, turns=4, gap_s=0.05, shared_prefix_tokens=0)
     return folder / "plan_tiny.yaml"
 
 
@@ -119,7 +119,7 @@ def test_keys_follow_the_input_files_and_workers_refuse_another_simulator(plan, 
     template = SimBackend().load_template(plan.parent / "plan_tiny_scenario.yaml")
     before = SimBackend().fingerprint(template)
     copy = tmp_path / "trace.parquet"
-    write_agent_trace(copy, sessions=3, turns=2, gap_s=1.0)
+    agent_trace(copy, sessions=3, turns=2, gap_s=1.0, shared_prefix_tokens=0)
     moved = {**template, "workload": {**template["workload"], "trace": str(copy)}}
     assert SimBackend().fingerprint(moved) != before  # other trace content, other key
     task = EvalTask("k", "deepseek-v4-flash", template, 5, "0" * 32)
