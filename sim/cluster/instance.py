@@ -456,35 +456,30 @@ class Instance:
         self._sb -= sb
 
     def _complete(self, req, now: float) -> None:
-        """The last token is out: cache and persist the session's context, then report."""
+        """The last token is out: cache and persist the session's context, then report.
+        A decode instance holds the request's decode-side reservation; a colocated instance (or a
+        one-token request finishing on its prefill instance) holds the prefill-side one."""
         req.finish_s = now
-        store = self.store
-        if self.role == "decode":
+        decode = self.role == "decode"
+        if decode:
             self.load -= 1
-            store.finish(
-                req.lineage,
-                self.index,
-                req.input_tokens + req.output_tokens,
-                req.reserved_d_bytes,
-                req.parent_lineage if req.d_pinned else None,
-                now,
-                True,
-            )
+            reserved_bytes, pinned = req.reserved_d_bytes, req.d_pinned
             req.d_pinned = False
-            self.cluster.request_done(req)
-            if self.waiting:
-                self._admit_decode()
-        else:  # colocated, or a one-token request finishing on its prefill instance
-            store.finish(
-                req.lineage,
-                self.index,
-                req.input_tokens + req.output_tokens,
-                req.reserved_p_bytes,
-                req.parent_lineage if req.pinned else None,
-                now,
-                True,
-            )
+        else:
+            reserved_bytes, pinned = req.reserved_p_bytes, req.pinned
             req.pinned = False
-            self.cluster.request_done(req)
-            if self.waiting:
+        self.store.finish(
+            req.lineage,
+            self.index,
+            req.input_tokens + req.output_tokens,
+            reserved_bytes,
+            req.parent_lineage if pinned else None,
+            now,
+            True,
+        )
+        self.cluster.request_done(req)
+        if self.waiting:
+            if decode:
+                self._admit_decode()
+            else:
                 self._admit()
