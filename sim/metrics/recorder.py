@@ -1,8 +1,10 @@
 """The request log: one row per arrived request, written when it ends (completed or rejected).
 
-Ended requests are buffered and turned into a Parquet row group (and into the summary's sums
-and latency arrays) a batch at a time with vectorised column operations, so the per-request
-cost is one list append and memory stays bounded by one row group.
+An ended request is snapshot as one tuple of its logged fields (one C-level `attrgetter` call,
+while the object is still hot in the CPU cache; reading the fields column by column later from
+65K scattered objects cost 15 % of a run), the request object itself is released, and the
+tuples are turned into a Parquet row group (and into the summary's sums and latency arrays) a
+batch at a time with vectorised column operations, so memory stays bounded by one row group.
 
 Files are written to a temporary name in the same folder and renamed by `close()`, never left
 half-written (`abort()` removes them).
@@ -63,11 +65,13 @@ _COLUMNS = {
 }
 
 
-def _column(reqs: list, attr: str, dtype):
-    values = map(attrgetter(attr), reqs)
+_SNAPSHOT = attrgetter(*_COLUMNS)  # request -> tuple of the logged fields, in _COLUMNS order
+
+
+def _column(values: tuple, dtype):
     if dtype is None:
         return list(values)
-    return np.fromiter(values, dtype=dtype, count=len(reqs))
+    return np.fromiter(values, dtype=dtype, count=len(values))
 
 
 class Totals:
@@ -111,7 +115,7 @@ class Recorder:
     def record(self, req) -> None:
         """`req` ended (completed or rejected)."""
         buf = self._buf
-        buf.append(req)
+        buf.append(_SNAPSHOT(req))
         if len(buf) >= ROWS_PER_GROUP:
             self._flush()
 
@@ -129,11 +133,11 @@ class Recorder:
         return np.concatenate(self._e2e) if self._e2e else np.zeros(0)
 
     def _flush(self) -> None:
-        reqs = self._buf
-        if not reqs:
+        rows = self._buf
+        if not rows:
             return
         self._buf = []
-        cols = {name: _column(reqs, attr, dtype) for attr, (name, dtype) in _COLUMNS.items()}
+        cols = {name: _column(values, dtype) for (name, dtype), values in zip(_COLUMNS.values(), zip(*rows))}
         status = np.asarray(cols["status"])
         tier = np.asarray(cols["prefix_source"])
         completed = status == "completed"
@@ -149,7 +153,7 @@ class Recorder:
             "pool",
             np.where(cols["replay_tokens"] > 0, "replay", np.where(hit & (tier == "hbm"), "hbm", "")),
         )
-        self.all_count += len(reqs)
+        self.all_count += len(rows)
         self.all_sojourn_s += float(np.sum(finish - arrival))
         cols["ttft_s"] = ttft
         cols["tpot_s"] = tpot
