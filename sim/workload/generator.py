@@ -501,7 +501,7 @@ def _table(
         tenant = pa.DictionaryArray.from_arrays(
             pa.array(b.tenant[session].astype(np.int32)), sampler.tenant_names
         )
-    start = starts[session]
+    start = _to_us(starts[session])
     return request_table(
         n,
         {
@@ -514,8 +514,8 @@ def _table(
             "request_index": index,
             "agent_id": b.agent[order],
             "arrival": arrival,
-            "arrival_time_s": start + b.time_s[order],
-            "think_time_s": np.where(depends_on >= 0, b.think_s[order], 0.0),
+            "arrival_time_s": _to_us(start + b.time_s[order]),
+            "think_time_s": _to_us(np.where(depends_on >= 0, b.think_s[order], 0.0)),
             "depends_on_request_id": depends_on,
             "input_tokens": b.input_tokens[order],
             "output_tokens": b.output_tokens[order],
@@ -529,3 +529,10 @@ def _table(
             "reasoning_effort": b.effort[session],
         },
     )
+
+
+def _to_us(seconds: np.ndarray) -> np.ndarray:
+    """Times rounded to the microsecond. numpy's exp and log are vectorised per CPU (AVX2, AVX-512)
+    and may differ in the last bit between machines; rounded, the same seed writes the same file
+    on any of them (a last-bit difference lands on a rounding boundary about once in 1e9 values)."""
+    return np.round(seconds, 6)
