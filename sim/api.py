@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.cluster.build import build_simulation
+from sim.cluster.events import run_until
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
 from sim.metrics.summarize import SessionStats, summarize_model
@@ -144,7 +145,7 @@ def _run_model(
     # collector would only cost time (reference counting still frees everything).
     gc.disable()
     try:
-        env.run(until=done)
+        run_until(env, done)
         drain_limited = done.value == "drain_limit"
         if drain_limited:
             for req in list(sim.cluster.live.values()):

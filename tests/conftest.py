@@ -12,7 +12,9 @@ def public_traces():
     """The public traces folder; tests that need it skip with a clear message where it is absent."""
     path = public_traces_dir()
     if not path.is_dir():
-        pytest.skip(f"public traces not found at {path}: put the shared folder beside the project (see README)")
+        pytest.skip(
+            f"public traces not found at {path}: put the shared folder beside the project (see README)"
+        )
     return path
 
 

@@ -33,6 +33,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
 @app.callback()
 def _root() -> None:
     """Simulate GPU clusters serving agent workloads with DeepSeek-V4-Flash and V4.1-Flash."""
@@ -46,7 +47,17 @@ def version() -> None:
     typer.echo(__version__)
 
 
-for _module in (model_cmd, hw_cmd, scenario_cmd, trace_cmd, run_cmd, bench_cmd, calibrate_cmd, report_cmd, plan_cmd):
+for _module in (
+    model_cmd,
+    hw_cmd,
+    scenario_cmd,
+    trace_cmd,
+    run_cmd,
+    bench_cmd,
+    calibrate_cmd,
+    report_cmd,
+    plan_cmd,
+):
     _module.register(app)
 
 

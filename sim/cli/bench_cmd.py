@@ -19,6 +19,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sim import native
 from sim.api import run_scenario
 from sim.config.scenario import load_scenario
 from sim.timing.arith import build_arith
@@ -143,6 +144,7 @@ def run_bench(requests: int, seed: int = 0, model: str = "deepseek-v4.1-flash", 
         "simulated_s": summary["window_s"],
         "peak_rss_bytes": rss,
         "python": sys.version.split()[0],
+        "core": native.describe(),
     }
 
 
@@ -168,6 +170,7 @@ def bench(
     table.add_row("requests/s", f"{out['requests_per_s']:,.0f}")
     table.add_row("simulated time (s)", f"{out['simulated_s']:,.0f}")
     table.add_row("peak memory (MB)", f"{out['peak_rss_bytes'] / 1e6:,.0f}")
+    table.add_row("core", out["core"])
     Console().print(table)
 
 

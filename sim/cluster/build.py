@@ -314,7 +314,6 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
                 gpus,
                 timing,
                 store,
-                None,  # the cluster, set below (it needs the instances first)
                 budget_tokens=sch.prefill_budget_tokens,
                 chunk_tokens=sch.chunk_tokens,
                 max_decode_batch=sch.max_decode_batch,

@@ -8,18 +8,30 @@ reported once to the recorder and to the arrivals (closed-loop turns wait on it)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from sim.cluster.link import SharedLink
+from sim.cluster.request import Request
+from sim.kvcache.store import KVStore
+
+if TYPE_CHECKING:
+    from sim.cluster.instance import Instance
+    from sim.metrics.recorder import Recorder
+    from sim.sched.arrivals import Arrivals
+    from sim.sched.router import Router
+
 
 class Cluster:
     def __init__(
         self,
-        env,
+        env: Any,
         *,
-        front: list,
-        back: list,
-        net_out: list,
-        store,
-        router,
-        recorder,
+        front: list[Instance],
+        back: list[Instance],
+        net_out: list[SharedLink],
+        store: KVStore,
+        router: Router,
+        recorder: Recorder,
         max_context_tokens: int,
         max_queue_per_instance: int | None,
     ) -> None:
@@ -35,7 +47,7 @@ class Cluster:
         self.recorder = recorder
         self.max_context_tokens = max_context_tokens
         self.max_queue_per_instance = max_queue_per_instance
-        self.arrivals = None  # set by the arrivals driver (closed-loop follow-ups)
+        self.arrivals: Arrivals | None = None  # set by the arrivals driver (closed-loop follow-ups)
         # the longest sequence (tokens) any instance of each side can ever hold
         self._front_fit = max(_fit_tokens(i) for i in front)
         self._back_fit = max(_fit_tokens(i) for i in back) if back else None
@@ -43,7 +55,7 @@ class Cluster:
         self.completed = 0
         self.rejected = 0
         self.in_flight = 0
-        self.live: dict[int, object] = {}  # requests in the system, by id (ended at a drain limit)
+        self.live: dict[int, Request] = {}  # requests in the system, by id (ended at a drain limit)
         self._area = 0.0  # integral of requests in the system over time (Little's law)
         self._t_area = env.now
 
@@ -51,7 +63,7 @@ class Cluster:
         """Integral over time of the number of requests in the system, up to now."""
         return self._area + self.in_flight * (self.env._now - self._t_area)
 
-    def dispatch(self, req) -> None:
+    def dispatch(self, req: Request) -> None:
         """A request arrives."""
         self.arrived += 1
         now = self.env._now
@@ -82,12 +94,12 @@ class Cluster:
         req.est_new_tokens = est
         inst.submit(req)
 
-    def to_decode(self, req) -> None:
+    def to_decode(self, req: Request) -> None:
         """Prefill finished on a prefill instance: pick a decode instance and hand over."""
         inst = self.router.route(req, self.back, "decode")
         inst.receive(req)
 
-    def reject(self, req, reason: str) -> None:
+    def reject(self, req: Request, reason: str) -> None:
         req.status = "rejected"
         req.reason = reason
         if req.finish_s != req.finish_s:  # NaN: not set yet
@@ -95,12 +107,12 @@ class Cluster:
         self.rejected += 1
         self._finish(req)
 
-    def request_done(self, req) -> None:
+    def request_done(self, req: Request) -> None:
         req.status = "completed"
         self.completed += 1
         self._finish(req)
 
-    def _finish(self, req) -> None:
+    def _finish(self, req: Request) -> None:
         now = self.env._now
         self._area += self.in_flight * (now - self._t_area)
         self._t_area = now
@@ -111,7 +123,7 @@ class Cluster:
             self.arrivals.on_terminal(req)
 
 
-def _fit_tokens(inst) -> int:
+def _fit_tokens(inst: Instance) -> int:
     """The longest sequence (tokens) instance `inst` could hold with nothing else in its HBM."""
     room = inst.hbm.capacity_bytes - inst.need_bytes(0)
     per_token = inst.need_bytes(1) - inst.need_bytes(0)

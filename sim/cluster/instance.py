@@ -24,33 +24,45 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from typing import TYPE_CHECKING, Any, Final
 
 from sim.cluster.events import call_at
+from sim.cluster.link import SharedLink
+from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
+from sim.kvcache.store import KVStore
 from sim.sched.batcher import prefill_chunks
+from sim.timing.base import PrefillChunk
 
-IDLE, STEP, SPAN = 0, 1, 2
+if TYPE_CHECKING:
+    from sim.cluster.cluster import Cluster
+
+# engine modes
+IDLE: Final = 0
+STEP: Final = 1
+SPAN: Final = 2
 
 
 class Instance:
+    cluster: Cluster  # set by sim.cluster.build once the cluster exists (it needs the instances)
+
     def __init__(
         self,
-        env,
+        env: Any,
         index: int,
         pool: str,
         role: str,
         node: int,
         gpus: int,
-        timing,
-        store,
-        cluster,
+        timing: Any,
+        store: KVStore,
         *,
         budget_tokens: int,
         chunk_tokens: int,
         max_decode_batch: int,
         kv_replication: int,
-        h2d,
-        ssd_read,
+        h2d: SharedLink,
+        ssd_read: SharedLink,
         max_queue_wait_s: float | None,
     ) -> None:
         self.env = env
@@ -63,7 +75,6 @@ class Instance:
         self.store = store
         self.hbm = store.hbm[index]
         self.policy = store.policy
-        self.cluster = cluster
         self.budget_tokens = budget_tokens
         self.chunk_tokens = chunk_tokens
         self.max_decode_batch = max_decode_batch
@@ -72,15 +83,15 @@ class Instance:
         self.ssd_read = ssd_read
         self.max_queue_wait_s = max_queue_wait_s
         self._colocated = role == "colocated"
-        self._verify = timing.verified_tokens_per_step
-        self._accept = timing.accepted_tokens_per_step
+        self._verify: int = timing.verified_tokens_per_step
+        self._accept: float = timing.accepted_tokens_per_step
         # queues
-        self.waiting: deque = deque()  # routed here, not yet admitted to HBM
-        self.ready: list = []  # admitted and loaded, prefill not finished
+        self.waiting: deque[Request] = deque()  # routed here, not yet admitted to HBM
+        self.ready: list[Request] = []  # admitted and loaded, prefill not finished
         self.loading = 0  # admitted, loads in flight
-        self.joins: deque = deque()  # waiting to join the decode batch
-        self.running: dict = {}  # rid -> request, the decode batch
-        self._heap: list = []  # (finish step, rid, request)
+        self.joins: deque[Request] = deque()  # waiting to join the decode batch
+        self.running: dict[int, Request] = {}  # rid -> request, the decode batch
+        self._heap: list[tuple[int, int, Request]] = []  # (finish step, rid, request)
         # decode batch state: summed timing terms of the running sequences and their slopes per step
         self.n = 0
         self._a = 0.0
@@ -92,7 +103,7 @@ class Instance:
         self._token = 0
         self._start = 0.0  # start of the current step or span (may lie ahead after a cut)
         self._k = 0  # decode steps the current step/span advances
-        self._chunks: list = []
+        self._chunks: list[tuple[Request, int]] = []
         self._batch = 0
         self._in_boundary = False  # completions inside a boundary must not re-plan before it ends
         # bytes per token and fixed bytes per sequence in this instance's HBM (replicated on TP ranks)
@@ -111,7 +122,7 @@ class Instance:
 
     # --- entry points ---
 
-    def submit(self, req) -> None:
+    def submit(self, req: Request) -> None:
         """A request routed to this (prefill or colocated) instance."""
         req.pinst = self
         req.prefill_pool = self.pool
@@ -120,7 +131,7 @@ class Instance:
         self.waiting.append(req)
         self._admit()
 
-    def receive(self, req) -> None:
+    def receive(self, req: Request) -> None:
         """A prefilled request handed to this decode instance (its KV is still on the prefill side)."""
         req.dinst = self
         req.decode_pool = self.pool
@@ -147,11 +158,13 @@ class Instance:
 
     def _expire_waiting(self, now: float) -> None:
         limit = self.max_queue_wait_s
+        if limit is None:
+            return
         while self.waiting and now - self.waiting[0].arrival_s > limit:
             req = self.waiting.popleft()
             self._drop_waiting(req, "queue_timeout")
 
-    def _drop_waiting(self, req, reason: str) -> None:
+    def _drop_waiting(self, req: Request, reason: str) -> None:
         if self.role == "decode":
             self.load -= 1
             req.pinst.handed_off(req)  # free the prefill side
@@ -225,7 +238,7 @@ class Instance:
         if added:
             self.kick()
 
-    def _loaded(self, req) -> None:
+    def _loaded(self, req: Request) -> None:
         req.loads_pending = 0
         req.load_end_s = self.env._now
         self.loading -= 1
@@ -270,14 +283,14 @@ class Instance:
             req.kv_start_s = now
             self.cluster.net_out[req.pinst.node].submit(nbytes, self._kv_arrived, req)
 
-    def _kv_arrived(self, req) -> None:
+    def _kv_arrived(self, req: Request) -> None:
         req.kv_end_s = self.env._now
         self.cluster.net_in[self.node].bytes_done += req.kv_bytes
         req.pinst.handed_off(req)
         self.joins.append(req)
         self.kick()
 
-    def handed_off(self, req) -> None:
+    def handed_off(self, req: Request) -> None:
         """The decode side has the KV: free the prefill-side reservation, keep a cached copy."""
         self.store.finish(
             req.lineage,
@@ -343,7 +356,7 @@ class Instance:
                 chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
         timing = self.timing
         if chunks:
-            parts = []
+            parts: list[PrefillChunk] = []
             rows = 0
             for req, take in chunks:
                 if req.done_tokens == 0:
@@ -380,7 +393,7 @@ class Instance:
         self._token += 1
         call_at(self.env, start + dt, self._boundary, self._token)
 
-    def _boundary(self, event) -> None:
+    def _boundary(self, event: Any) -> None:
         if event._value != self._token:
             return  # a span that was cut short
         now = self.env._now
@@ -427,7 +440,7 @@ class Instance:
         if finished:
             self.ready = [r for r in self.ready if r.done_tokens < r.new_tokens]
 
-    def _join(self, req, now: float) -> None:
+    def _join(self, req: Request, now: float) -> None:
         steps = max(1, math.ceil((req.output_tokens - 1) / self._accept))
         a, b, sa, sb = self.timing.decode_seq_terms(req.input_tokens + 1, steps)
         req.terms = (a, b, sa, sb)
@@ -443,7 +456,7 @@ class Instance:
         self.running[req.rid] = req
         heapq.heappush(self._heap, (self.n + steps, req.rid, req))
 
-    def _leave(self, req) -> None:
+    def _leave(self, req: Request) -> None:
         del self.running[req.rid]
         if not self.running:
             self._a = self._b = self._sa = self._sb = 0.0  # no drift from repeated sums
@@ -455,7 +468,7 @@ class Instance:
         self._sa -= sa
         self._sb -= sb
 
-    def _complete(self, req, now: float) -> None:
+    def _complete(self, req: Request, now: float) -> None:
         """The last token is out: cache and persist the session's context, then report.
         A decode instance holds the request's decode-side reservation; a colocated instance (or a
         one-token request finishing on its prefill instance) holds the prefill-side one."""

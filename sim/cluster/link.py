@@ -83,14 +83,10 @@ class SharedLink:
         v = self._v = self._v + (now - self._t) * bw / len(heap)
         self._t = now
         # The head is due by construction; others finishing within rounding of it finish too.
-        first = heapq.heappop(heap)
+        finished = [heapq.heappop(heap)]
         tol = 1e-12 * (v if v > 1.0 else 1.0)
-        if heap and heap[0][0] <= v + tol:
-            finished = [first]
-            while heap and heap[0][0] <= v + tol:
-                finished.append(heapq.heappop(heap))
-        else:
-            finished = (first,)
+        while heap and heap[0][0] <= v + tol:
+            finished.append(heapq.heappop(heap))
         for item in finished:
             self.bytes_done += item[2]
         self.jobs_done += len(finished)

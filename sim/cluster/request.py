@@ -11,7 +11,9 @@ agent_id; a shared prompt prefix is -(shared_prefix_id + 1).
 
 from __future__ import annotations
 
-NAN = float("nan")
+from typing import Any
+
+NAN: float = float("nan")
 LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
 
 
@@ -25,45 +27,45 @@ def shared_key(shared_prefix_id: int) -> int:
 
 class Request:
     # routing and cache
-    est_new_tokens = 0
-    hit_tokens = 0
-    hbm_hit_tokens = 0
-    hit_tier = "none"
-    shared_hit = False
-    pinned = False
-    load_bytes = 0.0
-    swa_load_bytes = 0.0
-    replay_tokens = 0
-    ctx_before = 0
-    done_tokens = 0
-    loads_pending = 0
-    reserved_p_bytes = 0.0
-    reserved_d_bytes = 0.0
-    d_pinned = False
-    kv_bytes = 0.0
-    pinst = None
-    dinst = None
-    prefill_pool = None
-    prefill_instance = -1
-    decode_pool = None
-    decode_instance = -1
+    est_new_tokens: int = 0
+    hit_tokens: int = 0
+    hbm_hit_tokens: int = 0
+    hit_tier: str = "none"
+    shared_hit: bool = False
+    pinned: bool = False
+    load_bytes: float = 0.0
+    swa_load_bytes: float = 0.0
+    replay_tokens: int = 0
+    ctx_before: int = 0
+    done_tokens: int = 0
+    loads_pending: int = 0
+    reserved_p_bytes: float = 0.0
+    reserved_d_bytes: float = 0.0
+    d_pinned: bool = False
+    kv_bytes: float = 0.0
+    pinst: Any = None
+    dinst: Any = None
+    prefill_pool: str | None = None
+    prefill_instance: int = -1
+    decode_pool: str | None = None
+    decode_instance: int = -1
     # timestamps
-    admitted_s = NAN
-    load_start_s = NAN
-    load_end_s = NAN
-    prefill_start_s = NAN
-    first_token_s = NAN
-    kv_start_s = NAN
-    kv_end_s = NAN
-    decode_start_s = NAN
-    finish_s = NAN
+    admitted_s: float = NAN
+    load_start_s: float = NAN
+    load_end_s: float = NAN
+    prefill_start_s: float = NAN
+    first_token_s: float = NAN
+    kv_start_s: float = NAN
+    kv_end_s: float = NAN
+    decode_start_s: float = NAN
+    finish_s: float = NAN
     # decode
-    terms = None
-    join_step = 0
+    terms: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    join_step: int = 0
     # end
-    status = ""
-    reason = None
-    measured = False
+    status: str = ""
+    reason: str | None = None
+    measured: bool = False
 
     def __init__(
         self,

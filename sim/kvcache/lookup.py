@@ -17,12 +17,16 @@ The plan is a tuple (the lookup runs once per request):
 
 from __future__ import annotations
 
+from sim.cluster.request import Request
 from sim.kvcache.store import KVStore
+
+# (key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay_tokens, shared)
+Plan = tuple[int, int, str, int, float, int, int, bool]
 
 TIER_OF = ("hbm", "dram", "ssd")
 
 
-def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float):
+def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float) -> tuple[int, int, int] | None:
     """(hbm, dram, ssd) tokens of `key` usable from instance `inst` on `node`, or None."""
     e = store.entries.get(key)
     if e is None:
@@ -33,10 +37,12 @@ def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float):
     return hbm, dram, ssd
 
 
-def plan_prefix(store: KVStore, req, inst: int, node: int, now_s: float):
+def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float) -> Plan | None:
     """The load plan of `req` on instance `inst` (node `node`), or None when nothing is cached."""
     limit = req.input_tokens - 1
-    best = None  # (key, tokens, tier index, hbm tokens, cached tokens, shared)
+    best: tuple[int, int, int, int, int, bool] | None = (
+        None  # (key, tokens, tier index, hbm tokens, cached tokens, shared)
+    )
     key = req.parent_lineage
     if key is not None and req.prefix_tokens > 0:
         hit = _hit(store, key, inst, node, now_s)

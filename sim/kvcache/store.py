@@ -15,8 +15,6 @@ request that repeats p tokens of its parent hits min(p, cached) tokens (rounded 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from sim.cluster.link import FifoLink
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.tiers import ByteTier
@@ -36,7 +34,7 @@ class Entry:
         "pins",
     )
 
-    def __init__(self, key: Hashable) -> None:
+    def __init__(self, key: int) -> None:
         self.key = key
         self.hbm: dict[int, int] = {}  # instance index -> cached tokens (not pinned)
         self.dram_node = -1
@@ -100,12 +98,12 @@ class KVStore:
         self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s) for n, c in enumerate(swa_pool_capacity_bytes)]
         self.ssd = ByteTier("ssd", ssd_capacity_bytes, min(p.ssd_ttl_s, float("inf")))
         self.ssd_write_links = ssd_write_links
-        self.entries: dict[Hashable, Entry] = {}
+        self.entries: dict[int, Entry] = {}
         self.counters = Counters()
 
     # --- queries ---
 
-    def swa_node_of(self, key: Hashable, now_s: float) -> int:
+    def swa_node_of(self, key: int, now_s: float) -> int:
         """Node whose SWA pool holds `key`'s ring now (-1: none or expired)."""
         e = self.entries.get(key)
         if e is None or e.swa_node < 0:
@@ -117,7 +115,7 @@ class KVStore:
 
     # --- using a hit ---
 
-    def pin_hbm(self, key: Hashable, inst: int) -> float:
+    def pin_hbm(self, key: int, inst: int) -> float:
         """Take instance `inst`'s cached copy of `key` for a running request; returns its bytes,
         now reserved by that request (0.0 when there is none)."""
         e = self.entries.get(key)
@@ -127,7 +125,7 @@ class KVStore:
         e.pins += 1
         return self.hbm[inst].pin(key)
 
-    def touch_lower(self, key: Hashable, tier: str, now_s: float) -> None:
+    def touch_lower(self, key: int, tier: str, now_s: float) -> None:
         """A hit served from DRAM or SSD counts as a use there (LRU order, TTL)."""
         e = self.entries[key]
         if tier == "dram":
@@ -135,7 +133,7 @@ class KVStore:
         elif tier == "ssd":
             self.ssd.touch(key, now_s)
 
-    def use_swa(self, key: Hashable, now_s: float) -> None:
+    def use_swa(self, key: int, now_s: float) -> None:
         e = self.entries[key]
         self.swa[e.swa_node].touch(key, now_s)
 
@@ -188,7 +186,7 @@ class KVStore:
             if self.policy.swa_pool:
                 self.put_swa(key, inst, now_s)
 
-    def retain_shared(self, key: Hashable, inst: int, tokens: int, now_s: float) -> None:
+    def retain_shared(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """A shared prompt prefix just computed on `inst`: cache it there (and persist it once)."""
         e = self.entries.get(key)
         if e is not None and e.hbm.get(inst, 0) >= tokens:
@@ -197,7 +195,7 @@ class KVStore:
         self.retain_hbm(key, inst, tokens, now_s)
         self.persist(key, inst, tokens, now_s)
 
-    def unpin(self, key: Hashable) -> None:
+    def unpin(self, key: int) -> None:
         e = self.entries.get(key)
         if e is not None:
             e.pins -= 1
@@ -205,7 +203,7 @@ class KVStore:
 
     # --- after a request ---
 
-    def retain_hbm(self, key: Hashable, inst: int, tokens: int, now_s: float) -> None:
+    def retain_hbm(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """Keep `tokens` of `key` cached in instance `inst`'s HBM (the caller released its
         reservation just before, so the copy fits); older copies there are replaced."""
         e = self._entry(key)
@@ -218,7 +216,7 @@ class KVStore:
         for k, b in tier.put(key, nbytes, now_s):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
 
-    def persist(self, key: Hashable, inst: int, tokens: int, now_s: float) -> None:
+    def persist(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """Write the part of `key`'s context not yet on SSD (plus persisted state), from the node
         of instance `inst`; readable from SSD once the write completes."""
         p = self.policy
@@ -240,7 +238,7 @@ class KVStore:
         for k, b in self.ssd.put(key, nbytes, now_s):
             self._drop_ssd(k, b, now_s, expired=False)
 
-    def put_swa(self, key: Hashable, inst: int, now_s: float) -> None:
+    def put_swa(self, key: int, inst: int, now_s: float) -> None:
         """V4.1: the finished sequence's SWA ring goes to its node's host-DRAM pool (TTL)."""
         p = self.policy
         if not p.swa_pool:
@@ -283,15 +281,13 @@ class KVStore:
 
     # --- internals ---
 
-    def _entry(self, key: Hashable) -> Entry:
+    def _entry(self, key: int) -> Entry:
         e = self.entries.get(key)
         if e is None:
             e = self.entries[key] = Entry(key)
         return e
 
-    def _evicted_from_hbm(
-        self, key: Hashable, inst: int, nbytes: float, now_s: float, *, expired: bool
-    ) -> None:
+    def _evicted_from_hbm(self, key: int, inst: int, nbytes: float, now_s: float, *, expired: bool) -> None:
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
         e = self.entries[key]
         tokens = e.hbm.pop(inst)
@@ -318,18 +314,18 @@ class KVStore:
             self.counters.evicted_bytes["dram"] += b
             self._forget_dram(k)
 
-    def _forget_dram(self, key: Hashable) -> None:
+    def _forget_dram(self, key: int) -> None:
         e = self.entries[key]
         e.dram_node = -1
         e.dram_tokens = 0
         self._maybe_forget(e)
 
-    def _forget_swa(self, key: Hashable) -> None:
+    def _forget_swa(self, key: int) -> None:
         e = self.entries[key]
         e.swa_node = -1
         self._maybe_forget(e)
 
-    def _drop_ssd(self, key: Hashable, nbytes: float, now_s: float, *, expired: bool) -> None:
+    def _drop_ssd(self, key: int, nbytes: float, now_s: float, *, expired: bool) -> None:
         e = self.entries[key]
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["ssd"] += nbytes
         if not expired and now_s - e.ssd_written_s < self.policy.ssd_retention_s:

@@ -12,10 +12,10 @@ first entry still alive.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
 
-Evicted = list[tuple[Hashable, float]] | tuple[()]
-_NONE: Evicted = ()  # returned when nothing was evicted (callers only iterate)
+# (key, bytes) of the entries an operation pushed out, oldest first. Keys are ints
+# (sim.cluster.request: lineage and shared-prefix keys).
+Evicted = list[tuple[int, float]]
 
 
 class TierFull(Exception):
@@ -49,7 +49,7 @@ class ByteTier:
         self.evicted_bytes = 0.0  # cached bytes pushed out by capacity pressure
         self.expired_bytes = 0.0  # cached bytes dropped by TTL
         # key -> [bytes, last_use_s]; order = least recently used first
-        self._lru: OrderedDict[Hashable, list[float]] = OrderedDict()
+        self._lru: OrderedDict[int, list[float]] = OrderedDict()
 
     # --- reading ---
 
@@ -61,21 +61,21 @@ class ByteTier:
     def free_bytes(self) -> float:
         return self.capacity_bytes - self.reserved_bytes - self.cached_bytes
 
-    def __contains__(self, key: Hashable) -> bool:
+    def __contains__(self, key: int) -> bool:
         return key in self._lru
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def cached(self, key: Hashable) -> float:
+    def cached(self, key: int) -> float:
         """Bytes cached under `key` (0 when absent)."""
         item = self._lru.get(key)
         return item[0] if item is not None else 0.0
 
-    def last_use_s(self, key: Hashable) -> float:
+    def last_use_s(self, key: int) -> float:
         return self._lru[key][1]
 
-    def keys_lru_order(self) -> list[Hashable]:
+    def keys_lru_order(self) -> list[int]:
         return list(self._lru)
 
     def can_fit(self, nbytes: float) -> bool:
@@ -84,7 +84,7 @@ class ByteTier:
 
     # --- cached entries ---
 
-    def put(self, key: Hashable, nbytes: float, now_s: float) -> Evicted:
+    def put(self, key: int, nbytes: float, now_s: float) -> Evicted:
         """Cache `key` with `nbytes` (replacing its previous size), most recently used; evicts the
         least recently used others as needed. Refuses (TierFull) if it cannot fit at all."""
         lru = self._lru
@@ -102,19 +102,19 @@ class ByteTier:
         if self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6:
             evicted = self._make_room(nbytes)
         else:
-            evicted = _NONE
+            evicted = []
         lru[key] = [nbytes, now_s]
         self.cached_bytes += nbytes
         if self.reserved_bytes + self.cached_bytes > self.peak_bytes:
             self._note_peak()
         return evicted
 
-    def touch(self, key: Hashable, now_s: float) -> None:
+    def touch(self, key: int, now_s: float) -> None:
         item = self._lru[key]
         item[1] = now_s
         self._lru.move_to_end(key)
 
-    def remove(self, key: Hashable) -> float:
+    def remove(self, key: int) -> float:
         """Drop `key`; returns its bytes (0 when absent)."""
         item = self._lru.pop(key, None)
         if item is None:
@@ -129,7 +129,7 @@ class ByteTier:
         lru = self._lru
         limit = now_s - self.ttl_s
         if not lru or next(iter(lru.values()))[1] > limit:
-            return _NONE  # the common case: nothing expired
+            return []  # the common case: nothing expired
         out: Evicted = []
         while lru:
             key, item = next(iter(lru.items()))
@@ -165,7 +165,7 @@ class ByteTier:
                 raise TierFull(f"{self.name}: released more than reserved ({self.reserved_bytes:.0f} B)")
             self.reserved_bytes = max(self.reserved_bytes, 0.0)
 
-    def pin(self, key: Hashable) -> float:
+    def pin(self, key: int) -> float:
         """Turn a cached entry into reserved bytes (a running sequence now uses it); returns its bytes."""
         item = self._lru.pop(key)
         self.cached_bytes -= item[0]
@@ -176,7 +176,7 @@ class ByteTier:
 
     def _make_room(self, nbytes: float) -> Evicted:
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
-            return _NONE
+            return []
         evicted: Evicted = []
         lru = self._lru
         while self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6 and lru:

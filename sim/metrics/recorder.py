@@ -137,7 +137,11 @@ class Recorder:
         if not rows:
             return
         self._buf = []
-        cols = {name: _column(values, dtype) for (name, dtype), values in zip(_COLUMNS.values(), zip(*rows))}
+        columns = zip(*rows, strict=True)
+        cols = {
+            name: _column(values, dtype)
+            for (name, dtype), values in zip(_COLUMNS.values(), columns, strict=True)
+        }
         status = np.asarray(cols["status"])
         tier = np.asarray(cols["prefix_source"])
         completed = status == "completed"

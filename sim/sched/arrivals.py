@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
+from sim.cluster.cluster import Cluster
 from sim.cluster.events import call_at
 from sim.cluster.request import Request, lineage_key, shared_key
 from sim.errors import InputError
@@ -68,7 +70,7 @@ def iter_trace_sessions(path: str | Path, batch_rows: int = BATCH_ROWS) -> Itera
                          allowed=f"the columns of {FORMAT_VERSION}")  # fmt: skip
     validator = TraceValidator(str(path))
     hashes = REQUEST_SCHEMA.field("block_hashes")
-    sid = None
+    sid: Any = None  # no session yet
     start = 0.0
     rows: list = []
     for batch in pf.iter_batches(batch_size=batch_rows, columns=schema.names, use_threads=False):
@@ -104,9 +106,9 @@ class _Session:
 class Arrivals:
     def __init__(
         self,
-        env,
+        env: Any,
         sessions: Iterator[tuple[int, float, list]],
-        cluster,
+        cluster: Cluster,
         *,
         closed_loop: bool,
         warmup_s: float,
@@ -128,7 +130,7 @@ class Arrivals:
         self.scheduled = 0  # requests that will arrive (scheduled or waiting on a dependency)
         self.not_arrived = 0
         self.loaded_all = False
-        self._children: dict[int, list] = {}  # request id -> [(request, think_s)]
+        self._children: dict[int, list[tuple[Request, float]]] = {}  # request id -> [(request, think_s)]
         self._session_of: dict[int, _Session] = {}  # request id -> session, while the request lives
         self._waiting = 0  # arrivals scheduled, not yet happened
 
@@ -192,7 +194,7 @@ class Arrivals:
 
     # --- arriving ---
 
-    def _schedule(self, req, time_s: float) -> None:
+    def _schedule(self, req: Request, time_s: float) -> None:
         if time_s >= self.horizon_s:
             self._drop(req)
             return
@@ -200,13 +202,13 @@ class Arrivals:
         self._waiting += 1
         call_at(self.env, time_s, self._arrive, req)
 
-    def _arrive(self, event) -> None:
+    def _arrive(self, event: Any) -> None:
         req = event._value
         self._waiting -= 1
         req.measured = req.arrival_s >= self.warmup_s
         self.cluster.dispatch(req)
 
-    def _drop(self, req) -> None:
+    def _drop(self, req: Request) -> None:
         """`req` will never arrive; neither will the requests that wait on it."""
         self.not_arrived += 1
         self.scheduled -= 1
@@ -216,7 +218,7 @@ class Arrivals:
             self._drop(child)
         self._session_check(state)
 
-    def on_terminal(self, req) -> None:
+    def on_terminal(self, req: Request) -> None:
         """`req` completed or was rejected: its follow-ups arrive after their think time."""
         now = self.env._now
         kids = self._children.pop(req.rid, None)

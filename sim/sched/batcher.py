@@ -7,10 +7,15 @@ prompt is split over several steps and several short ones share a step.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def prefill_chunks(ready: list, budget_tokens: int, chunk_tokens: int) -> list[tuple[object, int]]:
+if TYPE_CHECKING:
+    from sim.cluster.request import Request
+
+
+def prefill_chunks(ready: list[Request], budget_tokens: int, chunk_tokens: int) -> list[tuple[Request, int]]:
     """(request, tokens) for this step: requests in `ready` order while budget remains."""
-    out = []
+    out: list[tuple[Request, int]] = []
     for req in ready:
         if budget_tokens <= 0:
             break

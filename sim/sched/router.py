@@ -17,34 +17,41 @@ registry (`POLICIES`); the scenario names one (`scheduler.router.policy`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sim.cluster.request import Request
+from sim.kvcache.store import KVStore
+
+if TYPE_CHECKING:
+    from sim.cluster.instance import Instance
 
 
 class Router:
-    def __init__(self, policy: str, weights, store) -> None:
+    def __init__(self, policy: str, weights: Any, store: KVStore) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown router policy {policy!r}; known: {sorted(POLICIES)}")
         self.policy = policy
         self._choose: Callable = POLICIES[policy]
-        self.w_hit = weights.prefix_hit
-        self.w_queue = weights.queue_depth
-        self.w_kv = weights.kv_usage
+        self.w_hit: float = weights.prefix_hit
+        self.w_queue: float = weights.queue_depth
+        self.w_kv: float = weights.kv_usage
         self.store = store
         self._rr: dict[str, int] = {}
 
-    def route(self, req, candidates: list, role: str):
+    def route(self, req: Request, candidates: list[Instance], role: str) -> Instance:
         if len(candidates) == 1:
             return candidates[0]
         return self._choose(self, req, candidates, role)
 
 
-def _cache_aware(router: Router, req, candidates: list, role: str):
+def _cache_aware(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
     max_load = 0.0
     for inst in candidates:
         if inst.load > max_load:
             max_load = inst.load
     w_queue, w_kv = router.w_queue, router.w_kv
     q = w_queue / max_load if max_load > 0.0 else 0.0
-    holders = None
+    holders: dict[int, int] | None = None
     dram_node = -1
     key = req.parent_lineage
     if router.w_hit and key is not None and req.prefix_tokens:
@@ -55,7 +62,7 @@ def _cache_aware(router: Router, req, candidates: list, role: str):
                 dram_node = e.dram_node
     w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
     prefix = req.prefix_tokens
-    best = None
+    best = candidates[0]
     best_score = -1.0
     for inst in candidates:
         score = w_queue - q * inst.load + w_kv - w_kv * inst.hbm.reserved_bytes * inst.inv_kv_capacity
@@ -70,7 +77,7 @@ def _cache_aware(router: Router, req, candidates: list, role: str):
     return best
 
 
-def _least_loaded(router: Router, req, candidates: list, role: str):
+def _least_loaded(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
     best = candidates[0]
     for inst in candidates[1:]:
         if inst.load < best.load:
@@ -78,7 +85,7 @@ def _least_loaded(router: Router, req, candidates: list, role: str):
     return best
 
 
-def _round_robin(router: Router, req, candidates: list, role: str):
+def _round_robin(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
     i = router._rr.get(role, 0)
     router._rr[role] = i + 1
     return candidates[i % len(candidates)]

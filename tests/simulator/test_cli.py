@@ -33,3 +33,4 @@ def test_sim_bench_reports_requests_per_second():
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["requests"] == 300 and out["requests_per_s"] > 0
+    assert out["core"].startswith(("compiled", "source"))
