@@ -17,7 +17,7 @@ exact functions take 0.1-0.3 ms per call).
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,11 +81,12 @@ class LinearTable:
         self._rows = rows
 
     def at(self, x: float) -> tuple[float, float]:
-        i = bisect.bisect_right(self.xs, x) - 1
+        xs = self.xs
+        i = bisect_right(xs, x) - 1
         if i < 0:
             i = 0
         a0, s0, a1, s1 = self._rows[i]
-        t = x - self.xs[i]
+        t = x - xs[i]
         return a0 + s0 * t, a1 + s1 * t
 
 
@@ -93,7 +94,7 @@ class QuadraticTable:
     """Piecewise-quadratic interpolation of three components (through knots i, i+1, i+2 on
     [x_i, x_{i+1}])."""
 
-    __slots__ = ("xs", "_coef")
+    __slots__ = ("xs", "_coef", "_last")
 
     def __init__(self, xs: np.ndarray, cols: list[np.ndarray]) -> None:
         if len(cols) != 3:
@@ -118,14 +119,19 @@ class QuadraticTable:
                 row.extend((a, b, d2))
             coef.append(tuple(row))
         self._coef = coef
+        self._last = len(coef) - 1
 
     def at(self, x: float) -> tuple[float, float, float]:
-        i = bisect.bisect_right(self.xs, x) - 1
+        xs = self.xs
+        # token positions come as ints: a float bisects the float knots twice as fast, and
+        # x - xs[i] rounds the int to the same double either way (positions < 2^53)
+        x = float(x)
+        i = bisect_right(xs, x) - 1
         if i < 0:
             i = 0
-        elif i >= len(self._coef):
-            i = len(self._coef) - 1
-        t = x - self.xs[i]
+        elif i > self._last:
+            i = self._last
+        t = x - xs[i]
         a0, b0, c0, a1, b1, c1, a2, b2, c2 = self._coef[i]
         return a0 + t * (b0 + t * c0), a1 + t * (b1 + t * c1), a2 + t * (b2 + t * c2)
 
@@ -161,14 +167,15 @@ class ModelArith:
     ) -> tuple[float, float, float]:
         """(GEMM FLOPs, attention+index FLOPs, KV bytes written) of one chunk."""
         end = context_tokens + new_tokens
-        e = self.prefill_every.at(end)
-        s = self.prefill_every.at(context_tokens)
-        d, a, kv = e[0] - s[0], e[1] - s[1], e[2] - s[2]
+        every = self.prefill_every.at
+        e0, e1, e2 = every(end)
+        s0, s1, s2 = every(context_tokens)
+        d, a, kv = e0 - s0, e1 - s1, e2 - s2
         if last_chunk:
-            t = self.prefill_tail.at(end)
-            d += t[0]
-            a += t[1]
-            kv += t[2]
+            t0, t1, t2 = self.prefill_tail.at(end)
+            d += t0
+            a += t1
+            kv += t2
         return d, a, kv
 
     def expert_bytes_touched(self, rows: int) -> float:

@@ -282,46 +282,70 @@ class CalibratedTiming(RooflineTiming):
         self._f_total = arith.dense_flops_per_token
         # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
         self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
-        self._pass_cache: dict[tuple[bool, int], tuple[float, float, float]] = {}
+        self._class_cache: dict[tuple[bool, int], float] = {}
+        self._gemm_mhc_cache: dict[tuple[bool, int], tuple[float, float]] = {}
+        self._experts_cache: dict[int, tuple[float, float]] = {}
+        self._mla_cache: dict[int, tuple[float, float]] = {}
         self._fixed_cache: dict[int, float] = {}
         self._attn_cache: dict[int, Curve] = {}
 
-    # --- building blocks, memoised by integer rows / batch ---
+    # --- building blocks, memoised by integer rows / batch / chunk size ---
+
+    def _gemm_mhc(self, every: bool, m: int) -> tuple[float, float]:
+        """(dense GEMMs scaled for the work the tables lack, mHC) seconds of one class of layers at
+        `m` rows per DP group: memoised by m, which takes far fewer values than the rows."""
+        key = (every, m)
+        v = self._gemm_mhc_cache.get(key)
+        if v is None:
+            mt = self.mt
+            cls = mt.every if every else mt.tail
+            dense = sum(count * sum(c.at(m) for c in curves) for curves, count in cls.dense)
+            dense = (dense + cls.layers * mt.wo_a.at(m)) / self.par.tp
+            scale = self._f_total / mt.covered_flops_per_token
+            v = (dense * scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
+            self._gemm_mhc_cache[key] = v
+        return v
+
+    def _experts(self, rows: int) -> tuple[float, float]:
+        """(share, seconds) of one MoE layer's routed experts over `rows` token rows: the measured
+        grouped GEMMs times the share of the fewest measured local experts (6) when fewer are
+        touched (the time shrinks with the experts). The same in both classes of layers."""
+        v = self._experts_cache.get(rows)
+        if v is None:
+            mt, par = self.mt, self.par
+            e, k = self.arith.routed_experts, self.arith.top_k
+            touched = e * (1.0 - (1.0 - k / e) ** rows)  # kernels.md §6.2 [C], uniform routing
+            groups, per_expert = touched / par.ep, rows * k / touched
+            g0 = mt.moe_gate_up.outer[0]
+            share, groups = min(1.0, groups / g0), max(groups, g0)
+            v = (share, mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert))
+            self._experts_cache[rows] = v
+        return v
 
     def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float]:
         """(dense GEMMs, routed experts, mHC) seconds of `rows` token rows through one class of
         layers on the busiest GPU; the GEMMs scaled up for the work the tables lack (module doc)."""
+        mt = self.mt
+        cls = mt.every if every else mt.tail
+        if rows <= 0 or cls.layers == 0:
+            return 0.0, 0.0, 0.0
+        dense, mhc = self._gemm_mhc(every, math.ceil(rows / self.par.dp))  # the straggler's DP group
+        share, experts = self._experts(rows)
+        scale = self._f_total / mt.covered_flops_per_token
+        return dense, cls.moe_layers * share * experts * scale, mhc
+
+    def _class_s(self, every: bool, rows: int) -> float:
+        """Sum of `_class_parts`, memoised by (class, rows)."""
         key = (every, rows)
-        v = self._pass_cache.get(key)
+        v = self._class_cache.get(key)
         if v is None:
-            mt, par = self.mt, self.par
-            cls = mt.every if every else mt.tail
-            if rows <= 0 or cls.layers == 0:
-                v = (0.0, 0.0, 0.0)
-            else:
-                m = math.ceil(rows / par.dp)  # rows per DP group (the straggler's share)
-                dense = sum(count * sum(c.at(m) for c in curves) for curves, count in cls.dense)
-                dense = (dense + cls.layers * mt.wo_a.at(m)) / par.tp
-                e, k = self.arith.routed_experts, self.arith.top_k
-                touched = e * (1.0 - (1.0 - k / e) ** rows)  # kernels.md §6.2 [C], uniform routing
-                groups, per_expert = touched / par.ep, rows * k / touched
-                # fewer local experts than the fewest measured (6): the time shrinks with the experts
-                g0 = mt.moe_gate_up.outer[0]
-                share, groups = min(1.0, groups / g0), max(groups, g0)
-                experts = (
-                    cls.moe_layers
-                    * share
-                    * (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert))
-                )
-                scale = self._f_total / mt.covered_flops_per_token
-                v = (dense * scale, experts * scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
-            self._pass_cache[key] = v
+            v = self._class_cache[key] = sum(self._class_parts(every, rows))
         return v
 
     def _pass_s(self, every_rows: int, tail_rows: int) -> float:
         """Seconds of the non-attention kernels of a step whose every-token layers see `every_rows`
         rows and whose decoder-tail layers see `tail_rows` (equal in decode)."""
-        return sum(self._class_parts(True, every_rows)) + sum(self._class_parts(False, tail_rows))
+        return self._class_s(True, every_rows) + self._class_s(False, tail_rows)
 
     def _attn_curve(self, batch_size: int) -> Curve:
         """Summed attention-side time of a decode step over the mean context (piecewise linear)."""
@@ -347,10 +371,22 @@ class CalibratedTiming(RooflineTiming):
         """Measured seconds per attention + indexer FLOP of a prefill chunk on one GPU."""
         mt = self.mt
         end = context_tokens + new_tokens
-        na, ni = mt.prefill_attn_layers, mt.prefill_index_layers
-        t = na * mt.mla_prefill.at(new_tokens) + ni * mt.index_prefill.at(new_tokens, end)
-        f = na * mt.mla_prefill_flops.at(new_tokens) + ni * mt.index_prefill_flops.at(new_tokens, end)
+        ni = mt.prefill_index_layers
+        mla_s, mla_flops = self._mla_prefill(new_tokens)
+        t = mla_s + ni * mt.index_prefill.at(new_tokens, end)
+        f = mla_flops + ni * mt.index_prefill_flops.at(new_tokens, end)
         return t / f
+
+    def _mla_prefill(self, new_tokens: int) -> tuple[float, float]:
+        """(seconds, FLOPs) of the sparse MLA prefill layers for a chunk of `new_tokens`, memoised
+        (chunk sizes repeat and are bounded by the step's token budget)."""
+        v = self._mla_cache.get(new_tokens)
+        if v is None:
+            mt = self.mt
+            na = mt.prefill_attn_layers
+            v = (na * mt.mla_prefill.at(new_tokens), na * mt.mla_prefill_flops.at(new_tokens))
+            self._mla_cache[new_tokens] = v
+        return v
 
     # --- the interface ---
 

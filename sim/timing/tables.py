@@ -25,9 +25,9 @@ with size, so the extrapolation over-estimates rather than flatters.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,12 +234,17 @@ LOGLOG = "loglog"
 LINEAR = "linear"
 
 
-def _between(x0: float, x1: float, y0: float, y1: float, x: float, mode: str) -> float:
-    """Value at x in [x0, x1] on the segment through (x0, y0), (x1, y1)."""
-    if mode == LOGLOG:
-        t = math.log(x / x0) / math.log(x1 / x0)
-        return y0 * (y1 / y0) ** t
-    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+def _step(x0: float, x1: float, loglog: bool) -> float:
+    """Width of [x0, x1] in the axis' interpolation coordinate (log x or x); fixed per segment, so
+    curves and grids compute it once."""
+    return math.log(x1 / x0) if loglog else x1 - x0
+
+
+def _between(x0: float, step: float, y0: float, y1: float, x: float, loglog: bool) -> float:
+    """Value at x in [x0, x1] on the segment through (x0, y0), (x1, y1); step = _step(x0, x1)."""
+    if loglog:
+        return y0 * (y1 / y0) ** (math.log(x / x0) / step)
+    return y0 + (y1 - y0) * (x - x0) / step
 
 
 def _beyond(xs: Sequence[float], ys: Sequence[float], x: float, mode: str) -> float:
@@ -263,6 +268,9 @@ class Curve:
     # per piece (below the first point, each segment, above the last): (start x, value, slope)
     # of the linear form, for closed-form sums; filled after the checks
     _pieces: tuple[tuple[float, float, float], ...] = field(init=False, repr=False, compare=False)
+    # per segment: (x0, _step, y0, y1) for `at`, and the mode as a flag (lookups are the hot path)
+    _segments: tuple[tuple[float, float, float, float], ...] = field(init=False, repr=False, compare=False)
+    _loglog: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.xs or len(self.xs) != len(self.ys):
@@ -278,28 +286,37 @@ class Curve:
         pieces += [(xs[i], ys[i], (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(len(xs) - 1)]
         pieces.append((xs[-1], ys[-1], max(0.0, pieces[-1][2]) if len(xs) > 1 else 0.0))
         object.__setattr__(self, "_pieces", tuple(pieces))
+        loglog = self.mode == LOGLOG
+        segments = tuple(
+            (xs[i], _step(xs[i], xs[i + 1], loglog), ys[i], ys[i + 1]) for i in range(len(xs) - 1)
+        )
+        object.__setattr__(self, "_segments", segments)
+        object.__setattr__(self, "_loglog", loglog)
 
     def at(self, x: float) -> float:
-        xs, ys = self.xs, self.ys
+        xs = self.xs
         if x <= xs[0]:
-            return ys[0]
+            return self.ys[0]
         if x >= xs[-1]:
-            return _beyond(xs, ys, x, self.mode) if x > xs[-1] else ys[-1]
-        i = bisect.bisect_right(xs, x) - 1
-        return _between(xs[i], xs[i + 1], ys[i], ys[i + 1], x, self.mode)
+            return _beyond(xs, self.ys, x, self.mode) if x > xs[-1] else self.ys[-1]
+        x0, step, y0, y1 = self._segments[bisect_right(xs, x) - 1]
+        # _between inlined: the simulator's most frequent lookup
+        if self._loglog:
+            return y0 * (y1 / y0) ** (math.log(x / x0) / step)
+        return y0 + (y1 - y0) * (x - x0) / step
 
     def sum_along(self, x0: float, dx: float, n: int) -> float:
         """sum over k in [0, n) of at(x0 + dx k), in closed form per piece (linear curves, dx >= 0):
         the clamp below the first point, each segment, and the continuation above the last."""
-        if self.mode != LINEAR:
+        if self._loglog:
             raise ValueError("closed-form sums need a linear curve")
         if n <= 0:
             return 0.0
         if dx <= 0.0:
             return n * self.at(x0)
         xs, pieces = self.xs, self._pieces
-        first = bisect.bisect_right(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
-        last = bisect.bisect_right(xs, x0 + dx * (n - 1))
+        first = bisect_right(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
+        last = bisect_right(xs, x0 + dx * (n - 1))
         total, ka = 0.0, 0
         for p in range(first, last + 1):
             kb = n if p == last else min(n, max(0, math.ceil((xs[p] - x0) / dx)))  # first k in piece p + 1
@@ -319,23 +336,31 @@ class Grid:
     outer: tuple[float, ...]
     inner: tuple[Curve, ...]
     mode: str = LINEAR  # along the outer axis
+    _steps: tuple[float, ...] = field(init=False, repr=False, compare=False)  # _step per outer segment
+    _loglog: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        Curve(self.outer, tuple(1.0 for _ in self.outer), self.mode)  # same checks on the outer points
+        xs = self.outer
+        Curve(xs, tuple(1.0 for _ in xs), self.mode)  # same checks on the outer points
+        loglog = self.mode == LOGLOG
+        object.__setattr__(
+            self, "_steps", tuple(_step(a, b, loglog) for a, b in zip(xs, xs[1:], strict=False))
+        )
+        object.__setattr__(self, "_loglog", loglog)
 
     def at(self, outer: float, inner: float) -> float:
-        xs = self.outer
+        xs, curves = self.outer, self.inner
         if outer <= xs[0]:
-            return self.inner[0].at(inner)
+            return curves[0].at(inner)
         if outer >= xs[-1]:
-            last = self.inner[-1].at(inner)
+            last = curves[-1].at(inner)
             if outer == xs[-1]:
                 return last
-            ys = (self.inner[-2].at(inner), last) if len(xs) > 1 else (last,)
+            ys = (curves[-2].at(inner), last) if len(xs) > 1 else (last,)
             return _beyond(xs[-len(ys) :], ys, outer, self.mode)
-        i = bisect.bisect_right(xs, outer) - 1
+        i = bisect_right(xs, outer) - 1
         return _between(
-            xs[i], xs[i + 1], self.inner[i].at(inner), self.inner[i + 1].at(inner), outer, self.mode
+            xs[i], self._steps[i], curves[i].at(inner), curves[i + 1].at(inner), outer, self._loglog
         )
 
 
