@@ -1,6 +1,7 @@
 """The simulator's compiled core: the event-loop modules, compiled to C by mypyc at install time.
 
-The discrete-event core (engines, links, cache tiers, routing, arrivals) runs a few hundred
+The discrete-event core (engines, links, cache tiers, routing, arrivals, and the interpolation
+that answers the timing questions) runs a few hundred
 Python operations per simulated request; compiled by mypyc (part of mypy, from the same typed
 sources) it runs about twice as fast, which is what lets a 10M-request two-week replay finish in
 minutes on one core. The sources stay the reference: they run unchanged as plain Python, and a
@@ -40,6 +41,7 @@ COMPILED = (
     "sim.sched.arrivals",
     "sim.sched.batcher",
     "sim.sched.router",
+    "sim.timing.interp",
 )
 PURE_ENV = "SIM_PURE_PYTHON"
 _ROOT = Path(__file__).resolve().parent.parent  # the folder that holds the `sim` package

@@ -17,12 +17,12 @@ exact functions take 0.1-0.3 ms per call).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sim import model as m
+from sim.timing.interp import LinearTable, QuadraticTable
 
 _FINE_STEP = 128  # tokens between knots below _FINE_END
 _FINE_END = 1 << 16
@@ -50,90 +50,6 @@ def _prefill_grid() -> np.ndarray:
     mid = np.arange(4096, 16384 + 1, 256, dtype=np.int64)
     upper = np.arange(16384, _FINE_END + 1, 2048, dtype=np.int64)
     return np.unique(np.concatenate([small, low, mid, upper, _coarse()]))
-
-
-class LinearTable:
-    """Piecewise-linear interpolation of two components over one knot vector (plain floats:
-    numpy scalars would cost ten times more per lookup)."""
-
-    __slots__ = ("xs", "_rows")
-
-    def __init__(self, xs: np.ndarray, cols: list[np.ndarray]) -> None:
-        if len(cols) != 2:
-            raise ValueError("LinearTable holds exactly two components")
-        x = xs.astype(np.float64)
-        self.xs = [float(v) for v in x]
-        rows = []
-        for i in range(len(x)):
-            j = min(i, len(x) - 2)
-            dx = x[j + 1] - x[j]
-            rows.append(
-                tuple(
-                    float(v)
-                    for v in (
-                        cols[0][i],
-                        (cols[0][j + 1] - cols[0][j]) / dx,
-                        cols[1][i],
-                        (cols[1][j + 1] - cols[1][j]) / dx,
-                    )
-                )
-            )
-        self._rows = rows
-
-    def at(self, x: float) -> tuple[float, float]:
-        xs = self.xs
-        i = bisect_right(xs, x) - 1
-        if i < 0:
-            i = 0
-        a0, s0, a1, s1 = self._rows[i]
-        t = x - xs[i]
-        return a0 + s0 * t, a1 + s1 * t
-
-
-class QuadraticTable:
-    """Piecewise-quadratic interpolation of three components (through knots i, i+1, i+2 on
-    [x_i, x_{i+1}])."""
-
-    __slots__ = ("xs", "_coef", "_last")
-
-    def __init__(self, xs: np.ndarray, cols: list[np.ndarray]) -> None:
-        if len(cols) != 3:
-            raise ValueError("QuadraticTable holds exactly three components")
-        x = [float(v) for v in xs]
-        self.xs = x
-        n = len(x)
-        coef = []
-        for i in range(n - 1):
-            j = min(i, n - 3)
-            x0, x1, x2 = x[j], x[j + 1], x[j + 2]
-            row = []
-            for c in cols:
-                y0, y1, y2 = float(c[j]), float(c[j + 1]), float(c[j + 2])
-                # Newton form around x0, expanded about the segment start x_i for accuracy
-                d1 = (y1 - y0) / (x1 - x0)
-                d2 = ((y2 - y1) / (x2 - x1) - d1) / (x2 - x0)
-                xi = x[i]
-                # p(x) = y0 + d1 (x - x0) + d2 (x - x0)(x - x1); write as A + B t + C t^2 with t = x - xi
-                a = y0 + d1 * (xi - x0) + d2 * (xi - x0) * (xi - x1)
-                b = d1 + d2 * ((xi - x0) + (xi - x1))
-                row.extend((a, b, d2))
-            coef.append(tuple(row))
-        self._coef = coef
-        self._last = len(coef) - 1
-
-    def at(self, x: float) -> tuple[float, float, float]:
-        xs = self.xs
-        # token positions come as ints: a float bisects the float knots twice as fast, and
-        # x - xs[i] rounds the int to the same double either way (positions < 2^53)
-        x = float(x)
-        i = bisect_right(xs, x) - 1
-        if i < 0:
-            i = 0
-        elif i > self._last:
-            i = self._last
-        t = x - xs[i]
-        a0, b0, c0, a1, b1, c1, a2, b2, c2 = self._coef[i]
-        return a0 + t * (b0 + t * c0), a1 + t * (b1 + t * c1), a2 + t * (b2 + t * c2)
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,9 @@ from dataclasses import dataclass, replace
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.timing.base import PrefillChunk
+from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, span_end, span_s
 from sim.timing.roofline import Efficiency, RooflineTiming
 from sim.timing.tables import (
-    LINEAR,
-    LOGLOG,
-    Curve,
-    Grid,
     KernelRow,
     KernelTables,
     best_of,
@@ -419,35 +416,13 @@ class CalibratedTiming(RooflineTiming):
         if steps <= 0:
             return 0.0
         curve = self._attn_curve(batch_size)
-        return steps * self._fixed(batch_size) + curve.sum_along(t0 / batch_size, s0 / batch_size, steps)
+        return span_s(curve, self._fixed(batch_size), t0 / batch_size, s0 / batch_size, steps)
 
     def decode_step_end(
         self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
     ) -> tuple[int, float]:
-        """(k + 1, span of k + 1 steps) for the largest k whose span fits in `elapsed_s`: steps never
-        get shorter within a span, so k lies between elapsed / (its last step) and elapsed / (its
-        first step); a binary search over that narrow bracket finds it."""
-        fixed, curve = self._fixed(batch_size), self._attn_curve(batch_size)
-        x0, dx = t0 / batch_size, s0 / batch_size
-
-        def span(k: int) -> float:
-            return k * fixed + curve.sum_along(x0, dx, k)
-
-        if elapsed_s <= 0.0:
-            return 1, span(1)
-        hi = int(elapsed_s / (fixed + curve.at(x0))) + 1
-        lo = min(hi - 1, int(elapsed_s / (fixed + curve.at(x0 + dx * hi))))
-        while span(hi) <= elapsed_s:  # guards for a measured curve that dips between knots
-            lo, hi = hi, 2 * hi
-        while lo > 0 and span(lo) > elapsed_s:
-            lo //= 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if span(mid) <= elapsed_s:
-                lo = mid
-            else:
-                hi = mid
-        return lo + 1, span(lo + 1)
+        curve = self._attn_curve(batch_size)
+        return span_end(curve, self._fixed(batch_size), t0 / batch_size, s0 / batch_size, elapsed_s)
 
     def decode_breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Seconds per component of a decode step at one context (for `sim calibrate show`)."""

@@ -1,5 +1,6 @@
 """Measured kernel tables (`hwprofiles/<gpu>/kernels_bench_results.csv`, written by kernels_bench):
-loading with validation, and the interpolation the calibrated timing reads them through.
+loading with validation, and the curves and grids (sim.timing.interp) the calibrated timing
+reads them through.
 
 Loading. The tidy CSV is read once per timing build (never at import): leading `# key: value`
 lines are the provenance, then one row per kernel x shape (columns: kernels_bench/report.py).
@@ -27,14 +28,14 @@ from __future__ import annotations
 
 import csv
 import math
-from bisect import bisect_right
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
+from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
 
 TABLE_FILE = "kernels_bench_results.csv"
 
@@ -228,140 +229,7 @@ def _parse_row(raw: dict, path: Path, line: int) -> KernelRow | None:
     )
 
 
-# --- interpolation ---
-
-LOGLOG = "loglog"
-LINEAR = "linear"
-
-
-def _step(x0: float, x1: float, loglog: bool) -> float:
-    """Width of [x0, x1] in the axis' interpolation coordinate (log x or x); fixed per segment, so
-    curves and grids compute it once."""
-    return math.log(x1 / x0) if loglog else x1 - x0
-
-
-def _between(x0: float, step: float, y0: float, y1: float, x: float, loglog: bool) -> float:
-    """Value at x in [x0, x1] on the segment through (x0, y0), (x1, y1); step = _step(x0, x1)."""
-    if loglog:
-        return y0 * (y1 / y0) ** (math.log(x / x0) / step)
-    return y0 + (y1 - y0) * (x - x0) / step
-
-
-def _beyond(xs: Sequence[float], ys: Sequence[float], x: float, mode: str) -> float:
-    """Value at x above the last point: proportional to x (loglog) or the last segment continued
-    with a slope >= 0 (linear)."""
-    if mode == LOGLOG:
-        return ys[-1] * x / xs[-1]
-    if len(xs) < 2:
-        return ys[-1]
-    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
-    return ys[-1] + slope * (x - xs[-1])
-
-
-@dataclass(frozen=True)
-class Curve:
-    """t(x) through measured points (xs strictly increasing; ys > 0 on a loglog axis)."""
-
-    xs: tuple[float, ...]
-    ys: tuple[float, ...]
-    mode: str = LOGLOG
-    # per piece (below the first point, each segment, above the last): (start x, value, slope)
-    # of the linear form, for closed-form sums; filled after the checks
-    _pieces: tuple[tuple[float, float, float], ...] = field(init=False, repr=False, compare=False)
-    # per segment: (x0, _step, y0, y1) for `at`, and the mode as a flag (lookups are the hot path)
-    _segments: tuple[tuple[float, float, float, float], ...] = field(init=False, repr=False, compare=False)
-    _loglog: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.xs or len(self.xs) != len(self.ys):
-            raise ValueError("a curve needs as many values as points, at least one")
-        if any(b <= a for a, b in zip(self.xs, self.xs[1:], strict=False)):
-            raise ValueError(f"curve points must increase strictly: {self.xs}")
-        if self.mode == LOGLOG and (self.xs[0] <= 0.0 or min(self.ys) <= 0.0):
-            raise ValueError("a loglog curve needs positive points and values")
-        if self.mode not in (LOGLOG, LINEAR):
-            raise ValueError(f"unknown interpolation mode {self.mode!r}")
-        xs, ys = self.xs, self.ys
-        pieces = [(xs[0], ys[0], 0.0)]
-        pieces += [(xs[i], ys[i], (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(len(xs) - 1)]
-        pieces.append((xs[-1], ys[-1], max(0.0, pieces[-1][2]) if len(xs) > 1 else 0.0))
-        object.__setattr__(self, "_pieces", tuple(pieces))
-        loglog = self.mode == LOGLOG
-        segments = tuple(
-            (xs[i], _step(xs[i], xs[i + 1], loglog), ys[i], ys[i + 1]) for i in range(len(xs) - 1)
-        )
-        object.__setattr__(self, "_segments", segments)
-        object.__setattr__(self, "_loglog", loglog)
-
-    def at(self, x: float) -> float:
-        xs = self.xs
-        if x <= xs[0]:
-            return self.ys[0]
-        if x >= xs[-1]:
-            return _beyond(xs, self.ys, x, self.mode) if x > xs[-1] else self.ys[-1]
-        x0, step, y0, y1 = self._segments[bisect_right(xs, x) - 1]
-        # _between inlined: the simulator's most frequent lookup
-        if self._loglog:
-            return y0 * (y1 / y0) ** (math.log(x / x0) / step)
-        return y0 + (y1 - y0) * (x - x0) / step
-
-    def sum_along(self, x0: float, dx: float, n: int) -> float:
-        """sum over k in [0, n) of at(x0 + dx k), in closed form per piece (linear curves, dx >= 0):
-        the clamp below the first point, each segment, and the continuation above the last."""
-        if self._loglog:
-            raise ValueError("closed-form sums need a linear curve")
-        if n <= 0:
-            return 0.0
-        if dx <= 0.0:
-            return n * self.at(x0)
-        xs, pieces = self.xs, self._pieces
-        first = bisect_right(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
-        last = bisect_right(xs, x0 + dx * (n - 1))
-        total, ka = 0.0, 0
-        for p in range(first, last + 1):
-            kb = n if p == last else min(n, max(0, math.ceil((xs[p] - x0) / dx)))  # first k in piece p + 1
-            if kb > ka:
-                start, value, slope = pieces[p]
-                m = kb - ka
-                total += m * (value + slope * (x0 - start)) + slope * dx * (ka + kb - 1) * m / 2.0
-                ka = kb
-        return total
-
-
-@dataclass(frozen=True)
-class Grid:
-    """t(outer, inner) on a ragged grid: each outer point carries its own inner `Curve` (e.g. the
-    batch sizes measured at one context); the outer axis interpolates their values at `inner`."""
-
-    outer: tuple[float, ...]
-    inner: tuple[Curve, ...]
-    mode: str = LINEAR  # along the outer axis
-    _steps: tuple[float, ...] = field(init=False, repr=False, compare=False)  # _step per outer segment
-    _loglog: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        xs = self.outer
-        Curve(xs, tuple(1.0 for _ in xs), self.mode)  # same checks on the outer points
-        loglog = self.mode == LOGLOG
-        object.__setattr__(
-            self, "_steps", tuple(_step(a, b, loglog) for a, b in zip(xs, xs[1:], strict=False))
-        )
-        object.__setattr__(self, "_loglog", loglog)
-
-    def at(self, outer: float, inner: float) -> float:
-        xs, curves = self.outer, self.inner
-        if outer <= xs[0]:
-            return curves[0].at(inner)
-        if outer >= xs[-1]:
-            last = curves[-1].at(inner)
-            if outer == xs[-1]:
-                return last
-            ys = (curves[-2].at(inner), last) if len(xs) > 1 else (last,)
-            return _beyond(xs[-len(ys) :], ys, outer, self.mode)
-        i = bisect_right(xs, outer) - 1
-        return _between(
-            xs[i], self._steps[i], curves[i].at(inner), curves[i + 1].at(inner), outer, self._loglog
-        )
+# --- building curves and grids from rows ---
 
 
 def _coordinate(r: KernelRow, x) -> float | None:

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.errors import InputError
-from sim.timing.tables import LINEAR, LOGLOG, Curve, curve_of, grid_of, load_tables, table_path
+from sim.timing.interp import LINEAR, LOGLOG, Curve
+from sim.timing.tables import curve_of, grid_of, load_tables, table_path
 
 # --- loading ---
 

@@ -1,0 +1,253 @@
+"""Piecewise interpolation for the timing models: `Curve` (one axis) and `Grid` (two axes on a
+possibly ragged grid) over measured kernel times (sim.timing.tables builds them from rows, whose
+module doc gives the rules per axis), and `LinearTable` / `QuadraticTable` over the model
+arithmetic (sim.timing.arith).
+
+Only arithmetic on floats and tuples lives here, with nothing to import but `math` and `bisect`:
+it answers most of the simulator's timing questions, so it is part of the compiled core
+(sim/native.py).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+LOGLOG = "loglog"
+LINEAR = "linear"
+
+
+def _step(x0: float, x1: float, loglog: bool) -> float:
+    """Width of [x0, x1] in the axis' interpolation coordinate (log x or x); fixed per segment, so
+    curves and grids compute it once."""
+    return math.log(x1 / x0) if loglog else x1 - x0
+
+
+def _between(x0: float, step: float, y0: float, y1: float, x: float, loglog: bool) -> float:
+    """Value at x in [x0, x1] on the segment through (x0, y0), (x1, y1); step = _step(x0, x1)."""
+    if loglog:
+        return y0 * (y1 / y0) ** (math.log(x / x0) / step)
+    return y0 + (y1 - y0) * (x - x0) / step
+
+
+def _beyond(xs: Sequence[float], ys: Sequence[float], x: float, mode: str) -> float:
+    """Value at x above the last point: proportional to x (loglog) or the last segment continued
+    with a slope >= 0 (linear)."""
+    if mode == LOGLOG:
+        return ys[-1] * x / xs[-1]
+    if len(xs) < 2:
+        return ys[-1]
+    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+    return ys[-1] + slope * (x - xs[-1])
+
+
+class Curve:
+    """t(x) through measured points (xs strictly increasing; ys > 0 on a loglog axis). Immutable
+    by convention: built once per timing model, read millions of times."""
+
+    def __init__(self, xs: tuple[float, ...], ys: tuple[float, ...], mode: str = LOGLOG) -> None:
+        if not xs or len(xs) != len(ys):
+            raise ValueError("a curve needs as many values as points, at least one")
+        if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
+            raise ValueError(f"curve points must increase strictly: {xs}")
+        if mode == LOGLOG and (xs[0] <= 0.0 or min(ys) <= 0.0):
+            raise ValueError("a loglog curve needs positive points and values")
+        if mode not in (LOGLOG, LINEAR):
+            raise ValueError(f"unknown interpolation mode {mode!r}")
+        self.xs = tuple(float(x) for x in xs)
+        self.ys = tuple(float(y) for y in ys)
+        self.mode = mode
+        xs, ys = self.xs, self.ys
+        # per piece (below the first point, each segment, above the last): (start x, value,
+        # slope) of the linear form, for closed-form sums
+        pieces = [(xs[0], ys[0], 0.0)]
+        pieces += [(xs[i], ys[i], (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(len(xs) - 1)]
+        pieces.append((xs[-1], ys[-1], max(0.0, pieces[-1][2]) if len(xs) > 1 else 0.0))
+        self._pieces = tuple(pieces)
+        # per segment: (x0, _step, y0, y1) for `at`, and the mode as a flag (lookups are the hot path)
+        self._loglog = mode == LOGLOG
+        self._segments = tuple(
+            (xs[i], _step(xs[i], xs[i + 1], self._loglog), ys[i], ys[i + 1]) for i in range(len(xs) - 1)
+        )
+
+    def __repr__(self) -> str:
+        return f"Curve(xs={self.xs}, ys={self.ys}, mode={self.mode!r})"
+
+    def at(self, x: float) -> float:
+        xs = self.xs
+        if x <= xs[0]:
+            return self.ys[0]
+        if x >= xs[-1]:
+            return _beyond(xs, self.ys, x, self.mode) if x > xs[-1] else self.ys[-1]
+        x0, step, y0, y1 = self._segments[bisect_right(xs, x) - 1]
+        return _between(x0, step, y0, y1, x, self._loglog)
+
+    def sum_along(self, x0: float, dx: float, n: int) -> float:
+        """sum over k in [0, n) of at(x0 + dx k), in closed form per piece (linear curves, dx >= 0):
+        the clamp below the first point, each segment, and the continuation above the last."""
+        if self._loglog:
+            raise ValueError("closed-form sums need a linear curve")
+        if n <= 0:
+            return 0.0
+        if dx <= 0.0:
+            return n * self.at(x0)
+        xs, pieces = self.xs, self._pieces
+        first = bisect_right(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
+        last = bisect_right(xs, x0 + dx * (n - 1))
+        total, ka = 0.0, 0
+        for p in range(first, last + 1):
+            kb = n if p == last else min(n, max(0, math.ceil((xs[p] - x0) / dx)))  # first k in piece p + 1
+            if kb > ka:
+                start, value, slope = pieces[p]
+                m = kb - ka
+                total += m * (value + slope * (x0 - start)) + slope * dx * (ka + kb - 1) * m / 2.0
+                ka = kb
+        return total
+
+
+class Grid:
+    """t(outer, inner) on a ragged grid: each outer point carries its own inner `Curve` (e.g. the
+    batch sizes measured at one context); the outer axis interpolates their values at `inner`."""
+
+    def __init__(self, outer: tuple[float, ...], inner: tuple[Curve, ...], mode: str = LINEAR) -> None:
+        Curve(outer, tuple(1.0 for _ in outer), mode)  # same checks on the outer points
+        if len(inner) != len(outer):
+            raise ValueError("a grid needs one inner curve per outer point")
+        self.outer = tuple(float(x) for x in outer)
+        self.inner = inner
+        self.mode = mode  # along the outer axis
+        self._loglog = mode == LOGLOG
+        xs = self.outer
+        self._steps = tuple(_step(a, b, self._loglog) for a, b in zip(xs, xs[1:], strict=False))
+
+    def __repr__(self) -> str:
+        return f"Grid(outer={self.outer}, mode={self.mode!r})"
+
+    def at(self, outer: float, inner: float) -> float:
+        xs, curves = self.outer, self.inner
+        if outer <= xs[0]:
+            return curves[0].at(inner)
+        if outer >= xs[-1]:
+            last = curves[-1].at(inner)
+            if outer == xs[-1]:
+                return last
+            ys = (curves[-2].at(inner), last) if len(xs) > 1 else (last,)
+            return _beyond(xs[-len(ys) :], ys, outer, self.mode)
+        i = bisect_right(xs, outer) - 1
+        return _between(
+            xs[i], self._steps[i], curves[i].at(inner), curves[i + 1].at(inner), outer, self._loglog
+        )
+
+
+def span_s(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int) -> float:
+    """Seconds of `steps` decode steps of `fixed_s + curve.at(x)` with x = x0, x0 + dx, ... (a
+    span of fixed membership: the mean context grows by dx a step; `curve` is linear)."""
+    return steps * fixed_s + curve.sum_along(x0, dx, steps)
+
+
+def span_end(curve: Curve, fixed_s: float, x0: float, dx: float, elapsed_s: float) -> tuple[int, float]:
+    """(k + 1, span_s of k + 1 steps) for the largest k whose span fits in `elapsed_s`: where the
+    step in progress `elapsed_s` into a span ends. Steps never get shorter within a span, so k
+    lies between elapsed / (its last step) and elapsed / (its first step); a binary search over
+    that narrow bracket finds it."""
+    if elapsed_s <= 0.0:
+        return 1, span_s(curve, fixed_s, x0, dx, 1)
+    hi = int(elapsed_s / (fixed_s + curve.at(x0))) + 1
+    lo = min(hi - 1, int(elapsed_s / (fixed_s + curve.at(x0 + dx * hi))))
+    while span_s(curve, fixed_s, x0, dx, hi) <= elapsed_s:  # guards for a curve that dips between knots
+        lo, hi = hi, 2 * hi
+    while lo > 0 and span_s(curve, fixed_s, x0, dx, lo) > elapsed_s:
+        lo //= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if span_s(curve, fixed_s, x0, dx, mid) <= elapsed_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo + 1, span_s(curve, fixed_s, x0, dx, lo + 1)
+
+
+class LinearTable:
+    """Piecewise-linear interpolation of two components over one knot vector (plain floats:
+    numpy scalars would cost ten times more per lookup)."""
+
+    __slots__ = ("xs", "_rows")
+
+    def __init__(self, xs: Any, cols: list[Any]) -> None:
+        if len(cols) != 2:
+            raise ValueError("LinearTable holds exactly two components")
+        x = [float(v) for v in xs]
+        self.xs = x
+        rows: list[tuple[float, ...]] = []
+        for i in range(len(x)):
+            j = min(i, len(x) - 2)
+            dx = x[j + 1] - x[j]
+            rows.append(
+                tuple(
+                    float(v)
+                    for v in (
+                        cols[0][i],
+                        (cols[0][j + 1] - cols[0][j]) / dx,
+                        cols[1][i],
+                        (cols[1][j + 1] - cols[1][j]) / dx,
+                    )
+                )
+            )
+        self._rows = rows
+
+    def at(self, x: float) -> tuple[float, float]:
+        xs = self.xs
+        i = bisect_right(xs, x) - 1
+        if i < 0:
+            i = 0
+        a0, s0, a1, s1 = self._rows[i]
+        t = x - xs[i]
+        return a0 + s0 * t, a1 + s1 * t
+
+
+class QuadraticTable:
+    """Piecewise-quadratic interpolation of three components (through knots i, i+1, i+2 on
+    [x_i, x_{i+1}])."""
+
+    __slots__ = ("xs", "_coef", "_last")
+
+    def __init__(self, xs: Any, cols: list[Any]) -> None:
+        if len(cols) != 3:
+            raise ValueError("QuadraticTable holds exactly three components")
+        x = [float(v) for v in xs]
+        self.xs = x
+        n = len(x)
+        coef: list[tuple[float, ...]] = []
+        for i in range(n - 1):
+            j = min(i, n - 3)
+            x0, x1, x2 = x[j], x[j + 1], x[j + 2]
+            row: list[float] = []
+            for c in cols:
+                y0, y1, y2 = float(c[j]), float(c[j + 1]), float(c[j + 2])
+                # Newton form around x0, expanded about the segment start x_i for accuracy
+                d1 = (y1 - y0) / (x1 - x0)
+                d2 = ((y2 - y1) / (x2 - x1) - d1) / (x2 - x0)
+                xi = x[i]
+                # p(x) = y0 + d1 (x - x0) + d2 (x - x0)(x - x1); write as A + B t + C t^2 with t = x - xi
+                a = y0 + d1 * (xi - x0) + d2 * (xi - x0) * (xi - x1)
+                b = d1 + d2 * ((xi - x0) + (xi - x1))
+                row.extend((a, b, d2))
+            coef.append(tuple(row))
+        self._coef = coef
+        self._last = len(coef) - 1
+
+    def at(self, x: float) -> tuple[float, float, float]:
+        xs = self.xs
+        # token positions come as ints: a float bisects the float knots twice as fast, and
+        # x - xs[i] rounds the int to the same double either way (positions < 2^53)
+        x = float(x)
+        i = bisect_right(xs, x) - 1
+        if i < 0:
+            i = 0
+        elif i > self._last:
+            i = self._last
+        t = x - xs[i]
+        a0, b0, c0, a1, b1, c1, a2, b2, c2 = self._coef[i]
+        return a0 + t * (b0 + t * c0), a1 + t * (b1 + t * c1), a2 + t * (b2 + t * c2)
