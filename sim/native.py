@@ -41,7 +41,10 @@ COMPILED = (
     "sim.sched.arrivals",
     "sim.sched.batcher",
     "sim.sched.router",
+    "sim.timing.calibrated",
+    "sim.timing.comm",
     "sim.timing.interp",
+    "sim.timing.roofline",
 )
 PURE_ENV = "SIM_PURE_PYTHON"
 _ROOT = Path(__file__).resolve().parent.parent  # the folder that holds the `sim` package

@@ -56,12 +56,13 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.timing.base import PrefillChunk
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, span_end, span_s
-from sim.timing.roofline import Efficiency, RooflineTiming
+from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
@@ -118,9 +119,17 @@ def layer_projections(layer) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _shape(row: KernelRow, column: str) -> float:
+    """A shape column the row's kernel must have (an InputError naming it when the table lacks it)."""
+    value = getattr(row, column)
+    if value is None:
+        raise InputError(f"kernel row lacks {column}", where=f"{row.kernel} {row.model} {row.layer_kind}")
+    return float(value)
+
+
 def _gemm_flops_per_token(row: KernelRow, groups: float = 1.0) -> float:
     """FLOPs per token row of a GEMM row's shape (N x K, through `groups` blocks)."""
-    return 2.0 * row.n * row.k * groups
+    return 2.0 * _shape(row, "n") * _shape(row, "k") * groups
 
 
 @dataclass(frozen=True)
@@ -220,11 +229,16 @@ def model_tables(tables: KernelTables, spec) -> ModelTables:
     if not mhc_rows:
         tables.need("mHC", family="mhc", model=key)
 
+    # float sums start at 0.0 (the same values as from 0): the compiled core keeps ints and floats apart
     covered = sum(
-        count * sum(_gemm_flops_per_token(dense_rows(n)[0]) for n in names) for names, count in sets.items()
+        (
+            count * sum((_gemm_flops_per_token(dense_rows(n)[0]) for n in names), 0.0)
+            for names, count in sets.items()
+        ),
+        0.0,
     )
     covered += spec.n_layers * _gemm_flops_per_token(
-        wo_a_rows[0], wo_a_rows[0].groups
+        wo_a_rows[0], _shape(wo_a_rows[0], "groups")
     )  # every token, all groups
     covered += (
         moe_layers * spec.moe.top_k * (_gemm_flops_per_token(gate_up[0]) + _gemm_flops_per_token(down[0]))
@@ -234,7 +248,7 @@ def model_tables(tables: KernelTables, spec) -> ModelTables:
     idx = tables.need("indexer prefill", family="indexer", kernel="indexer_prefill", model=key)
 
     def end(r: KernelRow) -> float:
-        return r.context_tokens + r.chunk_tokens
+        return _shape(r, "context_tokens") + _shape(r, "chunk_tokens")
 
     return ModelTables(
         pipelines=pipelines,
@@ -271,9 +285,30 @@ class CalibratedTiming(RooflineTiming):
 
     name = "calibrated"
 
-    def __init__(self, arith, hw, par, eff: Efficiency, tables: KernelTables, **kwargs) -> None:
+    def __init__(
+        self,
+        arith: Any,
+        hw: HwRates,
+        par: Parallelism,
+        eff: Efficiency,
+        tables: KernelTables,
+        *,
+        accepted_tokens_per_step: float = 1.0,
+        draft_tokens: int = 0,
+        engram_in_dram: bool = False,
+        vision_on_instance: bool = True,
+    ) -> None:
         # the measured kernels include their launch costs: no separate per-step overhead
-        super().__init__(arith, hw, par, replace(eff, step_overhead_s=0.0), **kwargs)
+        super().__init__(
+            arith,
+            hw,
+            par,
+            replace(eff, step_overhead_s=0.0),
+            accepted_tokens_per_step=accepted_tokens_per_step,
+            draft_tokens=draft_tokens,
+            engram_in_dram=engram_in_dram,
+            vision_on_instance=vision_on_instance,
+        )
         self.tables = tables
         self.mt = model_tables(tables, arith.spec)
         self._f_total = arith.dense_flops_per_token
@@ -296,7 +331,7 @@ class CalibratedTiming(RooflineTiming):
         if v is None:
             mt = self.mt
             cls = mt.every if every else mt.tail
-            dense = sum(count * sum(c.at(m) for c in curves) for curves, count in cls.dense)
+            dense = sum((count * sum((c.at(m) for c in curves), 0.0) for curves, count in cls.dense), 0.0)
             dense = (dense + cls.layers * mt.wo_a.at(m)) / self.par.tp
             scale = self._f_total / mt.covered_flops_per_token
             v = (dense * scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
@@ -336,7 +371,7 @@ class CalibratedTiming(RooflineTiming):
         key = (every, rows)
         v = self._class_cache.get(key)
         if v is None:
-            v = self._class_cache[key] = sum(self._class_parts(every, rows))
+            v = self._class_cache[key] = sum(self._class_parts(every, rows), 0.0)
         return v
 
     def _pass_s(self, every_rows: int, tail_rows: int) -> float:
@@ -351,7 +386,9 @@ class CalibratedTiming(RooflineTiming):
             b = math.ceil(batch_size / self.par.dp) * self.verified_tokens_per_step
             grids = self.mt.pipelines.values()
             knots = sorted({x for grid, _n in grids for x in grid.outer})
-            v = Curve(tuple(knots), tuple(sum(n * g.at(x, b) for g, n in grids) for x in knots), LINEAR)
+            v = Curve(
+                tuple(knots), tuple(sum((n * g.at(x, b) for g, n in grids), 0.0) for x in knots), LINEAR
+            )
             self._attn_cache[batch_size] = v
         return v
 
@@ -483,8 +520,8 @@ def measured_efficiency(ctx, tables: KernelTables) -> dict[str, float]:
     decode = [ratio(b * ctx.par.dp, context, ()) for b, context in FALLBACK_DECODE_POINTS]
     prefill = [ratio(0, 0.0, [(t, c, True, 0, 0)]) for t, c in FALLBACK_PREFILL_POINTS]
     return {
-        "decode": math.exp(sum(map(math.log, decode)) / len(decode)),
-        "prefill": math.exp(sum(map(math.log, prefill)) / len(prefill)),
+        "decode": math.exp(sum(map(math.log, decode), 0.0) / len(decode)),
+        "prefill": math.exp(sum(map(math.log, prefill), 0.0) / len(prefill)),
     }
 
 

@@ -22,6 +22,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from sim.timing.base import PrefillChunk
 from sim.timing.comm import moe_alltoall_s, tp_allreduce_s
@@ -70,6 +73,7 @@ class Parallelism:
     dp: int
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py); variants may extend it
 class RooflineTiming:
     """`TimingModel` from model arithmetic (`sim.timing.arith.ModelArith`) and peak rates."""
 
@@ -77,7 +81,7 @@ class RooflineTiming:
 
     def __init__(
         self,
-        arith,
+        arith: Any,
         hw: HwRates,
         par: Parallelism,
         eff: Efficiency,
@@ -275,7 +279,7 @@ def _split(c0: float, c1: float, m0: float, m1: float) -> tuple[float, float, fl
     p = -d0 / d1
     if p > 1e15:  # the lines cross beyond any span: one line wins throughout
         return (c0, c1, c0, c1, math.inf) if d0 >= 0.0 else (m0, m1, m0, m1, math.inf)
-    p = math.ceil(p) if p > 0.0 else 0
+    p = float(math.ceil(p)) if p > 0.0 else 0.0  # a whole step (exact as a float below 1e15)
     if d1 > 0.0:  # compute wins from p on
         return m0, m1, c0, c1, p
     return c0, c1, m0, m1, p
@@ -316,12 +320,12 @@ def _steps_within(
     if k > p:  # past the switch: continue on the second line from p
         used = p * (u0 + added) + u1 * (p - 1) * p / 2.0
         k = p + _first_steps(w0 + w1 * p + added, w1, elapsed_s - used)
-    k = int(k) if k > 0.0 else 0
-    while k > 0 and _span(u0, u1, w0, w1, p, added, k) > elapsed_s:
-        k -= 1
-    while _span(u0, u1, w0, w1, p, added, k + 1) <= elapsed_s:
-        k += 1
-    return k
+    steps = int(k) if k > 0.0 else 0
+    while steps > 0 and _span(u0, u1, w0, w1, p, added, steps) > elapsed_s:
+        steps -= 1
+    while _span(u0, u1, w0, w1, p, added, steps + 1) <= elapsed_s:
+        steps += 1
+    return steps
 
 
 def _sum_max_lines(c0: float, c1: float, m0: float, m1: float, steps: int) -> float:
