@@ -36,6 +36,7 @@ COMPILED = (
     "sim.cluster.link",
     "sim.cluster.request",
     "sim.kvcache.lookup",
+    "sim.kvcache.policies",
     "sim.kvcache.store",
     "sim.kvcache.tiers",
     "sim.sched.arrivals",

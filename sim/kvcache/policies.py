@@ -15,7 +15,6 @@ holds `kv_replication` copies of each byte.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -37,12 +36,12 @@ class CachePolicy:
     ssd_retention_s: float  # guaranteed retention; evicting earlier is counted as a violation
     ssd_ttl_s: float  # dropped after this long without use
 
-    @cached_property
+    @property
     def seq_state_bytes(self) -> float:
         """Fixed per-sequence state beside the global KV (SWA ring + compressor partial groups)."""
         return self.swa_state_bytes + self.compressor_state_bytes
 
-    @cached_property
+    @property
     def persisted_state_bytes(self) -> float:
         """State bytes saved with a persisted prefix (V4: all of it; V4.1: none, SWA is pooled)."""
         return self.seq_state_bytes if self.swa_persisted_with_prefix else 0.0

@@ -17,12 +17,13 @@ exact functions take 0.1-0.3 ms per call).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sim import model as m
-from sim.timing.interp import LinearTable, QuadraticTable
+from sim.timing.interp import LinearTable, QuadraticTable, chunk_parts
 
 _FINE_STEP = 128  # tokens between knots below _FINE_END
 _FINE_END = 1 << 16
@@ -82,17 +83,7 @@ class ModelArith:
         self, new_tokens: int, context_tokens: int, last_chunk: bool
     ) -> tuple[float, float, float]:
         """(GEMM FLOPs, attention+index FLOPs, KV bytes written) of one chunk."""
-        end = context_tokens + new_tokens
-        every = self.prefill_every.at
-        e0, e1, e2 = every(end)
-        s0, s1, s2 = every(context_tokens)
-        d, a, kv = e0 - s0, e1 - s1, e2 - s2
-        if last_chunk:
-            t0, t1, t2 = self.prefill_tail.at(end)
-            d += t0
-            a += t1
-            kv += t2
-        return d, a, kv
+        return chunk_parts(self.prefill_every, self.prefill_tail, new_tokens, context_tokens, last_chunk)
 
     def expert_bytes_touched(self, rows: int) -> float:
         """Routed-expert bytes a step of `rows` rows reads, all MoE layers (uniform routing)."""
@@ -109,6 +100,7 @@ class ModelArith:
         return image_count * m.vision_flops_per_image(self.spec, per)
 
 
+@functools.cache  # a pure function of the spec files; the planner builds the same model many times
 def build_arith(
     model_name: str, *, prefill_mode: str | None = None, kv_layout: str | None = None
 ) -> ModelArith:

@@ -61,7 +61,7 @@ from typing import Any
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.timing.base import PrefillChunk
-from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, span_end, span_s
+from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.tables import (
     KernelRow,
@@ -435,7 +435,7 @@ class CalibratedTiming(RooflineTiming):
         decode_rows = batch_size * self.verified_tokens_per_step
         every_rows = tail_rows = decode_rows
         for new, ctx, last, img, img_count in prefill:
-            _dense, attn_flops, _kv = a.prefill_parts(new, ctx, last)
+            _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
             attn += attn_flops / self.par.gpus * self.prefill_attention_s_per_flop(new, ctx)
             if img and self.vision_on_instance:
                 attn += a.vision_flops(img, img_count) / self._attn_rate_prefill

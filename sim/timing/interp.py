@@ -251,3 +251,21 @@ class QuadraticTable:
         t = x - xs[i]
         a0, b0, c0, a1, b1, c1, a2, b2, c2 = self._coef[i]
         return a0 + t * (b0 + t * c0), a1 + t * (b1 + t * c1), a2 + t * (b2 + t * c2)
+
+
+def chunk_parts(
+    every: QuadraticTable, tail: QuadraticTable, new_tokens: int, context_tokens: int, last_chunk: bool
+) -> tuple[float, float, float]:
+    """(GEMM FLOPs, attention+index FLOPs, KV bytes written) of a prefill chunk of `new_tokens`
+    after `context_tokens`: G(end) - G(start) on the every-token layers (`every`), plus the
+    decoder tail T(end) on the request's last chunk (`tail`); sim.timing.arith builds both."""
+    end = context_tokens + new_tokens
+    e0, e1, e2 = every.at(end)
+    s0, s1, s2 = every.at(context_tokens)
+    d, a, kv = e0 - s0, e1 - s1, e2 - s2
+    if last_chunk:
+        t0, t1, t2 = tail.at(end)
+        d += t0
+        a += t1
+        kv += t2
+    return d, a, kv

@@ -28,6 +28,7 @@ from mypy_extensions import mypyc_attr
 
 from sim.timing.base import PrefillChunk
 from sim.timing.comm import moe_alltoall_s, tp_allreduce_s
+from sim.timing.interp import QuadraticTable, chunk_parts
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class RooflineTiming:
                 f"accepted tokens per step {accepted_tokens_per_step} must lie in [1, 1 + draft tokens {draft_tokens}]"
             )
         self.arith = arith
+        # the chunk cost tables, typed, for the compiled prefill path (ModelArith.prefill_parts)
+        self._prefill_every: QuadraticTable = arith.prefill_every
+        self._prefill_tail: QuadraticTable = arith.prefill_tail
         self.hw = hw
         self.par = par
         self.eff = eff
@@ -209,7 +213,7 @@ class RooflineTiming:
         else:
             compute = kv_bytes = 0.0
         for new, ctx, last, img, img_count in prefill:
-            dense, attn, kv = a.prefill_parts(new, ctx, last)
+            dense, attn, kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
             compute += dense / self._dense_rate_prefill + attn / self._attn_rate_prefill
             if img and self.vision_on_instance:
                 compute += a.vision_flops(img, img_count) / self._attn_rate_prefill
