@@ -5,11 +5,13 @@ H200 cluster. The figure is for one core: the simulator is single-threaded."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import resource
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Annotated
 
@@ -118,13 +120,24 @@ BENCH_SCENARIO = {
 }
 
 
+def _timed_run(scenario_path: str, out_dir: str, model: str) -> tuple[float, dict, str]:
+    """One timed `sim run` in this process: (wall seconds, the model's summary, the core used)."""
+    scn = load_scenario(scenario_path)
+    build_arith(model)  # model tables: a fixed start-up cost (memoised), not per request
+    started = time.perf_counter()
+    result = run_scenario(scn, out_dir=out_dir)
+    wall = time.perf_counter() - started
+    return wall, result.summary["models"][model], native.describe()
+
+
 def run_bench(
     requests: int, seed: int = 0, model: str = "deepseek-v4.1-flash", timing: str = "auto", repeat: int = 1
 ) -> dict:
     """Generate the trace (untimed), then time `sim run` of `requests` requests of one model
     with the `timing` model (`auto`: what `sim run` picks for the H200: calibrated where its
-    tables exist), `repeat` times on the same trace. Shared machines are noisy: the median and
-    the best of several runs say more than one."""
+    tables exist), `repeat` times on the same trace, each run in a fresh process one after the
+    other (a run in a process that already ran one starts from a fragmented heap and is slower).
+    Shared machines are noisy: the median and the best of several runs say more than one."""
     walls = []
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         folder = Path(tmp)
@@ -132,15 +145,16 @@ def run_bench(
         scenario = {**BENCH_SCENARIO, "models": [model], "seed": seed, "timing": {"model": timing}}
         scenario["workload"] = {**scenario["workload"], "max_requests": requests}
         (folder / "bench.yaml").write_text(yaml.safe_dump(scenario))
-        scn = load_scenario(folder / "bench.yaml")
-        build_arith(model)  # model tables: a fixed start-up cost (memoised), not per request
-        for run in range(repeat):
-            started = time.perf_counter()
-            result = run_scenario(scn, out_dir=folder / f"out{run}")
-            walls.append(time.perf_counter() - started)
-    summary = result.summary["models"][model]
+        load_scenario(folder / "bench.yaml")  # a bad scenario fails here, not in a worker
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn, max_tasks_per_child=1) as pool:
+            for run in range(repeat):
+                wall, summary, core = pool.submit(
+                    _timed_run, str(folder / "bench.yaml"), str(folder / f"out{run}"), model
+                ).result()
+                walls.append(wall)
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest run; KiB on Linux
     done = summary["requests_arrived_incl_warmup"]
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     wall = statistics.median(walls)
     return {
         "requests": done,
@@ -154,7 +168,7 @@ def run_bench(
         "simulated_s": summary["window_s"],
         "peak_rss_bytes": rss,
         "python": sys.version.split()[0],
-        "core": native.describe(),
+        "core": core,
     }
 
 
