@@ -314,8 +314,9 @@ class CalibratedTiming(RooflineTiming):
         self._f_total = arith.dense_flops_per_token
         # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
         self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
-        self._class_cache: dict[tuple[bool, int], float] = {}
-        self._gemm_mhc_cache: dict[tuple[bool, int], tuple[float, float]] = {}
+        # per class of layers (every-token, decoder tail): int keys hash faster than (class, rows)
+        self._class_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        self._gemm_mhc_cache: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
         self._experts_cache: dict[int, tuple[float, float]] = {}
         self._mla_cache: dict[int, tuple[float, float]] = {}
         self._fixed_cache: dict[int, float] = {}
@@ -326,8 +327,8 @@ class CalibratedTiming(RooflineTiming):
     def _gemm_mhc(self, every: bool, m: int) -> tuple[float, float]:
         """(dense GEMMs scaled for the work the tables lack, mHC) seconds of one class of layers at
         `m` rows per DP group: memoised by m, which takes far fewer values than the rows."""
-        key = (every, m)
-        v = self._gemm_mhc_cache.get(key)
+        cache = self._gemm_mhc_cache[0 if every else 1]
+        v = cache.get(m)
         if v is None:
             mt = self.mt
             cls = mt.every if every else mt.tail
@@ -335,7 +336,7 @@ class CalibratedTiming(RooflineTiming):
             dense = (dense + cls.layers * mt.wo_a.at(m)) / self.par.tp
             scale = self._f_total / mt.covered_flops_per_token
             v = (dense * scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
-            self._gemm_mhc_cache[key] = v
+            cache[m] = v
         return v
 
     def _experts(self, rows: int) -> tuple[float, float]:
@@ -368,10 +369,10 @@ class CalibratedTiming(RooflineTiming):
 
     def _class_s(self, every: bool, rows: int) -> float:
         """Sum of `_class_parts`, memoised by (class, rows)."""
-        key = (every, rows)
-        v = self._class_cache.get(key)
+        cache = self._class_cache[0 if every else 1]
+        v = cache.get(rows)
         if v is None:
-            v = self._class_cache[key] = sum(self._class_parts(every, rows), 0.0)
+            v = cache[rows] = sum(self._class_parts(every, rows), 0.0)
         return v
 
     def _pass_s(self, every_rows: int, tail_rows: int) -> float:

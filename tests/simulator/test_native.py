@@ -65,3 +65,17 @@ def test_a_source_newer_than_its_build_runs_from_source(tmp_path, monkeypatch):
     monkeypatch.setenv(native.PURE_ENV, "1")
     os.utime(src, (1_000, 1_000))
     assert native.core_state() == ("source", f"{native.PURE_ENV}=1")
+
+
+def test_request_logged_fields_are_the_recorder_columns_in_order():
+    from operator import attrgetter
+
+    from sim.cluster.request import LOGGED_FIELDS
+    from sim.metrics.recorder import _COLUMNS
+
+    from .objects import request
+
+    assert tuple(_COLUMNS) == LOGGED_FIELDS
+    req = request(900, 1000)
+    req.hit_tier, req.finish_s, req.decode_instance = "dram", 12.5, 3
+    assert list(map(repr, req.logged())) == list(map(repr, attrgetter(*LOGGED_FIELDS)(req)))  # NaN-safe
