@@ -310,7 +310,8 @@ class CalibratedTiming(RooflineTiming):
             vision_on_instance=vision_on_instance,
         )
         self.tables = tables
-        self.mt = model_tables(tables, arith.spec)
+        spec = arith.spec
+        self.mt: ModelTables = tables.derived(("model_tables", spec.name), lambda: model_tables(tables, spec))
         self._f_total = arith.dense_flops_per_token
         # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
         self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)

@@ -27,10 +27,12 @@ with size, so the extrapolation over-estimates rather than flatters.
 from __future__ import annotations
 
 import csv
+import functools
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sim import units
 from sim.errors import InputError
@@ -94,6 +96,15 @@ class KernelTables:
     provenance: tuple[tuple[str, str], ...]
     rows: tuple[KernelRow, ...]
     dropped: int  # rows without a usable time (failed checks, timing-only controls)
+    # what callers derive from these rows, built once per key (sim.timing.calibrated: one model's
+    # curves and grids); the rows never change, so neither does what is derived from them
+    _derived: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def derived(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """`build()` the first time `key` is asked for, the same object after that."""
+        if key not in self._derived:
+            self._derived[key] = build()
+        return self._derived[key]
 
     def select(self, **equal: str) -> list[KernelRow]:
         """Rows whose text columns equal the given values (e.g. family="pipeline", model="V4")."""
@@ -137,8 +148,19 @@ def has_tables(hw_profile) -> bool:
 
 
 def load_tables(path: Path) -> KernelTables:
-    """Read and validate one table file (see the module doc)."""
+    """Read and validate one table file (see the module doc); a file read before and unchanged
+    since (same modification time) is not read again: every timing model built in a process (two
+    per pool set, many in a plan) shares its tables."""
     path = Path(path)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = None  # not cached: reading it raises the InputError
+    return _load_tables(path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tables(path: Path, _stamp: int | None) -> KernelTables:
     try:
         text = path.read_text()
     except OSError as err:
