@@ -1,7 +1,7 @@
 """Builds the simulator's compiled core (sim/native.py says what and why) with mypyc.
 
 Everything else about the package is in pyproject.toml. `SIM_PURE_PYTHON=1 pip install -e .`
-skips the compilation (the sources run as they are, about half as fast)."""
+skips the compilation (the sources run as they are, 2-3x slower)."""
 
 import os
 import runpy
