@@ -54,7 +54,7 @@ class Instance:
         role: str,
         node: int,
         gpus: int,
-        timing: Any,
+        timing: Any,  # a sim.timing.base.TimingModel: any implementation, compiled or not, plugs in
         store: KVStore,
         *,
         budget_tokens: int,
