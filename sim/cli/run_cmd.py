@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from sim import units
+from sim import native, units
 from sim.api import check_outputs_dir, run_scenario
 from sim.config.scenario import load_scenario
 
@@ -86,7 +86,7 @@ def run(
     console.print(cost_table(result.summary))
     console.print(
         f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet); "
-        f"wall {time.perf_counter() - started:.1f} s"
+        f"wall {time.perf_counter() - started:.1f} s, simulator core {native.describe()}"
     )
 
 
