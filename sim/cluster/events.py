@@ -4,13 +4,13 @@ Plain callbacks (not a process per request) keep the cost of an event to one hea
 function call; state lives in the objects whose methods are called back (style.md §6). A
 wake-up goes straight onto the SimPy environment's queue, so it is ordered with SimPy's own
 events (the sampler's and the loader's timeouts) by time, then priority, then insertion. It is a
-`Wakeup`, not a `simpy.events.Event`: it carries only what SimPy's loop reads of an event
-(`callbacks`, `_ok`, `_value`), because millions are made per run. A caller that may change its
-mind passes a token as `value` and ignores stale wake-ups. Hot paths read the clock as
-`env._now` (the `now` property costs a call each time).
+`Wakeup`, not a `simpy.events.Event`: a callback and a value, no more, because millions are
+made per run. A caller that may change its mind passes a token as `value` and ignores stale
+wake-ups. Hot paths read the clock as `env._now` (the `now` property costs a call each time).
 
 `run_until` is SimPy's `Environment.run(until=event)` with its loop in this (compiled) module:
-the same steps in the same order, without a Python-level `step()` call per event.
+the same steps in the same order for SimPy's events, wake-ups called directly, without a
+Python-level `step()` call per event.
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ from simpy.events import NORMAL
 
 
 class Wakeup:
-    """A scheduled call of `fn(self)`; `_value` is the caller's token or argument. `callbacks`
-    and `_ok` are what SimPy's own `step()` reads of an event (tests drive links with `env.run()`)."""
+    """A scheduled call of `fn(self)`; `_value` is the caller's token or argument. Only
+    `run_until` processes these (SimPy's own `step()` does not know them)."""
 
     def __init__(self, fn: Callable[[Any], None], value: Any) -> None:
         self.fn = fn
-        self.callbacks: list[Callable[[Any], None]] | None = [fn]
         self._value = value
-        self._ok = True
 
 
 def call_at(env: Any, time_s: float, fn: Callable[[Any], None], value: Any = None) -> Wakeup:
@@ -49,16 +47,18 @@ def call_after(env: Any, delay_s: float, fn: Callable[[Any], None], value: Any =
     return ev
 
 
-def run_until(env: Any, until: Any) -> None:
+def run_until(env: Any, until: Any = None) -> None:
     """Process events until `until` (a SimPy event) has been processed, as
-    `env.run(until=until)` does; an event that failed unhandled is raised, as SimPy does."""
+    `env.run(until=until)` does, or with no `until` until none is left, as `env.run()` does;
+    an event that failed unhandled is raised, as SimPy does."""
     queue = env._queue
-    while until.callbacks is not None:
+    while until is None or until.callbacks is not None:
         if not queue:
+            if until is None:
+                return
             raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
         env._now, _prio, _eid, event = heappop(queue)
-        if isinstance(event, Wakeup):  # ours: one callback, never fails; read natively
-            event.callbacks = None
+        if isinstance(event, Wakeup):  # ours: one callback, never fails; called natively
             event.fn(event)
             continue
         callbacks = event.callbacks

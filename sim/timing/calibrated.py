@@ -298,7 +298,10 @@ class CalibratedTiming(RooflineTiming):
         engram_in_dram: bool = False,
         vision_on_instance: bool = True,
     ) -> None:
-        # the measured kernels include their launch costs: no separate per-step overhead
+        # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
+        # passes a forwarded **kwargs to the compiled base constructor as one positional dict
+        # ("float object expected; got dict"). The measured kernels include their launch
+        # costs: no separate per-step overhead.
         super().__init__(
             arith,
             hw,

@@ -3,6 +3,7 @@
 import pytest
 import simpy
 
+from sim.cluster.events import run_until
 from sim.cluster.link import FifoLink, SharedLink
 
 
@@ -18,7 +19,7 @@ def _run(jobs, bw=100.0, latency=0.0):
 
     for at, nbytes, name in jobs:
         env.process(start(at, nbytes, name))
-    env.run()
+    run_until(env)
     return done, link
 
 
@@ -42,7 +43,7 @@ def test_equal_jobs_finish_together_in_submission_order():
     link = SharedLink(env, "l", 10.0)
     for name in ("x", "y", "z"):
         link.submit(10.0, lambda n: order.append((n, env.now)), name)
-    env.run()
+    run_until(env)
     assert [n for n, _ in order] == ["x", "y", "z"]
     assert all(t == pytest.approx(3.0) for _, t in order)
 
