@@ -110,8 +110,9 @@ def _families(rows) -> list[dict]:
     ]
 
 
-def _contexts(profile, model: str):
-    """TimingContexts of one 8-GPU instance (TP 1, EP = DP = GPUs per node), built as a run builds them."""
+def _contexts(profile, model: str, stack: str = "production"):
+    """TimingContext of one 8-GPU instance (TP 1, EP = DP = GPUs per node) with one kernel stack,
+    built as a run builds it."""
     from sim.cluster.build import efficiency, hw_rates
     from sim.config.timing import Timing
     from sim.timing.arith import build_arith
@@ -125,18 +126,18 @@ def _contexts(profile, model: str):
     eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
     g = profile.gpus_per_node
     par = Parallelism(gpus=g, tp=1, ep=g, dp=g)
-    return TimingContext(
-        model, arith, profile, hw_rates(profile, timing.scale_out_latency_s), par, eff, 1.0, 0, False, True
-    )
+    rates = hw_rates(profile, timing.scale_out_latency_s)
+    return TimingContext(model, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack)
 
 
-def _composed(profile) -> dict:
+def _composed(profile, stack: str) -> dict:
+    """Decode and prefill steps of one kernel stack at the fixed points, next to the roofline."""
     from sim.timing.calibrated import build_calibrated, measured_efficiency
     from sim.timing.factory import make_timing
 
     decode, prefill, fallback = [], [], {}
     for model in MODELS:
-        ctx = _contexts(profile, model)
+        ctx = _contexts(profile, model, stack)
         cal = build_calibrated(ctx)
         roof = make_timing("roofline", ctx)
         fallback[model] = measured_efficiency(ctx, cal.tables)
@@ -180,6 +181,64 @@ def _composed(profile) -> dict:
     }
 
 
+SHAPE_COLUMNS = ("batch", "context_tokens", "chunk_tokens", "rows", "n", "k", "groups")
+
+
+def _side_by_side(ours, prod, every_row: bool) -> list[dict]:
+    """Rows of the production stack that are not ours, each next to our fastest row of the same
+    operation and shape (any format or variant; None where we did not time that shape)."""
+    from sim.timing.stacks import op_of
+
+    def key(r) -> tuple:
+        return (op_of(r), *(getattr(r, c) for c in SHAPE_COLUMNS if c != "batch"))
+
+    mine: dict[tuple, float] = {}
+    for r in ours.rows:
+        mine[key(r)] = min(mine.get(key(r), r.median_s), r.median_s)
+    own_rows = set(ours.rows)
+    out = []
+    for r in prod.rows:
+        if r in own_rows or not (every_row or _is_key_shape(r)):
+            continue
+        own = mine.get(key(r))
+        out.append(
+            {
+                "family": r.family,
+                "kernel": r.kernel,
+                "model": r.model,
+                "layer_kind": r.layer_kind,
+                "fmt": r.fmt,
+                "shape": {c: getattr(r, c) for c in SHAPE_COLUMNS if getattr(r, c) is not None},
+                "production_impl": r.impl,
+                "production_source": r.package,
+                "production_us": r.median_s * 1e6,
+                "kernels_bench_us": own * 1e6 if own else None,
+                "speedup": own / r.median_s if own else None,
+            }
+        )
+    return out
+
+
+def _stacks(key: str, profile, every_row: bool) -> dict:
+    """Both kernel stacks: where each operation's rows come from, and their composed steps."""
+    from dataclasses import asdict
+
+    from sim.timing.stacks import STACKS, load_stack
+
+    out = {}
+    for stack in STACKS:
+        tables = load_stack(key, stack)
+        out[stack] = {
+            "file": str(tables.path),
+            "provenance": dict(tables.provenance),
+            "sources": [asdict(s) for s in tables.sources],
+            "composed": _composed(profile, stack) if profile is not None else None,
+        }
+    ours, prod = load_stack(key, "kernels_bench"), load_stack(key, "production")
+    out["production"]["kernels"] = _side_by_side(ours, prod, every_row)
+    return out
+
+
 def _tokens(x: float) -> str:
     x = int(x)
     if x >= K * K and x % (K * K) == 0:
@@ -210,10 +269,12 @@ def show_cmd(
 ) -> None:
     """The measured kernel table of GPU: median, roofline floor, efficiency = floor / measured,
     achieved rates; the composed decode and prefill step times, calibrated vs roofline."""
+    from sim.timing.stacks import DEFAULT_STACK
     from sim.timing.tables import load_tables, table_path
 
     key, profile = _resolve(gpu)
     tables = load_tables(table_path(key))
+    stacks = _stacks(key, profile, as_json or all_rows)
     data = {
         "gpu": key,
         "file": str(tables.path),
@@ -222,7 +283,9 @@ def show_cmd(
         "rows_dropped": tables.dropped,
         "families": _families(tables.rows),
         "kernels": [_row_json(r) for r in tables.rows if as_json or all_rows or _is_key_shape(r)],
-        "composed": _composed(profile) if profile is not None else None,
+        "default_stack": DEFAULT_STACK,
+        "stacks": stacks,
+        "composed": stacks[DEFAULT_STACK]["composed"],
     }
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -281,17 +344,22 @@ def _print(data: dict) -> None:
             f"{r['achieved_TBps']:,.2f}",
         )
     console.print(rows)
+    _print_stacks(console, data)
     comp = data["composed"]
     if comp is None:
         return
+    other = data["stacks"]["kernels_bench"]["composed"]
     inst = comp["instance"]
     where = f"{inst['hardware']}, {inst['gpus']} GPUs, TP {inst['tp']} / EP {inst['ep']} / DP {inst['dp']}"
-    dec = Table(title=f"Decode step, calibrated vs roofline ({where})")
+    dec = Table(
+        title=f"Decode step, calibrated ({data['default_stack']} stack, parts) vs kernels_bench vs roofline ({where})"
+    )
     for col in (
         "model",
         "batch",
         "context",
         "calibrated ms",
+        "kernels_bench ms",
         "roofline ms",
         "ratio",
         "attention",
@@ -301,27 +369,39 @@ def _print(data: dict) -> None:
         "comm",
     ):
         dec.add_column(col, justify="left" if col == "model" else "right")
-    for d in comp["decode"]:
+    for d, o in zip(comp["decode"], other["decode"], strict=True):
         p = d["calibrated_parts"]
         dec.add_row(
             d["model"],
             str(d["batch"]),
             _tokens(d["context_tokens"]),
             f"{d['calibrated_ms']:.2f}",
+            f"{o['calibrated_ms']:.2f}",
             f"{d['roofline_ms']:.2f}",
             f"{d['ratio']:.2f}",
             *(f"{p[k]:.2f}" for k in ("attention_ms", "dense_gemm_ms", "moe_gemm_ms", "mhc_ms", "comm_ms")),
         )
     console.print(dec)
-    pre = Table(title=f"Prefill chunk (one request, last chunk), calibrated vs roofline ({where})")
-    for col in ("model", "chunk", "context before", "calibrated ms", "roofline ms", "ratio"):
+    pre = Table(
+        title=f"Prefill chunk (one request, last chunk), calibrated vs kernels_bench vs roofline ({where})"
+    )
+    for col in (
+        "model",
+        "chunk",
+        "context before",
+        "calibrated ms",
+        "kernels_bench ms",
+        "roofline ms",
+        "ratio",
+    ):
         pre.add_column(col, justify="left" if col == "model" else "right")
-    for d in comp["prefill"]:
+    for d, o in zip(comp["prefill"], other["prefill"], strict=True):
         pre.add_row(
             d["model"],
             _tokens(d["chunk_tokens"]),
             _tokens(d["context_tokens"]),
             f"{d['calibrated_ms']:.2f}",
+            f"{o['calibrated_ms']:.2f}",
             f"{d['roofline_ms']:.2f}",
             f"{d['ratio']:.2f}",
         )
@@ -334,3 +414,51 @@ def _print(data: dict) -> None:
         "Measured efficiency (calibrated steps vs the datasheet roofline) that `auto` gives the roofline on GPUs "
         f"without tables: {fb}"
     )
+
+
+def _print_stacks(console: Console, data: dict) -> None:
+    """Where the production stack's operations come from, and its kernels next to ours."""
+    prod = data["stacks"]["production"]
+    src = Table(title=f"Production stack: where each operation comes from ({prod['file']})")
+    for col in ("family", "kernel", "model", "kind", "origin", "impl", "note"):
+        src.add_column(col)
+    for s in prod["sources"]:
+        if s["origin"] != "kernels_bench" or s["family"] in (
+            "attention",
+            "mhc",
+            "gemm_dense",
+            "gemm_grouped",
+        ):
+            src.add_row(
+                s["family"], s["kernel"], s["model"], s["layer_kind"], s["origin"], s["impl"], s["note"]
+            )
+    console.print(src)
+    if not prod["kernels"]:
+        return
+    side = Table(title="Production kernels next to ours at key shapes (--all for every row)")
+    for col in (
+        "family",
+        "kernel",
+        "model",
+        "kind",
+        "shape",
+        "production",
+        "production µs",
+        "ours µs",
+        "speed-up",
+    ):
+        side.add_column(col, justify="right" if col.endswith(("µs", "up")) else "left")
+    for r in prod["kernels"]:
+        own = r["kernels_bench_us"]
+        side.add_row(
+            r["family"],
+            r["kernel"],
+            r["model"],
+            r["layer_kind"],
+            _shape_text(r["shape"]),
+            r["production_impl"],
+            f"{r['production_us']:,.1f}",
+            "—" if own is None else f"{own:,.1f}",
+            "—" if own is None else f"{r['speedup']:.2f}x",
+        )
+    console.print(side)

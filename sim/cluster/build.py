@@ -217,6 +217,7 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
             draft_tokens=draft,
             engram_in_dram=engram_in_dram,
             vision_on_instance=True,
+            kernels=scn.timing.kernels,
         )
         timing = make_timing(scn.timing.model, ctx)
         node_timing.extend([timing] * pool.nodes)

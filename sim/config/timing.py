@@ -27,6 +27,11 @@ class Timing(StrictModel):
     model: Literal["auto", "roofline", "calibrated"] = Field(
         "auto", description="auto: measured kernel tables where they exist, roofline elsewhere"
     )
+    kernels: Literal["production", "kernels_bench"] = Field(
+        "production",
+        description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
+        "vLLM/SGLang run them, ours where production has none) or kernels_bench (the project's own kernels)",
+    )  # sim.timing.stacks: the composition rules; `sim calibrate show h200` shows both
     efficiency: Efficiency = Field(default_factory=Efficiency)
     kernel_overhead_s: float = Field(
         2e-6, ge=0, description="fixed cost per kernel launch inside a CUDA graph"

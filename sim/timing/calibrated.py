@@ -63,6 +63,7 @@ from sim.model.modes import on_every_prompt_token
 from sim.timing.base import PrefillChunk
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
+from sim.timing.stacks import load_stack
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
@@ -71,7 +72,6 @@ from sim.timing.tables import (
     gpu_key,
     grid_of,
     has_tables,
-    load_tables,
     table_path,
 )
 
@@ -538,7 +538,7 @@ def fallback_context(ctx):
     path = table_path(REFERENCE_GPU)
     if not path.is_file() or ctx.arith.spec.name not in MODEL_KEYS:
         return ctx
-    frac = measured_efficiency(ctx, load_tables(path))
+    frac = measured_efficiency(ctx, load_stack(REFERENCE_GPU, ctx.kernels))
     eff = replace(
         ctx.eff,
         mfu_decode=frac["decode"],
@@ -550,8 +550,8 @@ def fallback_context(ctx):
 
 
 def build_calibrated(ctx) -> CalibratedTiming:
-    """The factory's builder: the tables of the context's GPU."""
-    tables = load_tables(table_path(gpu_key(ctx.hw_profile)))
+    """The factory's builder: the tables of the context's GPU, of its kernel stack."""
+    tables = load_stack(gpu_key(ctx.hw_profile), ctx.kernels)
     return CalibratedTiming(ctx.arith, ctx.hw, ctx.par, ctx.eff, tables, **_timing_kwargs(ctx))
 
 

@@ -41,6 +41,7 @@ class TimingContext:
     draft_tokens: int
     engram_in_dram: bool
     vision_on_instance: bool
+    kernels: str = "production"  # kernel stack of the calibrated timing (sim.timing.stacks)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ _NUMBER_COLUMNS = (
     "compute_ceiling_TFLOPs",
 )
 REQUIRED_COLUMNS = (*_TEXT_COLUMNS, *_NUMBER_COLUMNS, "check_passed")
+PACKAGE_COLUMNS = ("package", "package_version")  # optional: production tables (sim.timing.stacks)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class KernelRow:
     bytes: float
     floor_s: float
     compute_ceiling_TFLOPs: float | None
+    # where the row comes from: the package (and version) of a production kernel, "derived: ..."
+    # for rows the stacks compose (sim.timing.stacks), empty for kernels_bench's own kernels
+    package: str = ""
 
     @property
     def efficiency(self) -> float:
@@ -96,6 +100,9 @@ class KernelTables:
     provenance: tuple[tuple[str, str], ...]
     rows: tuple[KernelRow, ...]
     dropped: int  # rows without a usable time (failed checks, timing-only controls)
+    stack: str = "kernels_bench"  # which kernel stack the rows time (sim.timing.stacks)
+    # per kernel group of a composed stack: where its rows come from (sim.timing.stacks.Source)
+    sources: tuple = ()
     # what callers derive from these rows, built once per key (sim.timing.calibrated: one model's
     # curves and grids); the rows never change, so neither does what is derived from them
     _derived: dict = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -232,6 +239,7 @@ def _parse_row(raw: dict, path: Path, line: int) -> KernelRow | None:
             value=raw.get("median_us"),
         )
     text = {c: (raw.get(c) or "").strip() for c in _TEXT_COLUMNS}
+    package = " ".join(v for v in ((raw.get(c) or "").strip() for c in PACKAGE_COLUMNS) if v)
     if not text["family"] or not text["kernel"]:
         raise InputError("family and kernel must not be empty", file=str(path), where=f"line {line}")
     return KernelRow(
@@ -248,6 +256,7 @@ def _parse_row(raw: dict, path: Path, line: int) -> KernelRow | None:
         bytes=nums["bytes"] or 0.0,
         floor_s=(nums["floor_us"] or 0.0) * units.US,
         compute_ceiling_TFLOPs=nums["compute_ceiling_TFLOPs"],
+        package=package,
     )
 
 

@@ -30,12 +30,18 @@ def test_show_h200_json(h200_tables):
         assert sum(d["calibrated_parts"].values()) == pytest.approx(d["calibrated_ms"], rel=1e-9)
     assert all(p["calibrated_ms"] > 0 for p in comp["prefill"])
     assert set(comp["fallback_efficiency"]) == models
+    # both kernel stacks, each with composed decode and prefill steps and its sources
+    stacks = data["stacks"]
+    assert set(stacks) == {"production", "kernels_bench"} and comp == stacks["production"]["composed"]
+    for stack in stacks.values():
+        assert len(stack["composed"]["decode"]) == len(comp["decode"]) and stack["composed"]["prefill"]
+    assert {s["origin"] for s in stacks["production"]["sources"]} <= {"production", "kernels_bench", "derived"}
 
 
 def test_show_table_by_profile_id(h200_tables):
     result = CliRunner().invoke(app, ["calibrate", "show", "nvidia-h200-hgx8"])
     assert result.exit_code == 0, result.output
-    assert "Decode step, calibrated vs roofline" in result.output
+    assert "Decode step, calibrated (production stack" in result.output
 
 
 def test_unknown_gpu_lists_those_with_tables(h200_tables):

@@ -1,0 +1,226 @@
+"""Kernel stacks: which measured kernels a calibrated step is composed of (`timing.kernels`).
+
+- `kernels_bench`: the project's own kernels (`hwprofiles/<gpu>/kernels_bench_results.csv`).
+- `production` (the default): the kernels vLLM / SGLang run (FlashMLA, DeepSeek's TileLang mHC,
+  DeepGEMM, cuBLAS), measured on the same GPU by kernels_bench's production stack
+  (`hwprofiles/<gpu>/production_results.csv`, same columns plus `stack`, `package`,
+  `package_version`), composed with ours by four rules:
+  1. an operation (family, kernel, model, layer kind; for mHC the boundary, fused or not) that the
+     production table times replaces ours at every shape and format;
+  2. an operation it lacks keeps our rows, flagged `kernels_bench` (no production kernel);
+  3. V4.1 attention-side operations that production has no Hopper kernel for (the CSA2 formats,
+     FP8-528 / NVFP4-288 KV and MXFP4 index keys, are SM100-only in FlashMLA and DeepGEMM,
+     kernels.md §3.1) are our kernel scaled by the measured production / ours ratio of the same
+     kernel at V4's CSA shape (the nearest V4 shape: top-640 sparse decode, FP8 index keys) at the
+     same batch or chunk and context, flagged `derived`; likewise V4's SWA sparse decode when
+     production lacks it;
+  4. the decode-layer pipelines (indexer + top-k + sparse MLA, which kernels_bench times as one
+     unit) are recomposed at each of their measured (context, batch) points: our pipeline time,
+     minus our sparse MLA decode and indexer times at that point, plus the production (or
+     derived) ones; top-k and the glue between them stay ours (flagged in the note).
+A GPU without a production table gets the kernels_bench rows under the production name, every
+operation flagged as such (`calibrate show` says so).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sim.errors import InputError
+from sim.paths import hwprofiles_dir
+from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
+from sim.timing.tables import TABLE_FILE, KernelRow, KernelTables, load_tables
+
+STACKS = ("production", "kernels_bench")
+DEFAULT_STACK = "production"
+PRODUCTION_FILE = "production_results.csv"
+# the operation whose measured production / ours ratio stands in where production has no kernel
+REFERENCE_SHAPE = ("V4", "CSA")
+# pipeline components that production may replace: (family, kernel), and the layer kind of the
+# component per pipeline kind (V4.1's compressed layers all run the CSA2 sparse MLA kernel)
+PIPELINE_COMPONENTS = (("attention", "sparse_mla_decode"), ("indexer", "indexer_decode"))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one operation's rows in a stack come from."""
+
+    family: str
+    kernel: str
+    model: str
+    layer_kind: str
+    origin: str  # production | kernels_bench | derived
+    impl: str
+    note: str
+
+
+Op = tuple[str, str, str, str]  # (family, kernel or "boundary" for mHC, model, layer kind)
+
+
+def op_of(row: KernelRow) -> Op:
+    return (row.family, "boundary" if row.family == "mhc" else row.kernel, row.model, row.layer_kind)
+
+
+def _size(row: KernelRow) -> float:
+    """The size axis of an attention-side row: the chunk for prefill rows, else the batch."""
+    return float(row.chunk_tokens or row.batch or 1.0)
+
+
+class OpTimes:
+    """Seconds of one operation at (context, size) from its rows (the fastest row per point):
+    context linear, size log-log (sim.timing.tables' rules); one context = no context axis."""
+
+    def __init__(self, rows: Iterable[KernelRow]) -> None:
+        best: dict[tuple[float, float], float] = {}
+        for r in rows:
+            key = (float(r.context_tokens or 0.0), _size(r))
+            best[key] = min(best.get(key, r.median_s), r.median_s)
+        by_context: dict[float, dict[float, float]] = {}
+        for (ctx, size), t in best.items():
+            by_context.setdefault(ctx, {})[size] = t
+        self.contexts = tuple(sorted(by_context))
+        curves = tuple(
+            Curve(tuple(sorted(pts)), tuple(pts[s] for s in sorted(pts)), LOGLOG)
+            for pts in (by_context[c] for c in self.contexts)
+        )
+        self._grid = Grid(self.contexts, curves, LINEAR)
+
+    def at(self, context: float, size: float) -> float:
+        return self._grid.at(context, size)
+
+    def nearest_context(self, context: float) -> float:
+        return min(self.contexts, key=lambda c: abs(c - context))
+
+
+def _by_op(rows: Iterable[KernelRow]) -> dict[Op, list[KernelRow]]:
+    out: dict[Op, list[KernelRow]] = {}
+    for r in rows:
+        out.setdefault(op_of(r), []).append(r)
+    return out
+
+
+def _describe(rows: list[KernelRow]) -> tuple[str, str]:
+    impls = sorted({r.impl for r in rows})
+    packages = sorted({r.package for r in rows if r.package})
+    return "/".join(impls), ", ".join(packages)
+
+
+def _mla_kind(model: str, pipeline_kind: str) -> str:
+    return pipeline_kind if model == "V4" else "CSA2"
+
+
+def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelTables:
+    """The production stack from our table and the production table (rules in the module doc)."""
+    if prod is None:
+        sources = tuple(
+            Source(*op, "kernels_bench", _describe(rows)[0], "no production table for this GPU")
+            for op, rows in sorted(_by_op(ours.rows).items())
+        )
+        return replace(ours, stack="production", sources=sources)
+    mine, theirs = _by_op(ours.rows), _by_op(prod.rows)
+    times: dict[tuple[str, Op], OpTimes] = {}
+
+    def op_times(side: str, op: Op) -> OpTimes:
+        if (side, op) not in times:
+            times[side, op] = OpTimes((theirs if side == "production" else mine)[op])
+        return times[side, op]
+
+    def ratio(ref: Op) -> Callable[[float, float], float]:
+        """production / ours of `ref` at the same size and the production context nearest to the
+        asked one (exact where production measured that context)."""
+        p, o = op_times("production", ref), op_times("ours", ref)
+
+        def f(context: float, size: float) -> float:
+            c = p.nearest_context(context)
+            return p.at(c, size) / o.at(c, size)
+
+        return f
+
+    def swap(op: Op) -> tuple[Callable[[float, float], float], str] | None:
+        """(production / ours ratio for `op`, its origin), or None when neither production nor
+        the reference shape has it (rules 1 and 3)."""
+        if op in theirs and op in mine:
+            return ratio(op), "production"
+        ref = (op[0], op[1], *REFERENCE_SHAPE)
+        if op not in theirs and ref in theirs and ref in mine and op in mine:
+            return ratio(ref), "derived"
+        return None
+
+    rows: list[KernelRow] = []
+    sources: list[Source] = []
+    derivable = {*PIPELINE_COMPONENTS, ("attention", "sparse_mla_prefill"), ("indexer", "indexer_prefill")}
+    derived_note = f"derived: ours x production/ours of the same kernel at {'/'.join(REFERENCE_SHAPE)}"
+    for op in sorted(set(mine) | set(theirs)):
+        if op[0] == "pipeline":
+            continue
+        if op in theirs:  # rule 1
+            rows.extend(theirs[op])
+            impl, package = _describe(theirs[op])
+            sources.append(Source(*op, "production", impl, package))
+            continue
+        found = swap(op) if (op[0], op[1]) in derivable else None
+        if found is None:  # rule 2
+            rows.extend(mine[op])
+            sources.append(Source(*op, "kernels_bench", _describe(mine[op])[0], "no production kernel"))
+            continue
+        scale = found[0]  # rule 3
+        for r in mine[op]:
+            f = scale(float(r.context_tokens or 0.0), _size(r))
+            rows.append(replace(r, median_s=r.median_s * f, impl="derived", package=derived_note))
+        sources.append(Source(*op, "derived", "derived", derived_note))
+    for op, prows in sorted(mine.items()):  # rule 4
+        if op[0] != "pipeline":
+            continue
+        _family, _kernel, model, kind = op
+        parts = []
+        for cfam, ckernel in PIPELINE_COMPONENTS:
+            cop = (cfam, ckernel, model, _mla_kind(model, kind) if cfam == "attention" else kind)
+            found = swap(cop)
+            if found is not None:
+                parts.append((cop, found[0], op_times("ours", cop), found[1]))
+        if not parts:
+            rows.extend(prows)
+            sources.append(Source(*op, "kernels_bench", _describe(prows)[0], "no production component"))
+            continue
+        for r in prows:
+            ctx, size = float(r.context_tokens or 0.0), _size(r)
+            old = [o.at(ctx, size) for _c, _f, o, _origin in parts]
+            new = [t * f(ctx, size) for t, (_c, f, _o, _origin) in zip(old, parts, strict=True)]
+            t = max(r.median_s - sum(old) + sum(new), sum(new))
+            rows.append(replace(r, median_s=t, impl="derived", package="recomposed pipeline"))
+        names = ", ".join(f"{c[1]} {c[3]} ({origin})" for c, _f, _o, origin in parts)
+        note = f"ours with {names} swapped in; top-k and glue ours"
+        sources.append(Source(*op, "derived", "derived", note))
+    return KernelTables(
+        path=prod.path,
+        provenance=prod.provenance,
+        rows=tuple(rows),
+        dropped=prod.dropped,
+        stack="production",
+        sources=tuple(sources),
+    )
+
+
+def production_path(key: str) -> Path:
+    return hwprofiles_dir() / key / PRODUCTION_FILE
+
+
+def load_stack(key: str, stack: str) -> KernelTables:
+    """The tables of GPU `key` for one kernel stack (`kernels_bench` or `production`)."""
+    if stack not in STACKS:
+        raise InputError("unknown kernel stack", where="timing.kernels", value=stack, allowed=list(STACKS))
+    ours = load_tables(hwprofiles_dir() / key / TABLE_FILE)
+    if stack == "kernels_bench":
+        return ours
+    path = production_path(key)
+    prod = load_tables(path) if path.is_file() else None
+    return _composed(ours, prod)
+
+
+@functools.lru_cache(maxsize=8)
+def _composed(ours: KernelTables, prod: KernelTables | None) -> KernelTables:
+    # the loaded tables are cached per file and modification time, so this is too
+    return compose_production(ours, prod)
