@@ -26,7 +26,8 @@ from sim.cluster.events import run_until
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
 from sim.metrics.summarize import SessionStats, summarize_model
-from sim.sched.arrivals import Arrivals, iter_trace_sessions
+from sim.rng import RngStreams
+from sim.sched.arrivals import Arrivals, BenchmarkArrivals, iter_trace_sessions
 from sim.timing.arith import build_arith
 from sim.workload.io import trace_info
 
@@ -53,8 +54,11 @@ def _api_price(family: str):
     return rows[0] if rows else None
 
 
-def _trace_path(scn: Scenario, seed: int, workdir: Path) -> Path:
+def _trace_path(scn: Scenario, seed: int, workdir: Path) -> Path | None:
+    """The trace to replay (generated into `workdir` from a spec); None for a benchmark client."""
     w = scn.workload
+    if w.benchmark is not None:
+        return None
     if w.trace is not None:
         return Path(w.trace)
     from sim.workload.generator import generate_trace
@@ -79,11 +83,9 @@ def run_scenario(
     models: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="sim-run-") as tmp:
         trace = _trace_path(scn, seed, Path(tmp))
-        expected = int(trace_info(trace)["rows"])
-        if scn.workload.max_requests is not None:
-            expected = min(expected, scn.workload.max_requests)
+        expected = _expected_requests(scn, trace)
         for index, ref in enumerate(scn.models):
-            summary, written = _run_model(scn, ref, trace, out, index, expected, progress)
+            summary, written = _run_model(scn, ref, trace, seed, out, index, expected, progress)
             models[ref.name] = summary
             files += written
     # The whole validated scenario, so the outputs (and the report page) stand alone.
@@ -97,8 +99,61 @@ def run_scenario(
     return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=out, files=files)
 
 
+def _expected_requests(scn: Scenario, trace: Path | None) -> int:
+    """Requests the progress bar expects: the trace's rows, or for a benchmark its cap (when it has
+    one, else what a horizon of its load would bring at one request per concurrency slot a second,
+    a rough guess that only scales the bar)."""
+    w = scn.workload
+    if trace is not None:
+        rows = int(trace_info(trace)["rows"])
+        return rows if w.max_requests is None else min(rows, w.max_requests)
+    if w.max_requests is not None:
+        return w.max_requests
+    b = w.benchmark
+    rate = b.request_rate_per_s if b.request_rate_per_s is not None else float(b.concurrency or 1)
+    return max(1, int(rate * (w.horizon_s or 0.0)))
+
+
+def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: SessionStats, finish) -> Arrivals:
+    """The trace replay, or the benchmark client of `workload.benchmark` (sim.sched.arrivals)."""
+    w = scn.workload
+    common = dict(
+        warmup_s=w.warmup_s,
+        horizon_s=w.horizon_s,
+        max_requests=w.max_requests,
+        on_session=sessions.on_session,
+        on_idle=finish,
+    )
+    if trace is not None:
+        return Arrivals(
+            sim.env, iter_trace_sessions(trace), sim.cluster, closed_loop=w.replay == "closed_loop", **common
+        )
+    b = w.benchmark
+    return BenchmarkArrivals(
+        sim.env,
+        sim.cluster,
+        isl_tokens=b.isl_tokens,
+        osl_tokens=b.osl_tokens,
+        prefix_reuse_frac=b.prefix_reuse_frac,
+        concurrency=b.concurrency or 0,
+        request_rate_per_s=b.request_rate_per_s or 0.0,
+        think_s=b.think_s,
+        length_jitter_frac=b.length_jitter_frac,
+        turns_per_session=b.turns_per_session,
+        rng=RngStreams(seed).get("benchmark"),
+        **common,
+    )
+
+
 def _run_model(
-    scn: Scenario, ref, trace: Path, out: Path | None, index: int, expected: int, progress: Progress | None
+    scn: Scenario,
+    ref,
+    trace: Path | None,
+    seed: int,
+    out: Path | None,
+    index: int,
+    expected: int,
+    progress: Progress | None,
 ) -> tuple[dict, list[Path]]:
     arith = build_arith(ref.name, prefill_mode=ref.prefill_mode, kv_layout=ref.kv_layout)
     hook = None
@@ -117,17 +172,7 @@ def _run_model(
         if not done.triggered:
             done.succeed("drained")
 
-    arrivals = Arrivals(
-        env,
-        iter_trace_sessions(trace),
-        sim.cluster,
-        closed_loop=w.replay == "closed_loop",
-        warmup_s=w.warmup_s,
-        horizon_s=w.horizon_s,
-        max_requests=w.max_requests,
-        on_session=sessions.on_session,
-        on_idle=finish,
-    )
+    arrivals = _arrivals(scn, trace, seed, sim, sessions, finish)
 
     def watchdog():
         step = scn.outputs.timeseries_interval_s
@@ -176,6 +221,7 @@ def _run_model(
         api_prices=_api_price(sim.family),
         not_arrived=arrivals.not_arrived,
         drain_limited=drain_limited,
+        tpot_slo_s=scn.slo.tpot_s,
     )
     return summary, written
 

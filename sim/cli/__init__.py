@@ -22,6 +22,7 @@ from . import (
     report_cmd,
     run_cmd,
     scenario_cmd,
+    sweep_cmd,
     trace_cmd,
 )
 
@@ -57,6 +58,7 @@ for _module in (
     calibrate_cmd,
     report_cmd,
     plan_cmd,
+    sweep_cmd,
 ):
     _module.register(app)
 

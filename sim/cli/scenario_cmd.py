@@ -29,13 +29,14 @@ def register(app: typer.Typer) -> None:
 def _pool_summary(scn: Scenario, pool: Pool) -> dict:
     hw = scn.pool_profile(pool)
     cost = scn.pool_node_cost(pool)
+    layout = scn.pool_layout(pool)
     return {
         "name": pool.name,
         "role": pool.role,
         "hardware": hw.id,
-        "nodes": pool.nodes,
-        "gpus": pool.nodes * hw.gpus_per_node,
-        "instances": pool.nodes * hw.gpus_per_node // pool.gpus_per_instance,
+        "nodes": layout.nodes,
+        "gpus": layout.gpus,
+        "instances": layout.instances,
         "gpus_per_instance": pool.gpus_per_instance,
         "tp": pool.tp,
         "ep": pool.ep,
@@ -58,9 +59,13 @@ def _summary(scn: Scenario) -> dict:
         "hardware": scn.hardware,
         "pools": pools,
         "workload": {
-            "source": "trace" if w.trace else "generator",
-            "path": str(w.source_path),
-            "replay": w.replay,
+            "source": "trace" if w.trace else "generator" if w.generator else "benchmark",
+            "path": str(w.source_path) if w.source_path is not None else None,
+            "replay": w.replay
+            if w.benchmark is None
+            else "closed_loop"
+            if w.benchmark.concurrency
+            else "open_loop",
             "warmup_s": w.warmup_s,
             "horizon_s": w.horizon_s,
         },
@@ -99,7 +104,7 @@ def check_cmd(
     wl = summary["workload"]
     horizon = "end of input" if wl["horizon_s"] is None else f"{wl['horizon_s']:g} s"
     console.print(
-        f"  workload: {wl['source']} {wl['path']}, {wl['replay']}, warmup {wl['warmup_s']:g} s, "
+        f"  workload: {wl['source']} {wl['path'] or ''}, {wl['replay']}, warmup {wl['warmup_s']:g} s, "
         f"horizon {horizon}",
         markup=False,
     )

@@ -193,15 +193,16 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
     node_timing = []
     pools: list[PoolInfo] = []
     views_meta = []
-    node_dram = []  # (installed host DRAM, raw NVMe) per node, after the scenario's overrides
+    node_dram = []  # (host DRAM, raw NVMe) per node that the pool may use, after the overrides
     for pool in scn.cluster.pools:
         hw_id = scn.pool_hardware(pool)
         hw = load_hw(hw_id)
         gpn = hw.gpus_per_node
         gpi = pool.gpus_per_instance
+        layout = scn.pool_layout(pool)
         first_node = len(node_hw)
-        node_hw.extend([hw] * pool.nodes)
-        n_inst = pool.nodes * gpn // gpi
+        node_hw.extend([hw] * layout.nodes)
+        n_inst = layout.instances
         rates = hw_rates(hw, scn.timing.scale_out_latency_s)
         eff = efficiency(scn.achievable(pool), scn.timing)
         eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
@@ -220,7 +221,7 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
             kernels=scn.timing.kernels,
         )
         timing = make_timing(scn.timing.model, ctx)
-        node_timing.extend([timing] * pool.nodes)
+        node_timing.extend([timing] * layout.nodes)
         weights = instance_weight_bytes(spec, gpi, pool.ep, pool.dp, not engram_in_dram)
         hbm_total = gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac)
         kv_cap = hbm_total - weights
@@ -243,24 +244,28 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
                 name=pool.name,
                 role=pool.role,
                 hw_id=hw_id,
-                nodes=pool.nodes,
-                gpus=pool.nodes * gpn,
+                nodes=layout.nodes,
+                gpus=layout.gpus,
                 instances=n_inst,
                 gpus_per_instance=gpi,
                 weights_bytes_per_instance=weights,
                 kv_bytes_per_instance=kv_cap,
-                usd_per_hour=scn.pool_node_cost(pool).total_usd_per_hour * pool.nodes,
+                usd_per_hour=scn.pool_usd_per_hour(pool),
                 timing=resolve_timing_name(scn.timing.model, hw),
             )
         )
         views_meta.append(
             (
                 pool,
-                list(range(first_node, first_node + pool.nodes)),
+                list(range(first_node, first_node + layout.nodes)),
                 list(range(first_inst, first_inst + n_inst)),
             )
         )
-        node_dram.extend([(scn.node_dram_bytes(pool), scn.node_ssd_bytes(pool))] * pool.nodes)
+        # a pool in instances gets its share of each node's host memory (sim.config.cluster)
+        share = layout.node_share
+        node_dram.extend(
+            [(scn.node_dram_bytes(pool) * share, scn.node_ssd_bytes(pool) * share)] * layout.nodes
+        )
 
     # per-node memory and links
     dram_caps, swa_caps, ssd_total = [], [], 0.0

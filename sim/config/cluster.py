@@ -7,6 +7,11 @@ Parallelism rule of one instance (documented here because every consumer relies 
 An instance either fits in a node (gpus_per_instance divides GPUs per node) or spans whole nodes
 (a multiple of GPUs per node, and the pool's node count a multiple of nodes per instance); those
 checks need the hardware profile and run in `scenario.py`.
+
+A pool is sized in `nodes` (whole nodes, every GPU an instance) or in `instances` (any count of
+instances of 1, 2, 4 or 8 GPUs, packed onto as few nodes of the profile as hold them). A pool in
+instances pays per GPU it uses (the node's price x GPUs used / GPUs per node) and gets the same
+share of each node's host DRAM and SSD for KV; `Scenario.pool_layout` resolves both forms.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ class Pool(StrictModel):
     name: str = Field(pattern=_NAME, description="unique pool name")
     role: Literal["prefill", "decode", "colocated"] = Field(description="disaggregated P or D, or both")
     hardware: str | None = Field(None, description="hardware profile id; default: the scenario's `hardware`")
-    nodes: int = Field(ge=1, description="number of nodes in the pool")
+    nodes: int | None = Field(None, ge=1, description="number of whole nodes in the pool (or give instances)")
+    instances: int | None = Field(
+        None, ge=1, description="number of instances (or give nodes): packed onto nodes, priced per GPU"
+    )
     gpus_per_instance: int = Field(ge=1, description="GPUs of one serving instance (engine)")
     tp: int = Field(1, ge=1, description="attention tensor-parallel degree")
     ep: int = Field(1, ge=1, description="MoE expert-parallel degree (divides gpus_per_instance)")
@@ -41,6 +49,15 @@ class Pool(StrictModel):
     @model_validator(mode="after")
     def _parallelism(self) -> Pool:
         problems = []
+        if (self.nodes is None) == (self.instances is None):
+            problems.append(
+                Problem(
+                    "nodes",
+                    "both nodes and instances given" if self.nodes else "neither nodes nor instances given",
+                    self.nodes,
+                    "exactly one of: nodes, instances",
+                )
+            )
         if self.tp * self.dp != self.gpus_per_instance:
             problems.append(
                 Problem(

@@ -17,6 +17,8 @@ Top-level keys (details and units in each section's module):
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +38,22 @@ from sim.config.yamlio import read_yaml_mapping
 
 if TYPE_CHECKING:
     from sim.hardware import HwProfile, NodeCost
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """Where a pool's instances sit: `nodes` nodes, `instances` instances, `gpus` GPUs in use
+    (a pool in instances may leave part of its last node to others; it pays per GPU used)."""
+
+    nodes: int
+    instances: int
+    gpus: int
+    gpus_per_node: int
+
+    @property
+    def node_share(self) -> float:
+        """Share of its nodes' GPUs (and so of their price, host DRAM and SSD) the pool uses."""
+        return self.gpus / (self.nodes * self.gpus_per_node)
 
 
 class ModelRef(StrictModel):
@@ -151,6 +169,23 @@ class Scenario(StrictModel):
         """The pool's hardware profile, as read when the scenario was validated."""
         return self._profiles[self.pool_hardware(pool)]
 
+    def pool_layout(self, pool: Pool) -> PoolLayout:
+        """Nodes, instances and GPUs of a pool sized in `nodes` or in `instances` (module doc of
+        sim.config.cluster): instances of one node or less are packed onto as few nodes as hold them."""
+        gpn = self.pool_profile(pool).gpus_per_node
+        gpi = pool.gpus_per_instance
+        if pool.instances is not None:
+            return PoolLayout(
+                math.ceil(pool.instances * gpi / gpn), pool.instances, pool.instances * gpi, gpn
+            )
+        nodes = pool.nodes or 0  # validation guarantees one of nodes, instances
+        return PoolLayout(nodes, nodes * gpn // gpi, nodes * gpn, gpn)
+
+    def pool_usd_per_hour(self, pool: Pool) -> float:
+        """The pool's $/hour: its nodes at `pool_node_cost`, times the share of their GPUs it uses."""
+        layout = self.pool_layout(pool)
+        return self.pool_node_cost(pool).total_usd_per_hour * layout.nodes * layout.node_share
+
     def node_dram_bytes(self, pool: Pool) -> float:
         """Host DRAM per node of the pool: `cluster.node.dram_gb` if given, else the profile's."""
         override = self.cluster.node.dram_gb
@@ -232,7 +267,16 @@ def _pool_fits_hardware(path: str, pool: Pool, hw) -> list[Problem]:
                 f"a multiple of {gpn}",
             )
         )
-    elif pool.nodes % (gpi // gpn):
+    elif pool.instances is not None:
+        problems.append(
+            Problem(
+                f"{path}.gpus_per_instance",
+                f"a pool in instances packs them onto {gpn}-GPU {hw.id} nodes; an instance cannot span nodes",
+                gpi,
+                f"a divisor of {gpn} (or size the pool in nodes)",
+            )
+        )
+    elif pool.nodes is not None and pool.nodes % (gpi // gpn):
         problems.append(
             Problem(
                 f"{path}.nodes",

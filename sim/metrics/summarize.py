@@ -1,7 +1,10 @@
 """The run summary of one model, from the recorder's sums and arrays, the sampler's tier
 integrals, the store's counters and the cluster's costs (no re-reading of the outputs).
 
-Measured requests are those that arrived at or after the warm-up. The measured window runs
+Measured requests are those that arrived at or after the warm-up.
+Per GPU and per user (the axes serving benchmarks publish): output tokens/s over the window per GPU
+of the cluster, and 1 / TPOT p50. Capacity (utilisation, headroom, sessions per node at the SLO):
+sim.metrics.capacity. The measured window runs
 from the warm-up to the horizon (or, without one, to the last measured completion); throughput,
 tasks per hour and costs are over that window. A task is a session; it counts when all its
 requests completed and its first one arrived in the window.
@@ -20,6 +23,7 @@ import math
 import numpy as np
 
 from sim import units
+from sim.metrics.capacity import capacity_block
 
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 
@@ -41,11 +45,14 @@ class SessionStats:
         self.ended = 0
         self.completed_in_window = 0
         self.context_tokens: list[int] = []
+        self.in_window_s = 0.0  # summed time ended sessions spent inside the window
 
     def on_session(
         self, sid: int, first_s: float, last_s: float, count: int, rejected: int, max_ctx: int
     ) -> None:
         self.ended += 1
+        end = last_s if self.window_end_s is None else min(last_s, self.window_end_s)
+        self.in_window_s += max(0.0, end - max(first_s, self.warmup_s))
         if (
             first_s >= self.warmup_s
             and not rejected
@@ -64,6 +71,7 @@ def summarize_model(
     api_prices,
     not_arrived: int,
     drain_limited: bool,
+    tpot_slo_s: float,
 ) -> dict:
     rec, t = sim.recorder, sim.recorder.totals
     cl, store, policy, sampler = sim.cluster, sim.store, sim.policy, sim.sampler
@@ -94,6 +102,11 @@ def summarize_model(
         out[f"e2e_{name}_s"] = _pct(e2e, q)
     out["output_tokens_per_s"] = _div(t.output_tokens, window_s)
     out["input_tokens_per_s"] = _div(t.input_tokens, window_s)
+    gpus = sum(p.gpus for p in sim.pools)
+    out["gpus"] = gpus
+    # the serving-benchmark axes: system output tokens/s per GPU, and what one user sees (1 / TPOT p50)
+    out["output_tokens_per_s_per_gpu"] = _div(t.output_tokens, window_s * gpus)
+    out["tokens_per_s_per_user"] = _div(1.0, out["tpot_p50_s"]) if out["tpot_p50_s"] else None
     out["input_tokens"] = t.input_tokens
     out["output_tokens"] = t.output_tokens
     out["tasks_completed"] = sessions.completed_in_window
@@ -207,6 +220,15 @@ def summarize_model(
         }
         for p in sim.pools
     ]
+    context = (t.input_tokens + t.output_tokens / 2) / t.completed if t.completed else 0.0
+    out["capacity"] = capacity_block(
+        sim,
+        start_s=warmup_s,
+        end_s=end,
+        context_tokens=context,
+        tpot_slo_s=tpot_slo_s,
+        sessions_in_progress=_div(sessions.in_window_s, window_s),
+    )
     out["spec_decode"] = sim.extra["spec_decode"]
     out["engram_in_host_dram"] = sim.extra["engram_in_dram"]
     return _clean(out)

@@ -132,7 +132,7 @@ class SimBackend:
         for pool in scn.cluster.pools:
             hw = scn.pool_profile(pool)
             pools[pool.name] = PoolUnit(
-                nodes=pool.nodes,
+                nodes=scn.pool_layout(pool).nodes,
                 gpus_per_node=hw.gpus_per_node,
                 usd_per_node_hour=scn.pool_node_cost(pool).total_usd_per_hour,
                 nodes_per_instance=max(1, pool.gpus_per_instance // hw.gpus_per_node),

@@ -7,6 +7,17 @@ when the replay mode says.
   rejection) of `depends_on_request_id`. A dependency outside the session's earlier rows is
   treated as absolute.
 
+A benchmark client (`BenchmarkArrivals`, the scenario's `workload.benchmark`) makes its requests
+as it goes instead of reading them: fixed-shape requests (lengths optionally jittered) in sessions
+of `turns_per_session` turns, each turn after the first reusing `prefix_reuse_frac` of its input
+from the previous turn's context (its KV, wherever the cache tiers still hold it).
+- closed loop: `concurrency` requests are in flight from time 0; when one ends (completed or
+  rejected) the next starts `think_s` later (at once by default, so the count never drops), the
+  next turn of the same session, or the first turn of a new one;
+- open loop: Poisson arrivals at `request_rate_per_s`; each continues the session that has waited
+  longest since its previous turn ended, or starts a new session when none waits.
+No request arrives at or after `horizon_s` or past `max_requests`.
+
 Sessions are loaded when the clock reaches their start (rows are sorted by session start), so
 only started sessions' future requests are held. Requests arriving at or after `horizon_s`,
 past `max_requests`, or depending on one of those, never arrive (`not_arrived` counts them).
@@ -20,6 +31,7 @@ tables would cost more than the simulation of their requests.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -252,3 +264,155 @@ class Arrivals:
     def _check_idle(self) -> None:
         if self.done():
             self.on_idle()
+
+
+class _BenchSession:
+    __slots__ = ("sid", "turns", "context_tokens", "first_s", "count", "rejected", "max_context_tokens")
+
+    def __init__(self, sid: int) -> None:
+        self.sid = sid
+        self.turns = 0  # turns issued so far
+        self.context_tokens = 0  # the previous turn's input + output: what the next turn can reuse
+        self.first_s = float("inf")
+        self.count = 0
+        self.rejected = 0
+        self.max_context_tokens = 0
+
+
+class BenchmarkArrivals(Arrivals):
+    """The benchmark client of the module doc; `rng` is a numpy Generator (lengths, open-loop gaps)."""
+
+    def __init__(
+        self,
+        env: Any,
+        cluster: Cluster,
+        *,
+        isl_tokens: int,
+        osl_tokens: int,
+        prefix_reuse_frac: float,
+        concurrency: int,
+        request_rate_per_s: float,
+        think_s: float,
+        length_jitter_frac: float,
+        turns_per_session: int,
+        rng: Any,
+        warmup_s: float,
+        horizon_s: float | None,
+        max_requests: int | None,
+        on_session: Callable[[int, float, float, int, int, int], None],
+        on_idle: Callable[[], None],
+    ) -> None:
+        super().__init__(
+            env,
+            iter(()),
+            cluster,
+            closed_loop=concurrency > 0,
+            warmup_s=warmup_s,
+            horizon_s=horizon_s,
+            max_requests=max_requests,
+            on_session=on_session,
+            on_idle=on_idle,
+        )
+        self.isl_tokens = isl_tokens
+        self.osl_tokens = osl_tokens
+        self.prefix_reuse_frac = prefix_reuse_frac
+        self.concurrency = concurrency  # 0: open loop
+        self.request_rate_per_s = request_rate_per_s
+        self.think_s = think_s
+        self.jitter = length_jitter_frac
+        self.turns_per_session = turns_per_session
+        self.rng = rng
+        self._next_rid = 0
+        self._next_sid = 0
+        self._active = 0  # closed loop: client slots still issuing
+        self._of: dict[int, _BenchSession] = {}  # request id -> its session, while the request lives
+        self._waiting_sessions: deque[_BenchSession] = deque()  # open loop: sessions between turns
+
+    def start(self) -> None:
+        if self.closed_loop:
+            for _ in range(self.concurrency):
+                if self._may_issue(self.env.now):
+                    self._issue(self._new_session(), self.env.now)
+                    self._active += 1
+            if self._active == 0:
+                self._stop()
+        else:
+            self.env.process(self._poisson())
+
+    def _may_issue(self, time_s: float) -> bool:
+        return time_s < self.horizon_s and (self.max_requests is None or self.scheduled < self.max_requests)
+
+    def _new_session(self) -> _BenchSession:
+        sess = _BenchSession(self._next_sid)
+        self._next_sid += 1
+        return sess
+
+    def _length(self, nominal: int) -> int:
+        if self.jitter <= 0.0:
+            return nominal
+        u = float(self.rng.uniform(-self.jitter, self.jitter))
+        return max(1, int(round(nominal * (1.0 + u))))
+
+    def _issue(self, sess: _BenchSession, time_s: float) -> None:
+        inp = self._length(self.isl_tokens)
+        out = self._length(self.osl_tokens)
+        turn = sess.turns
+        lineage = lineage_key(sess.sid, 0)
+        prefix = 0
+        if turn > 0:
+            prefix = min(int(round(self.prefix_reuse_frac * inp)), sess.context_tokens)
+        rid = self._next_rid
+        self._next_rid += 1
+        req = Request(rid, sess.sid, turn, 0, lineage, lineage if turn > 0 else None, None,
+                      time_s, inp, out, prefix, 0, 0, 0)  # fmt: skip
+        sess.turns = turn + 1
+        self._of[rid] = sess
+        self.scheduled += 1
+        self._waiting += 1
+        call_at(self.env, time_s, self._arrive, req)
+
+    def _poisson(self):
+        env = self.env
+        mean_gap_s = 1.0 / self.request_rate_per_s
+        while True:
+            time_s = env.now + float(self.rng.exponential(mean_gap_s))
+            if not self._may_issue(time_s):
+                break
+            yield env.timeout(time_s - env.now)
+            waiting = self._waiting_sessions
+            self._issue(waiting.popleft() if waiting else self._new_session(), env.now)
+        self._stop()
+
+    def _stop(self) -> None:
+        """No request will be issued any more."""
+        self.loaded_all = True
+        self._check_idle()
+
+    def on_terminal(self, req: Request) -> None:
+        now = self.env._now
+        sess = self._of.pop(req.rid)
+        sess.count += 1
+        if req.status == "rejected":
+            sess.rejected += 1
+        ctx = req.input_tokens + req.output_tokens
+        sess.context_tokens = ctx
+        if ctx > sess.max_context_tokens:
+            sess.max_context_tokens = ctx
+        if req.arrival_s < sess.first_s:
+            sess.first_s = req.arrival_s
+        ended = sess.turns >= self.turns_per_session
+        if ended:
+            self.on_session(sess.sid, sess.first_s, now, sess.count, sess.rejected, sess.max_context_tokens)
+        if self.closed_loop:
+            next_s = now + self.think_s
+            if self._may_issue(next_s):
+                self._issue(self._new_session() if ended else sess, next_s)
+            else:
+                self._active -= 1
+                if self._active == 0:
+                    self._stop()
+        else:
+            if not ended:
+                self._waiting_sessions.append(sess)
+            if self.loaded_all:
+                self._check_idle()

@@ -14,11 +14,17 @@ from sim.paths import project_root
 COMPILED = native.install()[0] == "compiled"
 
 
-def _run(out, pure: bool) -> None:
+# a trace replay, and a benchmark client (sim.sched.arrivals.BenchmarkArrivals)
+SCENARIOS = (
+    project_root() / "scenarios" / "smoke.yaml",
+    project_root() / "tests" / "sweep" / "bench_tiny.yaml",
+)
+
+
+def _run(out, pure: bool, scenario) -> None:
     env = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
     if pure:
         env[native.PURE_ENV] = "1"
-    scenario = project_root() / "scenarios" / "smoke.yaml"
     code = (
         "import sys; from sim.api import run_scenario; from sim import native; "
         f"assert native.install()[0] == {'source' if pure else 'compiled'!r}, native.describe(); "
@@ -28,9 +34,10 @@ def _run(out, pure: bool) -> None:
 
 
 @pytest.mark.skipif(not COMPILED, reason=f"the compiled core is not in use: {native.describe()}")
-def test_compiled_core_and_sources_write_identical_outputs(tmp_path):
-    _run(tmp_path / "compiled", pure=False)
-    _run(tmp_path / "source", pure=True)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.stem)
+def test_compiled_core_and_sources_write_identical_outputs(tmp_path, scenario):
+    _run(tmp_path / "compiled", pure=False, scenario=scenario)
+    _run(tmp_path / "source", pure=True, scenario=scenario)
     root = tmp_path / "compiled"
     files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
     assert any(f.name == "requests.parquet" for f in files)

@@ -1,0 +1,120 @@
+"""`sim sweep SCENARIO --out DIR`: the throughput-latency frontier of a benchmark scenario (sim.sweep)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sim.errors import InputError
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sim sweep` to the top-level app."""
+    app.command("sweep")(sweep)
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4]; each a whole number >= 1."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise InputError("not a whole number >= 1", where="--concurrency", value=part,
+                             allowed="a comma-separated list such as 1,2,4,8")  # fmt: skip
+        values.append(int(part))
+    return values
+
+
+def sweep(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML with a workload.benchmark block")],
+    out: Annotated[Path, typer.Option("--out", help="output folder (sweep.json, sweep.html)")],
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="comma-separated concurrencies, e.g. 1,2,4,8,16")
+    ] = None,
+    auto: Annotated[
+        bool, typer.Option("--auto", help="double the concurrency from 1 until TPOT p50 passes the target")
+    ] = False,
+    at_tpot_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--at-tpot-ms", help="interpolate the point where TPOT p50 equals this (default: SLO TPOT)"
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="simulations run at once")] = os.cpu_count()
+    or 1,
+    ray: Annotated[
+        str | None,
+        typer.Option("--ray", help="'local': a local Ray instance of --workers CPUs; else a Ray address"),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="seed of every point (default: the scenario's)")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print only sweep.json on stdout")] = False,
+) -> None:
+    """Run a benchmark scenario at each concurrency for each model and draw the frontier."""
+    from sim.api import check_outputs_dir
+    from sim.config.scenario import load_scenario
+    from sim.sweep.runner import load_benchmark_template, run_sweep, write_outputs
+
+    check_outputs_dir(out)
+    if (concurrency is None) == (not auto):
+        raise InputError("give --concurrency LIST or --auto (one of them)", where="--concurrency",
+                         value=concurrency, allowed="--concurrency 1,2,4,... | --auto")  # fmt: skip
+    if at_tpot_ms is not None and at_tpot_ms <= 0:
+        raise InputError("must be > 0", where="--at-tpot-ms", value=at_tpot_ms)
+    levels = parse_concurrencies(concurrency) if concurrency is not None else None
+    scn = load_scenario(scenario)  # every problem of the file, reported the usual way
+    template = load_benchmark_template(scenario)
+    target_s = at_tpot_ms / 1e3 if at_tpot_ms is not None else scn.slo.tpot_s
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:  # fmt: skip
+        task = bar.add_task("sweep", total=None)
+
+        def on_progress(done: int, planned: int) -> None:
+            bar.update(task, completed=done, total=planned)
+
+        result = run_sweep(template, concurrencies=levels, target_tpot_s=target_s, workers=workers, ray=ray,
+                           seed=seed, progress=on_progress)  # fmt: skip
+    files = write_outputs(result, out)
+    if json_output:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    for model, data in result.models.items():
+        table = Table(title=f"{model}: {scn.name}")
+        for column in ("concurrency", "tok/s/GPU", "tok/s/user", "TTFT p50 s", "TPOT p50 ms", "TPOT p90 ms",
+                       "load per pool", "rejected"):  # fmt: skip
+            table.add_column(column, justify="right")
+        for p in data["points"]:
+            loads = ", ".join(
+                f"{pool['name']} {pool['load']:.0%}" for pool in p["pools"] if pool["load"] is not None
+            )
+            table.add_row(str(p["concurrency"]), _num(p["output_tokens_per_s_per_gpu"], 1),
+                          _num(p["tokens_per_s_per_user"], 1), _num(p["ttft_p50_s"], 2),
+                          _num(p["tpot_p50_s"], 2, 1e3), _num(p["tpot_p90_s"], 2, 1e3), loads,
+                          str(p["requests_rejected"]))  # fmt: skip
+        console.print(table)
+        point = data["at_tpot"]
+        if point is not None:
+            console.print(
+                f"{model} at TPOT p50 = {target_s * 1e3:g} ms: {point['output_tokens_per_s_per_gpu']:.1f} output "
+                f"tok/s/GPU at concurrency {point['concurrency']:.1f} (interpolated between "
+                f"{point['between_concurrency'][0]} and {point['between_concurrency'][1]})"
+            )
+        else:
+            console.print(f"{model} at TPOT p50 = {target_s * 1e3:g} ms: not found: {data['note']}")
+    console.print(f"outputs: {', '.join(str(f) for f in files)}")
+
+
+def _num(value: float | None, digits: int, scale: float = 1.0) -> str:
+    return "n/a" if value is None else f"{value * scale:,.{digits}f}"

@@ -1,0 +1,161 @@
+"""How much of the cluster a run used, per pool, and what that says about capacity at the SLO.
+
+Definitions (each a stated choice; the summary's `capacity` block carries them):
+- busy: the engines' busy-time fraction over the measured window (time-mean of the sampled
+  `utilization` column, sim.metrics.timeseries). It is the load of a prefill pool. A decode engine
+  is "busy" whenever one sequence decodes, so busy says little about a decode pool.
+- SLO batch: per decode-capable instance, the largest decode batch whose step, at the run's mean
+  request context (input + half the output), still emits tokens at least as fast as the TPOT SLO
+  (step_s / accepted tokens per step <= slo.tpot_s), capped by `max_decode_batch` and by the
+  sequences of that context the instance's HBM KV budget holds. Asked of the pool's timing model,
+  so it follows whatever step-time model runs.
+- load: prefill pool: busy; decode pool: mean decode batch / SLO batch; colocated: the larger of
+  the two (prefill busy share and decode batch share compete for the same engine).
+- headroom = 1 - load: the share of the pool the same SLO leaves unused (negative: past it).
+- sessions per serving node at the SLO: sessions in progress in the window (time-mean) per node of
+  the decode or colocated pools, divided by the most-loaded pool's load: a linear extrapolation
+  to the load at which the first pool saturates. `sim sweep` measures the same thing by running it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LOW_DECODE_LOAD = 0.30  # below this mean decode load, cost per task mostly measures idle capacity
+SERVING_ROLES = ("decode", "colocated")
+
+
+@dataclass(frozen=True)
+class PoolLoad:
+    name: str
+    role: str
+    busy: float | None
+    decode_batch_mean: float | None
+    slo_batch: int | None
+    load: float | None
+
+    @property
+    def headroom(self) -> float | None:
+        return None if self.load is None else 1.0 - self.load
+
+
+def window_mean(rows: dict[str, list], column: str, start_s: float, end_s: float) -> float | None:
+    """Time-mean of a sampled pool column over samples ending inside (start_s, end_s]."""
+    t = np.asarray(rows["t_s"], dtype=np.float64)
+    v = np.asarray(rows[column], dtype=np.float64)
+    keep = (t > start_s) & (t <= end_s + 1e-9)
+    return float(v[keep].mean()) if keep.any() else None
+
+
+def slo_batch(inst, context_tokens: float, tpot_slo_s: float) -> int:
+    """Largest decode batch (>= 0) of sequences at `context_tokens` that instance `inst` decodes at
+    or under `tpot_slo_s` per token (binary search: step time grows with the batch)."""
+    timing = inst.timing
+    t0, t1, _s0, _s1 = timing.decode_seq_terms(context_tokens, 1)
+    per_token = max(timing.accepted_tokens_per_step, 1.0)
+    seq_bytes = inst.need_bytes(int(context_tokens))
+    kv_cap = int(inst.hbm.capacity_bytes // seq_bytes) if seq_bytes > 0 else inst.max_decode_batch
+    hi = max(0, min(inst.max_decode_batch, kv_cap))
+
+    def fits(b: int) -> bool:
+        return timing.step_s(b, b * t0, b * t1, ()) / per_token <= tpot_slo_s
+
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def pool_loads(
+    sim, *, start_s: float, end_s: float, context_tokens: float, tpot_slo_s: float
+) -> list[PoolLoad]:
+    rows = sim.sampler.pool_rows
+    out = []
+    for pool in sim.pools:
+        r = rows[pool.name]
+        busy = window_mean(r, "utilization", start_s, end_s)
+        batch = sb = None
+        load = busy
+        if pool.role in SERVING_ROLES:
+            inst = next(i for i in sim.instances if i.pool == pool.name)
+            batch = window_mean(r, "decode_batch_mean", start_s, end_s)
+            sb = slo_batch(inst, context_tokens, tpot_slo_s) if context_tokens > 0 else None
+            decode_load = (batch / sb if sb else None) if batch is not None else None
+            if pool.role == "decode":
+                load = decode_load
+            else:
+                members = [i for i in sim.instances if i.pool == pool.name]
+                busy_s = sum(i.busy_s for i in members)
+                prefill_busy = (busy or 0.0) * (
+                    sum(i.prefill_busy_s for i in members) / busy_s if busy_s else 0.0
+                )
+                load = (
+                    max(x for x in (decode_load, prefill_busy) if x is not None)
+                    if decode_load is not None
+                    else busy
+                )
+        out.append(PoolLoad(pool.name, pool.role, busy, batch, sb, load))
+    return out
+
+
+def capacity_block(
+    sim,
+    *,
+    start_s: float,
+    end_s: float,
+    context_tokens: float,
+    tpot_slo_s: float,
+    sessions_in_progress: float | None,
+) -> dict:
+    """The summary's `capacity` block (module doc)."""
+    loads = pool_loads(
+        sim, start_s=start_s, end_s=end_s, context_tokens=context_tokens, tpot_slo_s=tpot_slo_s
+    )
+    serving = [p for p in sim.pools if p.role in SERVING_ROLES]
+    serving_nodes = sum(p.nodes for p in serving)
+    known = [p.load for p in loads if p.load is not None]
+    bottleneck = max(known) if known else None
+    decode_loads = [p.load for p in loads if p.role in SERVING_ROLES and p.load is not None]
+    decode_mean = float(np.mean(decode_loads)) if decode_loads else None
+    per_node_now = (
+        sessions_in_progress / serving_nodes if sessions_in_progress is not None and serving_nodes else None
+    )
+    at_slo = per_node_now / bottleneck if per_node_now is not None and bottleneck else None
+    return {
+        "context_tokens_mean": context_tokens,
+        "tpot_slo_s": tpot_slo_s,
+        "pools": [
+            {
+                "name": p.name,
+                "role": p.role,
+                "busy": p.busy,
+                "decode_batch_mean": p.decode_batch_mean,
+                "slo_batch": p.slo_batch,
+                "load": p.load,
+                "headroom": p.headroom,
+            }
+            for p in loads
+        ],
+        "bottleneck_load": bottleneck,
+        "decode_load_mean": decode_mean,
+        "low_decode_load": decode_mean is not None and decode_mean < LOW_DECODE_LOAD,
+        "sessions_in_progress_per_serving_node": per_node_now,
+        "sessions_per_serving_node_at_slo": at_slo,
+    }
+
+
+def low_load_line(capacity: dict) -> str | None:
+    """The one-line warning when mean decode load is under LOW_DECODE_LOAD (None otherwise)."""
+    mean = capacity.get("decode_load_mean") if capacity else None
+    if mean is None or mean >= LOW_DECODE_LOAD:
+        return None
+    return (
+        f"mean decode load {mean:.0%} < {LOW_DECODE_LOAD:.0%}: cost per task here mostly measures idle capacity; "
+        "find the load the cluster sustains with `sim sweep` or the cheapest cluster with `sim plan`"
+    )

@@ -1,0 +1,98 @@
+"""One sweep point (a scenario at one concurrency for one model) and the interpolation between them.
+
+A worker gets a `SweepTask` (a resolved scenario document) and hands back the model's run summary;
+`point_record` keeps what the table, page and JSON show. `at_tpot` interpolates linearly between the
+two concurrencies whose TPOT p50 brackets the target (the first crossing, in increasing concurrency).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# what each point shows (all summary keys of sim.metrics.summarize)
+POINT_KEYS = (
+    "output_tokens_per_s_per_gpu",
+    "tokens_per_s_per_user",
+    "output_tokens_per_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "requests_completed",
+    "requests_rejected",
+    "prefix_hit_rate",
+    "gpus",
+)
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    key: str
+    model: str
+    concurrency: int
+    scenario: dict[str, Any]
+    seed: int
+
+
+def evaluate(task: SweepTask) -> dict[str, Any]:
+    """Worker side (picklable): simulate one point; only the model's summary travels back."""
+    from sim.api import run_scenario
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+
+    started = time.perf_counter()
+    scenario = validate_or_raise(Scenario, task.scenario, file=f"sweep point {task.key}")
+    result = run_scenario(scenario, task.seed, out_dir=None)
+    return {"summary": result.summary["models"][task.model], "wall_s": time.perf_counter() - started}
+
+
+def point_record(concurrency: int, summary: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """The point as the sweep reports it: concurrency, POINT_KEYS, per-pool busy and load."""
+    record: dict[str, Any] = {"concurrency": concurrency}
+    record.update({key: summary.get(key) for key in POINT_KEYS})
+    capacity = summary.get("capacity") or {}
+    record["pools"] = [
+        {k: p.get(k) for k in ("name", "role", "busy", "decode_batch_mean", "slo_batch", "load")}
+        for p in capacity.get("pools", [])
+    ]
+    record["wall_s"] = wall_s
+    return record
+
+
+def at_tpot(
+    points: list[dict[str, Any]], target_s: float, keys: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
+    """The operating point where TPOT p50 equals `target_s`, interpolated linearly in TPOT between
+    the two points (by concurrency) that bracket it; `keys` (default: the throughput and TTFT keys)
+    are interpolated alike. None, with the reason, when no pair brackets the target."""
+    keys = keys or ("concurrency", "output_tokens_per_s_per_gpu", "output_tokens_per_s", "ttft_p50_s")
+    pts = sorted((p for p in points if p.get("tpot_p50_s") is not None), key=lambda p: p["concurrency"])
+    if not pts:
+        return None
+    for a, b in zip(pts, pts[1:], strict=False):
+        ta, tb = a["tpot_p50_s"], b["tpot_p50_s"]
+        if (ta - target_s) * (tb - target_s) <= 0 and ta != tb:
+            f = (target_s - ta) / (tb - ta)
+            out: dict[str, Any] = {"tpot_p50_s": target_s, "tokens_per_s_per_user": 1.0 / target_s}
+            for key in keys:
+                va, vb = a.get(key), b.get(key)
+                out[key] = None if va is None or vb is None else va + f * (vb - va)
+            out["between_concurrency"] = [a["concurrency"], b["concurrency"]]
+            return out
+    for p in pts:  # a point exactly on target with no neighbour across it
+        if p["tpot_p50_s"] == target_s:
+            return {**{key: p.get(key) for key in keys}, "tpot_p50_s": target_s,
+                    "tokens_per_s_per_user": 1.0 / target_s, "between_concurrency": [p["concurrency"]] * 2}  # fmt: skip
+    return None
+
+
+def unbracketed_reason(points: list[dict[str, Any]], target_s: float) -> str:
+    """Why `at_tpot` found no point: every TPOT p50 under the target, or every one over it."""
+    tpots = [p["tpot_p50_s"] for p in points if p.get("tpot_p50_s") is not None]
+    if not tpots:
+        return "no point completed a measured request"
+    if max(tpots) < target_s:
+        return f"TPOT p50 stays under {target_s * 1e3:g} ms up to the highest concurrency run (raise it)"
+    return f"TPOT p50 is over {target_s * 1e3:g} ms already at the lowest concurrency run"

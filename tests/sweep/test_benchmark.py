@@ -1,0 +1,96 @@
+"""The benchmark client (workload.benchmark) and pools sized in instances."""
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from sim.api import run_scenario
+from sim.config.errors import validate_or_raise
+from sim.config.scenario import Scenario
+from sim.config.yamlio import read_yaml_mapping
+from sim.errors import InputError
+from sim.plan.overrides import apply_overrides
+
+TINY = Path(__file__).with_name("bench_tiny.yaml")
+
+
+def scenario(**overrides) -> Scenario:
+    doc = apply_overrides(read_yaml_mapping(TINY), overrides)
+    return validate_or_raise(Scenario, doc, file=str(TINY), context={"base_dir": TINY.parent})
+
+
+def test_closed_loop_holds_concurrency_exactly(tmp_path):
+    bench = {"concurrency": 6, "think_s": 0.0, "length_jitter_frac": 0.0}
+    run_scenario(scenario(**{"workload.benchmark": bench}), out_dir=tmp_path)
+    t = pq.read_table(tmp_path / "deepseek-v4-flash" / "requests.parquet").to_pandas()
+    arrive, finish = t["arrival_s"].to_numpy(), t["finish_s"].to_numpy()
+    assert (t["status"] == "completed").all()
+    # at every instant before the horizon (between events, after each boundary) exactly 6 are in flight
+    events = np.unique(np.concatenate([arrive, finish]))
+    probes = (events[:-1] + events[1:]) / 2
+    probes = probes[probes < 40.0]
+    in_flight = [int(((arrive <= x) & (finish > x)).sum()) for x in probes]
+    assert len(probes) > 30 and set(in_flight) == {6}
+    # sessions: the second and later turns reuse 90% of the input from the previous turn
+    later = t[t["request_index"] > 0]
+    assert (later["prefix_tokens"] == np.round(0.9 * later["input_tokens"]).astype(int)).all()
+    assert t["request_index"].max() == 3  # turns_per_session 4
+
+
+def test_throughput_rises_and_per_user_speed_falls_with_concurrency():
+    points = []
+    for c in (1, 4, 16):
+        s = run_scenario(scenario(**{"workload.benchmark": {"concurrency": c}})).summary["models"]
+        points.append(s["deepseek-v4-flash"])
+    per_gpu = [p["output_tokens_per_s_per_gpu"] for p in points]
+    per_user = [p["tokens_per_s_per_user"] for p in points]
+    assert per_gpu[0] < per_gpu[1] < per_gpu[2], per_gpu
+    assert per_user[0] > per_user[1] > per_user[2], per_user
+    assert points[0]["gpus"] == 4
+
+
+def test_open_loop_rate_and_same_seed_same_bytes(tmp_path):
+    scn = scenario(**{"workload.benchmark": {"concurrency": None, "request_rate_per_s": 2.0}})
+    a = run_scenario(scn, out_dir=tmp_path / "a").summary["models"]["deepseek-v4-flash"]
+    run_scenario(scn, out_dir=tmp_path / "b")
+    assert 40 < a["requests_arrived_incl_warmup"] < 120  # ~2/s for 40 s
+    for name in ("summary.json", "deepseek-v4-flash/requests.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_pool_in_instances_pays_per_gpu():
+    one = scenario()
+    two = scenario(**{"cluster.pools[name=worker]": {"instances": 2}})
+    whole = scenario(**{"cluster.pools[name=worker]": {"instances": None, "nodes": 1}})
+    pool = lambda s: s.cluster.pools[0]  # noqa: E731
+    assert one.pool_layout(pool(one)).nodes == 1 and one.pool_layout(pool(one)).gpus == 4
+    assert two.pool_layout(pool(two)).instances == 2 and two.pool_layout(pool(two)).nodes == 1
+    assert whole.pool_layout(pool(whole)).instances == 2
+    assert one.pool_usd_per_hour(pool(one)) == pytest.approx(whole.pool_usd_per_hour(pool(whole)) / 2)
+    three = scenario(**{"cluster.pools[name=worker]": {"instances": 3}})
+    assert three.pool_layout(pool(three)).nodes == 2  # 12 GPUs on 8-GPU nodes
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"workload.benchmark": {"request_rate_per_s": 1.0}},
+            "both concurrency and request_rate_per_s given",
+        ),
+        ({"workload.horizon_s": None}, "a benchmark runs until horizon_s or max_requests"),
+        ({"workload.trace": "x.parquet"}, "workload.trace"),
+        ({"workload.benchmark": {"prefix_reuse_frac": 1.5}}, "workload.benchmark.prefix_reuse_frac"),
+        ({"cluster.pools[name=worker]": {"nodes": 1}}, "both nodes and instances given"),
+        (
+            {"cluster.pools[name=worker]": {"instances": 1, "gpus_per_instance": 16, "dp": 16, "ep": 16}},
+            "an instance cannot span nodes",
+        ),
+    ],
+)
+def test_bad_benchmark_and_instances_give_one_clear_message(overrides, message):
+    with pytest.raises(InputError) as err:
+        scenario(**overrides)
+    assert message in str(err.value) and "bench_tiny.yaml" in str(err.value)
