@@ -181,10 +181,7 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
     family = model_ref.family
     policy = cache_policy(scn, family, spec, model_ref.kv_layout)
     sd = scn.spec_decode
-    accepted, draft = (1.0, 0)
-    if sd.enabled:
-        fam = sd.for_family(family)
-        accepted, draft = fam.accepted_tokens_per_step, fam.draft_tokens
+    spec_step = sd.choice(family, model_ref.accepted_tokens_per_step)
     engram_in_dram = scn.cluster.engram_placement == "host_dram" and arith.engram_table_bytes > 0
 
     # nodes and instances, pools in order
@@ -214,8 +211,9 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
             hw=rates,
             par=par,
             eff=eff,
-            accepted_tokens_per_step=accepted,
-            draft_tokens=draft,
+            accepted_tokens_per_step=spec_step.accepted_tokens_per_step,
+            draft_tokens=spec_step.draft_tokens,
+            verify_rows=spec_step.verify_rows,
             engram_in_dram=engram_in_dram,
             vision_on_instance=True,
             kernels=scn.timing.kernels,
@@ -384,8 +382,10 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
         extra={
             "spec_decode": {
                 "enabled": sd.enabled,
-                "accepted_tokens_per_step": accepted,
-                "draft_tokens": draft,
+                "method": spec_step.method,
+                "accepted_tokens_per_step": spec_step.accepted_tokens_per_step,
+                "draft_tokens": spec_step.draft_tokens,
+                "verify_rows": spec_step.verify_rows,
             },
             "engram_in_dram": engram_in_dram,
         },

@@ -66,6 +66,12 @@ class ModelRef(StrictModel):
     kv_layout: str | None = Field(
         None, description="KV byte layout (model.md §9 #2); null = the model's default"
     )
+    accepted_tokens_per_step: float | None = Field(
+        None,
+        ge=1,
+        description="this model's mean accepted tokens per verify step when spec_decode is enabled; "
+        "null = spec_decode.<family>.accepted_tokens_per_step",
+    )
 
     @field_validator("name")
     @classmethod
@@ -157,6 +163,7 @@ class Scenario(StrictModel):
             profiles.setdefault(hw_name, load_hw(hw_name))
             problems += _pool_fits_hardware(f"cluster.pools[{i}]", pool, profiles[hw_name])
         self._profiles = profiles
+        problems += _spec_decode_problems(self.models, self.spec_decode)
         problems += _pricing_problems(self.pricing, profiles)
         raise_problems(problems)
         return self
@@ -226,6 +233,36 @@ class Scenario(StrictModel):
             energy_usd_per_kwh=p.energy_usd_per_kwh,
             pue=p.pue,
         )
+
+
+def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Problem]:
+    """A model's acceptance fits its family's verified rows; the drafter named is the model's own."""
+    from sim.model import load_model
+
+    problems = []
+    for i, ref in enumerate(models):
+        fam = sd.for_family(ref.family)
+        rows = fam.rows_per_step
+        if ref.accepted_tokens_per_step is not None and ref.accepted_tokens_per_step > rows:
+            problems.append(
+                Problem(
+                    f"models[{i}].accepted_tokens_per_step",
+                    f"cannot exceed the rows spec_decode.{ref.family} verifies per step ({rows})",
+                    ref.accepted_tokens_per_step,
+                    f"1 .. {rows}",
+                )
+            )
+        drafter = load_model(ref.name).drafter
+        if sd.enabled and (drafter is None or drafter.kind != fam.method):
+            problems.append(
+                Problem(
+                    f"spec_decode.{ref.family}.method",
+                    f"{ref.name} has no {fam.method} drafter",
+                    fam.method,
+                    drafter.kind if drafter else "(none: disable spec_decode)",
+                )
+            )
+    return problems
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -51,42 +52,94 @@ class Timing(StrictModel):
 
 
 class SpecDecodeFamily(StrictModel):
-    method: Literal["mtp", "dspark"] = Field(description="V4: multi-token prediction; V4.1: DSpark drafter")
-    accepted_tokens_per_step: float = Field(
-        ge=1, description="tokens emitted per verify step (incl. the bonus token)"
+    """Speculative decoding of one model family: who drafts, how many tokens, how many of them the
+    target verifies per step (its query rows per sequence) and how many it keeps on average."""
+
+    method: Literal["mtp", "dspark"] = Field(
+        description="the drafter: mtp (V4's multi-token-prediction block) or dspark (V4.1's 3-block drafter)"
     )
-    draft_tokens: int = Field(ge=1, description="tokens drafted per step")
+    accepted_tokens_per_step: float = Field(
+        ge=1,
+        description="mean tokens a sequence advances per verify step (accepted drafts + the bonus token)",
+    )
+    draft_tokens: int = Field(
+        ge=1,
+        description="tokens the drafter proposes per step (its FLOPs are counted from the model arithmetic)",
+    )
+    verify_rows: int | None = Field(
+        None,
+        ge=2,
+        description="query rows each decoding sequence puts through the target per step (null = 1 + draft_tokens); "
+        "attention FLOPs, GEMM rows and communication scale with it, KV bytes read do not",
+    )
     acceptance_is_assumption: bool = Field(True, description="true while no measured acceptance is known")
 
+    @property
+    def rows_per_step(self) -> int:
+        """Query rows per decoding sequence in the verify step."""
+        return self.verify_rows if self.verify_rows is not None else 1 + self.draft_tokens
+
     @model_validator(mode="after")
-    def _accept_at_most_drafted(self) -> SpecDecodeFamily:
-        if self.accepted_tokens_per_step > 1 + self.draft_tokens:
-            raise_problems(
-                [
-                    Problem(
-                        "accepted_tokens_per_step",
-                        f"cannot exceed 1 + draft_tokens ({1 + self.draft_tokens})",
-                        self.accepted_tokens_per_step,
-                        f"1 .. {1 + self.draft_tokens}",
-                    )
-                ]
+    def _accept_at_most_verified(self) -> SpecDecodeFamily:
+        problems = []
+        if self.verify_rows is not None and self.verify_rows > 1 + self.draft_tokens:
+            problems.append(
+                Problem(
+                    "verify_rows",
+                    f"cannot exceed 1 + draft_tokens ({1 + self.draft_tokens})",
+                    self.verify_rows,
+                    f"2 .. {1 + self.draft_tokens}",
+                )
             )
+        elif self.accepted_tokens_per_step > self.rows_per_step:
+            problems.append(
+                Problem(
+                    "accepted_tokens_per_step",
+                    f"cannot exceed the rows verified per step ({self.rows_per_step})",
+                    self.accepted_tokens_per_step,
+                    f"1 .. {self.rows_per_step}",
+                )
+            )
+        raise_problems(problems)
         return self
+
+
+@dataclass(frozen=True)
+class SpecDecodeChoice:
+    """What one model's engine does per decode step (1 row, 1 token, no drafter when disabled)."""
+
+    method: str | None
+    draft_tokens: int
+    verify_rows: int
+    accepted_tokens_per_step: float
 
 
 class SpecDecode(StrictModel):
     enabled: bool = Field(False, description="simulate speculative decoding for every model")
     v4: SpecDecodeFamily = Field(
-        default_factory=lambda: SpecDecodeFamily(method="mtp", accepted_tokens_per_step=1.7, draft_tokens=1)
-    )  # V4 ships one MTP layer (model.md §9 #1); 1.7 accepted tokens/step is an assumption [D]
+        default_factory=lambda: SpecDecodeFamily(method="mtp", accepted_tokens_per_step=1.85, draft_tokens=1)
+    )  # V4 ships one MTP block, depth 1 (model.md §9 #1; V4 report arXiv 2606.19348 §2.1: "the same strategy as
+    # V3"); V3's second-token acceptance is 85-90 % (arXiv 2412.19437 §5.4.3) -> 1.85 tokens/step [B, V3 as analog].
+    # 2 rows per sequence = FlashMLA's V4 decode cases, s_q = 2 (kernels.md §3.1 [A]).
     v41: SpecDecodeFamily = Field(
         default_factory=lambda: SpecDecodeFamily(
-            method="dspark", accepted_tokens_per_step=2.5, draft_tokens=5
+            method="dspark", accepted_tokens_per_step=2.5, draft_tokens=5, verify_rows=4
         )
-    )  # DSpark drafts blocks of 5 (model.md §10 [A]); acceptance unknown (model.md §9 #14), 2.5 assumed [D]
+    )  # DSpark drafts blocks of 5 (model.md §10 [A]) and verifies a confidence-scheduled prefix: FlashMLA's V4.1
+    # production decode cases use s_q = 4 (kernels.md §3.1 [A]) -> 4 rows. Acceptance unknown (model.md §9 #14):
+    # 2.5 assumed [D]; DeepSeek reports +60-85 % per-user speed over MTP-1 at equal throughput (DSpark release).
 
     def for_family(self, family: str) -> SpecDecodeFamily:
         """The per-family block (`ModelRef.family` gives the family of a model)."""
         if family not in ("v4", "v41"):
             raise InputError("unknown model family", value=family, allowed=["v4", "v41"])
         return getattr(self, family)
+
+    def choice(self, family: str, accepted_override: float | None = None) -> SpecDecodeChoice:
+        """The engine's per-step behaviour for a model of `family` (`accepted_override`: the model's
+        own `models[].accepted_tokens_per_step`)."""
+        if not self.enabled:
+            return SpecDecodeChoice(None, 0, 1, 1.0)
+        fam = self.for_family(family)
+        accepted = fam.accepted_tokens_per_step if accepted_override is None else accepted_override
+        return SpecDecodeChoice(fam.method, fam.draft_tokens, fam.rows_per_step, accepted)

@@ -53,9 +53,9 @@ def vision_flops_per_image(spec: ModelSpec, image_tokens: int) -> float:
     return linear + attention + aligner
 
 
-def draft_step_flops(spec: ModelSpec) -> float:
-    """FLOPs of one draft step (drafting only; the target then verifies the block as a decode of
-    draft_tokens + 1 rows). Per drafted position and block: the block's matmuls (attention projections,
+def draft_step_flops(spec: ModelSpec, draft_tokens: int | None = None) -> float:
+    """FLOPs of one draft step of `draft_tokens` positions (null = the drafter's block size; drafting
+    only: the target then verifies the block as a decode of up to draft_tokens + 1 rows). Per drafted position and block: the block's matmuls (attention projections,
     top-k routed + shared experts, router, mHC) + attention over its window; per position the LM head and
     the Markov head (rank 256). DSpark (V4.1, 5 positions x 3 blocks) ~15 GFLOP incl. 6.6 GFLOP of head;
     MTP (V4) ~1.65 GFLOP (model.md §6.3: approximate, [D] for DSpark's shared expert). 0 without drafter."""
@@ -65,4 +65,4 @@ def draft_step_flops(spec: ModelSpec) -> float:
     per_block = sum(b.active_elements for b in param_blocks(spec) if b.name.startswith("drafter0."))
     block = 2.0 * per_block + spec.attention.flops_per_key * d.window_tokens
     head = 2.0 * spec.vocab * spec.hidden + 2.0 * d.markov_rank * spec.vocab
-    return d.draft_tokens * (d.blocks * block + head)
+    return (d.draft_tokens if draft_tokens is None else draft_tokens) * (d.blocks * block + head)

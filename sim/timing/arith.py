@@ -67,7 +67,7 @@ class ModelArith:
     expert_bytes: float  # one routed expert of one layer
     dense_flops_per_token: float  # GEMM FLOPs of one decoded row (2 x active params, LM head incl.)
     dense_weight_bytes: float  # non-routed matmul weights + LM head, read once per step
-    draft_flops_per_step: float  # drafter FLOPs per sequence per step (DSpark / MTP)
+    draft_flops_per_token: float  # drafter FLOPs per drafted token of one sequence (DSpark / MTP)
     engram_bytes_per_token: float
     weights_bytes: float
     engram_table_bytes: float
@@ -153,7 +153,7 @@ def build_arith(
         expert_bytes=m.expert_bytes(spec),
         dense_flops_per_token=2.0 * m.active_params_decode(spec),  # model.md §6.1
         dense_weight_bytes=m.decode_weight_bytes_per_step(spec, 1) - experts_one,  # model.md §7.2
-        draft_flops_per_step=m.draft_step_flops(spec),  # model.md §6.3
+        draft_flops_per_token=m.draft_step_flops(spec, 1),  # model.md §6.3
         engram_bytes_per_token=m.engram_gather_bytes_per_token(spec),  # model.md §6.3: 12.7 KB
         weights_bytes=m.weights_bytes(spec),
         engram_table_bytes=m.engram_table_bytes(spec),

@@ -295,6 +295,7 @@ class CalibratedTiming(RooflineTiming):
         *,
         accepted_tokens_per_step: float = 1.0,
         draft_tokens: int = 0,
+        verify_rows: int = 0,
         engram_in_dram: bool = False,
         vision_on_instance: bool = True,
     ) -> None:
@@ -309,6 +310,7 @@ class CalibratedTiming(RooflineTiming):
             replace(eff, step_overhead_s=0.0),
             accepted_tokens_per_step=accepted_tokens_per_step,
             draft_tokens=draft_tokens,
+            verify_rows=verify_rows,
             engram_in_dram=engram_in_dram,
             vision_on_instance=vision_on_instance,
         )
@@ -494,6 +496,7 @@ def _timing_kwargs(ctx) -> dict:
     return dict(
         accepted_tokens_per_step=ctx.accepted_tokens_per_step,
         draft_tokens=ctx.draft_tokens,
+        verify_rows=ctx.verify_rows,
         engram_in_dram=ctx.engram_in_dram,
         vision_on_instance=ctx.vision_on_instance,
     )

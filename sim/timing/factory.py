@@ -42,6 +42,7 @@ class TimingContext:
     engram_in_dram: bool
     vision_on_instance: bool
     kernels: str = "production"  # kernel stack of the calibrated timing (sim.timing.stacks)
+    verify_rows: int = 0  # query rows per decoding sequence per step; 0 = 1 + draft_tokens
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def _build_roofline(ctx: TimingContext) -> TimingModel:
         ctx.eff,
         accepted_tokens_per_step=ctx.accepted_tokens_per_step,
         draft_tokens=ctx.draft_tokens,
+        verify_rows=ctx.verify_rows,
         engram_in_dram=ctx.engram_in_dram,
         vision_on_instance=ctx.vision_on_instance,
     )

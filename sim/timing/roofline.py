@@ -10,8 +10,11 @@ gathers + a fixed per-step overhead.
   all-reduces of the activations, over NVLink inside the scale-up domain and RDMA beyond it,
   of which `1 - comm_overlap_frac` is exposed;
 - Engram (V4.1, tables in host DRAM): gathered rows per token over PCIe (model.md §6.3);
-- speculative decoding: every decoding sequence verifies `verified_tokens_per_step` rows and
-  advances `accepted_tokens_per_step` tokens (an assumption of the scenario).
+- speculative decoding: every decoding sequence verifies `verified_tokens_per_step` rows (its
+  query rows: GEMM rows, attention FLOPs and communication scale with them; the KV is read once
+  for all of them, kernels.md §3.2) and advances `accepted_tokens_per_step` tokens (scenario
+  `spec_decode`); the drafter's FLOPs (draft_tokens x the model arithmetic's per-token draft
+  FLOPs, model.md §6.3) run at the decode GEMM rate.
 
 Decode spans have a closed form: within fixed membership the summed terms grow linearly per
 step, so compute(k) and memory(k) are linear in k and the span is a sum of max(two lines).
@@ -89,12 +92,15 @@ class RooflineTiming:
         *,
         accepted_tokens_per_step: float = 1.0,
         draft_tokens: int = 0,
+        verify_rows: int = 0,
         engram_in_dram: bool = False,
         vision_on_instance: bool = True,
     ) -> None:
-        if accepted_tokens_per_step < 1.0 or accepted_tokens_per_step > 1 + draft_tokens:
+        rows = verify_rows if verify_rows else 1 + draft_tokens  # 0: every drafted token is verified
+        if not 1 <= rows <= 1 + draft_tokens or not 1.0 <= accepted_tokens_per_step <= rows:
             raise ValueError(
-                f"accepted tokens per step {accepted_tokens_per_step} must lie in [1, 1 + draft tokens {draft_tokens}]"
+                f"need 1 <= accepted tokens per step ({accepted_tokens_per_step}) <= verified rows ({rows})"
+                f" <= 1 + draft tokens ({draft_tokens})"
             )
         self.arith = arith
         # the chunk cost tables, typed, for the compiled prefill path (ModelArith.prefill_parts)
@@ -104,7 +110,7 @@ class RooflineTiming:
         self.par = par
         self.eff = eff
         self.accepted_tokens_per_step = float(accepted_tokens_per_step)
-        self.verified_tokens_per_step = 1 + int(draft_tokens)
+        self.verified_tokens_per_step = rows
         self.engram_in_dram = engram_in_dram
         self.vision_on_instance = vision_on_instance
         g = par.gpus
@@ -123,7 +129,7 @@ class RooflineTiming:
             self._comm_lat = hw.scale_out_latency_s
         self._pcie_rate = g * hw.pcie_bw_per_gpu_bytes_per_s * eff.pcie_bw_frac
         self._dense_weight_bytes_per_gpu = arith.dense_weight_bytes / par.tp
-        self._draft_flops = arith.draft_flops_per_step if draft_tokens else 0.0
+        self._draft_flops = arith.draft_flops_per_token * draft_tokens  # per sequence per step
         self._kv_rate = par.dp * self._hbm_rate  # KV read: each DP group's GPUs read their sequences
         self._k_attn = self.verified_tokens_per_step / self._attn_rate_decode
         self._comm_cache: dict[int, float] = {}

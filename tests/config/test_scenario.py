@@ -182,8 +182,18 @@ def test_generator_workload_loads(folder):
         pytest.param({"models__0": {"name": "deepseek-v4-flash", "prefill_mode": "ced"}}, "models[0].prefill_mode",
                      "not a prefill mode of deepseek-v4-flash (got 'ced'); allowed: full", id="bad-prefill-mode"),
         pytest.param({"spec_decode": {"v4": {"method": "mtp", "accepted_tokens_per_step": 2.5, "draft_tokens": 1}}},
-                     "spec_decode.v4.accepted_tokens_per_step", "cannot exceed 1 + draft_tokens (2) (got 2.5)",
+                     "spec_decode.v4.accepted_tokens_per_step", "cannot exceed the rows verified per step (2) (got 2.5)",
                      id="acceptance-above-draft"),
+        pytest.param({"spec_decode": {"v41": {"method": "dspark", "accepted_tokens_per_step": 2, "draft_tokens": 3,
+                                              "verify_rows": 5}}},
+                     "spec_decode.v41.verify_rows", "cannot exceed 1 + draft_tokens (4) (got 5)", id="rows-above-draft"),
+        pytest.param({"spec_decode": {"enabled": True, "v4": {"method": "dspark", "accepted_tokens_per_step": 1.5,
+                                                              "draft_tokens": 1}}},
+                     "spec_decode.v4.method", "deepseek-v4-flash has no dspark drafter (got 'dspark'); allowed: mtp",
+                     id="drafter-not-the-models"),
+        pytest.param({"models": [{"name": "deepseek-v4-flash", "accepted_tokens_per_step": 2.5}]},
+                     "models[0].accepted_tokens_per_step",
+                     "cannot exceed the rows spec_decode.v4 verifies per step (2) (got 2.5)", id="model-acceptance"),
         pytest.param({"outputs": {"timeseries_interval_s": 0}}, "outputs.timeseries_interval_s",
                      "must be greater than 0 (got 0)", id="zero-interval"),
     ],
@@ -271,6 +281,10 @@ def test_cli_fields_lists_every_leaf_with_defaults():
     rows = {r["field"]: r for r in json.loads(result.stdout)}
     assert rows["cache.v41.global_retention_s"]["default"] == "259200.0"
     assert rows["spec_decode.v41.draft_tokens"]["default"] == "5"
+    assert rows["spec_decode.v41.verify_rows"]["default"] == "4"
+    assert rows["spec_decode.v4.verify_rows"]["default"] == "None"  # 1 + draft_tokens
+    assert "verify step" in rows["spec_decode.v4.accepted_tokens_per_step"]["description"]
+    assert rows["models[].accepted_tokens_per_step"]["type"] == "float | None"
     assert rows["cluster.pools[].tp"]["type"] == "int"
     assert rows["models"]["type"] == "list[ModelRef]"
     assert rows["name"]["default"] == "(required)"

@@ -1,0 +1,66 @@
+"""The verify step of speculative decoding: its extra query rows are counted in the GEMMs, the attention
+FLOPs and the communication, its KV once, and the drafter's FLOPs from the model arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim import model as m
+from sim.timing.calibrated import build_calibrated
+from sim.timing.factory import make_timing
+
+V4, V41 = "deepseek-v4-flash", "deepseek-v4.1-flash"
+
+
+def _roofline(context, model, **spec):
+    return make_timing("roofline", context(model, **spec))
+
+
+@pytest.mark.parametrize(("model", "draft", "rows"), [(V4, 1, 2), (V41, 5, 4), (V41, 5, 6)])
+def test_roofline_verify_step_cost_by_hand(context, model, draft, rows):
+    t = _roofline(context, model, accepted_tokens_per_step=1.5, draft_tokens=draft, verify_rows=rows)
+    a, hw, par, eff = t.arith, t.hw, t.par, t.eff
+    batch, ctx_tokens = 32, 65_536
+    attn_flops, kv_bytes = a.decode_table.at(ctx_tokens)  # per sequence, per query row / once
+    draft_flops = m.draft_step_flops(a.spec, draft)  # per sequence
+    compute = (batch * rows * a.dense_flops_per_token + batch * draft_flops) / (
+        par.gpus * hw.fp8_flops_per_s * eff.mfu_decode
+    ) + batch * rows * attn_flops / (par.gpus * hw.bf16_flops_per_s * eff.mfu_decode)
+    hbm = hw.hbm_bw_bytes_per_s * eff.hbm_bw_frac
+    memory = (a.dense_weight_bytes / par.tp + a.expert_bytes_touched(batch * rows) / par.ep) / hbm + (
+        batch * kv_bytes / (par.dp * hbm)  # the KV is read once for all the rows of a sequence
+    )
+    expected = max(compute, memory) + t._comm_s(batch * rows)
+    assert t.step_s(batch, batch * attn_flops, batch * kv_bytes, ()) == pytest.approx(expected, rel=1e-12)
+    assert t.verified_tokens_per_step == rows
+
+
+def test_drafter_flops_scale_with_the_drafted_tokens(arith):
+    spec = m.load_model(V41)
+    assert m.draft_step_flops(spec, 5) == pytest.approx(m.draft_step_flops(spec))  # DSpark blocks of 5
+    assert arith(V41).draft_flops_per_token * 5 == pytest.approx(m.draft_step_flops(spec))
+    assert m.draft_step_flops(m.load_model(V4), 2) == pytest.approx(2 * m.draft_step_flops(m.load_model(V4)))
+
+
+def test_fewer_verified_rows_cost_less_at_a_compute_bound_batch(context):
+    four, six = (
+        _roofline(context, V41, accepted_tokens_per_step=2.5, draft_tokens=5, verify_rows=r) for r in (4, 6)
+    )
+    a0, a1, _, _ = four.decode_seq_terms(131_072, 1)
+    batch = 512  # far past the ridge: the step is GEMM + attention FLOPs
+    assert six.step_s(batch, a0 * batch, a1 * batch, ()) > 1.3 * four.step_s(
+        batch, a0 * batch, a1 * batch, ()
+    )
+
+
+def test_calibrated_verify_step_counts_rows_and_drafter(context, h200_tables):
+    batch, rows, draft = 16, 4, 5
+    spec = build_calibrated(context(V41, accepted_tokens_per_step=2.5, draft_tokens=draft, verify_rows=rows))
+    plain = build_calibrated(context(V41))
+    share = draft * spec.arith.draft_flops_per_token / (rows * spec.arith.dense_flops_per_token)
+    expected = (
+        plain._pass_s(batch * rows, batch * rows) * (1.0 + share)
+        + plain._comm_s(batch * rows)
+        + plain._attn_curve(batch * rows).at(65_536.0)  # rows timed as sequences: an upper bound
+    )
+    assert spec.step_s(batch, batch * 65_536.0, 0.0, ()) == pytest.approx(expected, rel=1e-12)
