@@ -139,14 +139,16 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def write_csv(path: Path, rows: Iterable[dict], prov: dict) -> None:
+def write_csv(path: Path, rows: Iterable[dict], prov: dict, columns: list[str] | None = None) -> None:
+    """``# key: value`` provenance lines, then the rows (``columns`` defaults to ``COLUMNS``)."""
+    cols = columns or COLUMNS
     buf = io.StringIO()
     for key, val in prov.items():
         buf.write(f"# {key}: {json.dumps(val) if isinstance(val, dict) else val}\n")
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({c: _fmt(r.get(c, "")) for c in COLUMNS})
+        w.writerow({c: _fmt(r.get(c, "")) for c in cols})
     atomic_write(path, buf.getvalue())
 
 
@@ -192,11 +194,11 @@ def rows_markdown(rows: list[dict]) -> str:
     return markdown_table(cols, [[r.get(c, "") for c in cols] for r in rows])
 
 
-def results_markdown(rows: list[dict], provs: list[dict]) -> str:
+def results_markdown(rows: list[dict], provs: list[dict], title: str = "kernels_bench") -> str:
     """results.md: the provenance of each run that contributed rows, the target table, all rows."""
     from kernels_bench.targets import targets_markdown
 
-    md = ["# kernels_bench results", ""]
+    md = [f"# {title} results", ""]
     for i, prov in enumerate(provs):
         title = "## Provenance" if len(provs) == 1 else f"## Provenance of run {i + 1} (`{run_tag(prov)}`)"
         table = [[k, json.dumps(v) if isinstance(v, (dict, list)) else v] for k, v in prov.items()]
