@@ -103,16 +103,9 @@ def test_tk_boundary_reference_shapes_and_post_mix():
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
-    import builtins
+    import sys
 
-    real = builtins.__import__
-
-    def fake(name, *a, **k):
-        if name == "flash_mla":
-            raise ImportError("No module named 'flash_mla'")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", fake)
+    monkeypatch.setitem(sys.modules, "flash_mla", None)  # makes the import fail, installed or not
     with pytest.raises(MissingPackage, match="pip install --no-deps sgl-flash-mla==1.0.0"):
         require("flash_mla")
 
