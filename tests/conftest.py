@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sim.paths import public_traces_dir, shared_dir
+from sim.workload.importers import import_trace
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +25,11 @@ def reference_dir():
     if not path.is_dir():
         pytest.skip(f"reference fact base not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def weka_trace(public_traces, tmp_path_factory):
+    """The Weka v8 dev sessions of ../shared, imported (about 10 s)."""
+    out = tmp_path_factory.mktemp("weka") / "weka.parquet"
+    import_trace("weka", public_traces / "weka_claude_code" / "weka_cc_traces_v8_dev.jsonl.xz", out)
+    return out

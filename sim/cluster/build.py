@@ -36,6 +36,8 @@ from sim.model import (
     compressor_state_bytes_per_sequence,
     global_kv_bytes_per_token,
     swa_bytes_per_sequence,
+    swa_rebuild_tokens,
+    swa_window_tokens,
     weights_bytes_by_group,
 )
 from sim.sched.router import Router
@@ -96,6 +98,7 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         swa_state_bytes=swa_bytes_per_sequence(spec, kv_layout),  # model.md §5.2
         compressor_state_bytes=compressor_state_bytes_per_sequence(spec),  # model.md §5.2
         block_tokens=c.block_tokens,
+        swa_window_tokens=swa_window_tokens(spec),  # model.md §1
         hbm_keep_s=max(c.hbm_keep_s, eps),
         demote_to_dram=True,
         dram_ttl_s=max(c.dram_ttl_s, eps),
@@ -108,7 +111,7 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
             swa_pool=False,
             swa_pool_dram_frac=0.0,
             swa_ttl_s=eps,
-            swa_replay_tokens=0,
+            swa_replay_tokens=swa_rebuild_tokens(spec, c.block_tokens),  # no bounded replay in V4
             persist_to_ssd=v4.persist_to == "ssd",
             ssd_retention_s=0.0,  # hardware.md §4.1 [A]: best effort, no guarantee
             ssd_ttl_s=c.ssd_ttl_s,

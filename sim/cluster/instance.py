@@ -489,6 +489,7 @@ class Instance:
             req.parent_lineage if pinned else None,
             now,
             True,
+            req.input_tokens,
         )
         self.cluster.request_done(req)
         if self.waiting:

@@ -6,10 +6,20 @@ part already in HBM is used in place, the rest is loaded from the fastest tier t
 The last prompt token is always computed (its logits start the output). A cross-session shared
 prompt prefix is used when it covers more than the lineage's own hit.
 
-V4.1's SWA ring is needed whenever the hit is not a full in-HBM match: from the SWA pool if it
-is still there (local node over PCIe, another node over RDMA), else the last
-`swa_replay_tokens` tokens are recomputed (SWA bounded replay). V4 restores its ring with the
-prefix (persisted with it), so it never replays.
+Every layer's sliding window (SWA, the last `swa_window_tokens` = 128 positions) must be restored
+at the hit's end. Window states exist where a sequence ended: in HBM, the live one at the end of
+the copy there; saved at completion - with the persisted prefix (V4) or in the host-DRAM SWA
+pool (V4.1) - at the end of the request's input and of its output, DeepSeek's two "cache prefix
+units" per request (hardware.md §4.1 [A]). Each is kept the way paged engines keep it, as the KV
+blocks that overlap the window (SGLang's SWA radix cache, vLLM's sliding-window manager [B]), so
+it also serves a hit that ends a little earlier, at a block boundary whose window lies inside
+those blocks (`window_restorable`). That is the common case on real sessions: a turn repeats its
+parent's input up to the last block boundary, not its output (Weka dev trace: every hit ends
+inside the parent's input, 95 % in its last 64-token block). A hit elsewhere needs a window the
+engine no longer holds, so it is recomputed: `swa_replay_tokens` cached tokens re-run - V4.1's
+bounded replay of 128 (vLLM #56227), V4's exact rebuild of the window's receptive field (SGLang
+#31713). Assumption [D]: the saved bytes stay one state (`swa_state_bytes`, + compressor state
+for V4), not two, nor the up to block_tokens - 1 extra slots of their blocks.
 
 The plan is a tuple (the lookup runs once per request):
     (key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay_tokens, shared)
@@ -24,6 +34,18 @@ from sim.kvcache.store import KVStore
 Plan = tuple[int, int, str, int, float, int, int, bool]
 
 TIER_OF = ("hbm", "dram", "ssd")
+
+
+def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int) -> bool:
+    """Whether the window state saved at position `end_tokens` serves a hit ending at `hit_tokens`:
+    the hit's window [hit - window, hit) lies inside the blocks that overlapped the saved window,
+    [(end - window) rounded down to a block, end)."""
+    if hit_tokens == end_tokens:
+        return True
+    if hit_tokens > end_tokens:
+        return False
+    kept_from = max(end_tokens - window_tokens, 0) // block_tokens * block_tokens
+    return max(hit_tokens - window_tokens, 0) >= kept_from
 
 
 def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float) -> tuple[int, int, int] | None:
@@ -58,7 +80,7 @@ def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float
                 tokens = limit
             if tokens > 0:
                 tier = 0 if hbm >= tokens else 1 if dram >= tokens else 2
-                best = (key, tokens, tier, min(hbm, tokens), cached, False)
+                best = (key, tokens, tier, hbm, cached, False)
     skey = req.shared_key
     if skey is not None and req.shared_tokens > (best[1] if best else 0):
         hit = _hit(store, skey, inst, node, now_s)
@@ -68,20 +90,28 @@ def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float
             tokens = min(req.shared_tokens, limit)
             if cached >= req.shared_tokens and tokens > (best[1] if best else 0):
                 tier = 0 if hbm >= tokens else 1 if dram >= tokens else 2
-                best = (skey, tokens, tier, min(hbm, tokens), cached, True)
+                best = (skey, tokens, tier, hbm, cached, True)
     if best is None:
         return None
-    key, tokens, tier, hbm_tokens, cached, shared = best
+    key, tokens, tier, hbm, cached, shared = best
+    hbm_tokens = min(hbm, tokens)
     p = store.policy
     load_bytes = 0.0
     if tier:
         load_bytes = (tokens - hbm_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes
+    # where the window comes from: HBM (the live sequence), the persisted prefix, the pool, or replay
+    window, block = p.swa_window_tokens, p.block_tokens
+    if tier == 0:
+        restorable = window_restorable(hbm, tokens, window, block)
+    else:
+        prompt = store.entries[key].prompt_tokens
+        restorable = window_restorable(cached, tokens, window, block) or (
+            prompt > 0 and window_restorable(prompt, tokens, window, block)
+        )
     swa_node = -1
     replay = 0
-    if p.swa_pool and not (tier == 0 and tokens == cached):
-        node_ = store.swa_node_of(key, now_s) if tokens == cached else -1
-        if node_ >= 0:
-            swa_node = node_
-        else:
-            replay = min(p.swa_replay_tokens, tokens)
+    if tier and p.swa_pool and restorable:
+        swa_node = store.swa_node_of(key, now_s)
+    if not restorable or (tier and not p.swa_persisted_with_prefix and swa_node < 0):
+        replay = min(p.swa_replay_tokens, tokens)
     return key, tokens, TIER_OF[tier], hbm_tokens, load_bytes, swa_node, replay, shared

@@ -3,7 +3,8 @@ arithmetic the store and the engines share.
 
 - V4-Flash: global KV (3,514 B/token, FP8 main rows, model.md §5.1) plus the sliding-window
   ring and compressor state, persisted with the prefix (DeepSeek's on-disk context cache,
-  hardware.md §4.1): a prefix hit restores everything, so V4 never replays.
+  hardware.md §4.1): a hit where the saved window serves restores everything; a hit deeper
+  inside the sequence rebuilds the window's receptive field (`swa_replay_tokens`, sim.kvcache.lookup).
 - V4.1-Flash: global KV only (890 B/token, FP4) is persisted, with a retention guarantee on SSD
   (72 h, model.md §10); the SWA ring lives in a host-DRAM pool (10 % of DRAM, TTL of minutes);
   on a pool miss the last `swa_replay_tokens` (128) tokens are recomputed (SWA bounded replay).
@@ -27,7 +28,8 @@ class CachePolicy:
     swa_pool: bool  # V4.1: SWA in a host-DRAM pool
     swa_pool_dram_frac: float
     swa_ttl_s: float
-    swa_replay_tokens: int
+    swa_window_tokens: int  # every layer's sliding window (model.md §1: 128)
+    swa_replay_tokens: int  # recomputed when the window at a hit's end is gone
     block_tokens: int  # prefix hits are whole blocks unless the whole cached context matches
     hbm_keep_s: float  # a finished session's KV stays in HBM this long after last use
     demote_to_dram: bool

@@ -31,6 +31,7 @@ class Entry:
         "ssd_ready_s",
         "ssd_written_s",
         "swa_node",
+        "prompt_tokens",
         "pins",
     )
 
@@ -44,6 +45,7 @@ class Entry:
         self.ssd_ready_s = 0.0
         self.ssd_written_s = 0.0
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
+        self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
         self.pins = 0  # running requests using this entry
 
 
@@ -173,10 +175,13 @@ class KVStore:
         pinned: int | None,
         now_s: float,
         persist: bool,
+        prompt_tokens: int = 0,
     ) -> None:
         """A request on instance `inst` is done with its HBM: give back its reservation, keep
         `tokens` of `key` cached there, unpin the copy it used, and (at completion) persist the
-        new context to SSD and put V4.1's SWA ring in the node's pool."""
+        new context to SSD and put V4.1's SWA ring in the node's pool. The window state is saved
+        at the end of the request's input (`prompt_tokens`) and of its output (hardware.md §4.1
+        [A]: prefix units at both), so a later hit may end at either (sim.kvcache.lookup)."""
         self.hbm[inst].release(reserved)
         self.retain_hbm(key, inst, tokens, now_s)
         if pinned is not None:
@@ -185,6 +190,9 @@ class KVStore:
             self.persist(key, inst, tokens, now_s)
             if self.policy.swa_pool:
                 self.put_swa(key, inst, now_s)
+            e = self.entries.get(key)
+            if e is not None:
+                e.prompt_tokens = prompt_tokens
 
     def retain_shared(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """A shared prompt prefix just computed on `inst`: cache it there (and persist it once)."""

@@ -16,6 +16,8 @@ from .kv import (
     global_kv_bytes_per_token_by_layer,
     persistent_bytes,
     swa_bytes_per_sequence,
+    swa_rebuild_tokens,
+    swa_window_tokens,
 )
 from .modes import resolve_prefill_mode
 from .side import (
@@ -67,6 +69,8 @@ __all__ = [
     "prefill_cost",
     "resolve_prefill_mode",
     "swa_bytes_per_sequence",
+    "swa_rebuild_tokens",
+    "swa_window_tokens",
     "total_params",
     "vision_flops_per_image",
     "weights_bytes",

@@ -64,6 +64,27 @@ def swa_bytes_per_sequence(spec: ModelSpec, layout: str | None = None) -> float:
     return sum(r.swa_bytes_per_sequence for r in global_kv_bytes_per_token_by_layer(spec, layout))
 
 
+def swa_window_tokens(spec: ModelSpec) -> int:
+    """The sliding window every backbone layer keeps (model.md §1: 128 in V4 and V4.1)."""
+    return max((layer.window_tokens for layer in spec.layers), default=0)
+
+
+def swa_rebuild_tokens(spec: ModelSpec, block_tokens: int) -> int:
+    """Tokens re-run to rebuild every layer's window exactly when a hit's window state is gone: the
+    last layer's window depends on one more window per windowed layer below it, so the receptive
+    field is W + (N - 1) W, block aligned (SGLang's V4 SWA recompute, sgl-project/sglang#31713:
+    align_up(align_up(W, page) + (N - 1) W, page)) [B]. V4-Flash, 43 layers, 256-token blocks: 5,632."""
+    window = swa_window_tokens(spec)
+    windowed = sum(1 for layer in spec.layers if layer.window_tokens > 0)
+    if not window:
+        return 0
+
+    def up(tokens: int) -> int:
+        return -(-tokens // block_tokens) * block_tokens
+
+    return up(up(window) + (windowed - 1) * window)
+
+
 def compressor_state_bytes_per_sequence(spec: ModelSpec) -> float:
     """FP32 pooling state of the pending partial group, KV and score buffers, per owner (model.md §5.2):
     V4 21 x 80 KiB + 20 x 512 KiB = 12.2 MB; V4.1 3 x 8 KiB = 24.6 KB."""

@@ -26,7 +26,8 @@ def policy(family: str, **kw) -> CachePolicy:
         swa_pool=family == "v41",
         swa_pool_dram_frac=0.1,
         swa_ttl_s=300.0,
-        swa_replay_tokens=128,
+        swa_window_tokens=128,  # model.md §1
+        swa_replay_tokens=128 if family == "v41" else 5_632,  # sim.model.swa_rebuild_tokens
         block_tokens=256,
         hbm_keep_s=30.0,
         demote_to_dram=True,

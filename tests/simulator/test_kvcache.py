@@ -3,7 +3,7 @@ loads, when V4.1 replays its SWA tail, and where evicted copies go."""
 
 import pytest
 
-from sim.kvcache.lookup import plan_prefix
+from sim.kvcache.lookup import plan_prefix, window_restorable
 
 from . import objects
 from .objects import GB, request
@@ -37,21 +37,66 @@ def test_v41_full_match_in_own_hbm_needs_no_swa_work():
     assert plan[2] == "hbm" and plan[3] == 10_000 and plan[4] == 0.0 and plan[5] == -1 and plan[6] == 0
 
 
-def test_partial_prefix_is_whole_blocks_and_v41_replays_its_tail():
-    store = _store(objects.policy("v41"))
-    store.finish(7, 0, 10_000, 0.0, None, 0.0, True)
-    plan = plan_prefix(store, request(5_000, 9_000), 0, 0, 1.0)  # repeats 5,000 of the 10,000 cached
-    assert plan[1] == 4_864 and plan[6] == 128  # 19 blocks of 256; the ring is at 10,000, not 4,864
+def test_deep_partial_prefix_is_whole_blocks_and_both_models_rebuild_the_window():
+    # 5,000 of 10,000 cached: the hit's window (at 4,864) left the kept blocks long ago
+    # (V4's receptive field, 5,632, is longer than the hit: it recomputes all of it)
+    for family, replay in (("v41", 128), ("v4", 4_864)):
+        store = _store(objects.policy(family))
+        store.finish(7, 0, 10_000, 0.0, None, 0.0, True)
+        plan = plan_prefix(store, request(5_000, 9_000), 0, 0, 1.0)
+        assert plan[1] == 4_864 and plan[5] == -1 and plan[6] == replay  # 19 blocks of 256
 
 
-def test_v4_loads_its_state_with_the_prefix_and_never_replays():
-    store = _store(objects.policy("v4"))
+@pytest.mark.parametrize("family", ["v41", "v4"])
+@pytest.mark.parametrize("inst, node, tier", [(0, 0, "hbm"), (1, 1, "ssd")])
+def test_block_aligned_hit_at_the_last_block_restores_the_saved_window(family, inst, node, tier):
+    """Imported traces hash whole blocks, so a turn repeats its parent's context up to the last
+    block boundary, not to the token. The window there lies in the blocks kept with the window at
+    the end (10,000 - 128 -> from 9,728): V4.1 takes it from the pool, V4 with its persisted prefix,
+    and in HBM it is in place; neither replays."""
+    store = _store(objects.policy(family))
     store.finish(7, 0, 10_000, 0.0, None, 0.0, True)
-    _key, tokens, tier, _hbm, load, swa_node, replay, _ = plan_prefix(
-        store, request(10_000, 12_000), 1, 1, 10.0
+    store.hbm[0].reserved_bytes = 0.0
+    _key, tokens, got_tier, _hbm, _load, swa_node, replay, _ = plan_prefix(
+        store, request(9_984, 12_000), inst, node, 10.0  # 156 blocks of 64, as the Weka hashes
     )
-    assert (tokens, tier, swa_node, replay) == (10_000, "ssd", -1, 0)
-    assert load == pytest.approx(10_000 * 3514.25 + 3_214_336.0 + 12_206_080.0)
+    assert (tokens, got_tier, replay) == (9_984, tier, 0)  # 39 blocks of 256
+    assert swa_node == (0 if family == "v41" and tier == "ssd" else -1)
+
+
+@pytest.mark.parametrize("family, replay", [("v41", 128), ("v4", 5_632)])
+def test_block_aligned_hit_whose_window_left_the_kept_blocks_replays(family, replay):
+    # cached 10,200: kept from 9,984 (10,072 rounded down), so a hit at 9,984 needs [9,856, ...): gone
+    store = _store(objects.policy(family))
+    store.finish(7, 0, 10_200, 0.0, None, 0.0, True)
+    store.hbm[0].reserved_bytes = 0.0
+    *_, swa_node, got, _ = plan_prefix(store, request(10_150, 12_000), 1, 1, 10.0)
+    assert swa_node == -1 and got == replay
+
+
+@pytest.mark.parametrize("family", ["v41", "v4"])
+def test_hit_at_the_parents_input_end_uses_the_window_saved_there(family):
+    """Real turns repeat their parent's input, not its output (hardware.md §4.1: a prefix unit is
+    saved at the end of the input and of the output): input 10,000 + output 200 cached; the next
+    turn repeats the input's whole 64-token blocks, 9,984 tokens, a hit of 39 blocks of 256."""
+    store = _store(objects.policy(family))
+    store.finish(7, 0, 10_200, 0.0, None, 0.0, True, 10_000)
+    store.hbm[0].reserved_bytes = 0.0
+    *_, swa_node, replay, _ = plan_prefix(store, request(9_984, 12_000), 1, 1, 10.0)
+    assert replay == 0 and swa_node == (0 if family == "v41" else -1)
+    store.sweep(400.0)  # past the pool's TTL V4.1 replays; V4's state is on SSD with the prefix
+    *_, swa_node, replay, _ = plan_prefix(store, request(9_984, 12_000), 1, 1, 400.0)
+    assert swa_node == -1 and replay == (128 if family == "v41" else 0)
+
+
+def test_window_restorable_rule():
+    assert window_restorable(10_000, 10_000, 128, 256)  # the very end
+    assert window_restorable(10_000, 9_984, 128, 256)
+    assert not window_restorable(10_000, 9_728, 128, 256)  # needs [9,600, 9,728)
+    assert not window_restorable(10_000, 10_240, 128, 256)  # past the end
+    assert window_restorable(150, 64, 128, 64)  # a short sequence keeps all its blocks
+    assert window_restorable(10_000, 9_984, 128, 64)  # 64-token blocks: the last boundary only
+    assert not window_restorable(10_000, 9_920, 128, 64)
 
 
 def test_hbm_copy_expires_to_host_dram_then_hits_there():

@@ -8,14 +8,6 @@ from sim.workload.importers import import_trace
 
 
 @pytest.fixture(scope="session")
-def weka_trace(public_traces, tmp_path_factory):
-    """The Weka v8 dev sessions of ../shared, imported (about 10 s)."""
-    out = tmp_path_factory.mktemp("weka") / "weka.parquet"
-    import_trace("weka", public_traces / "weka_claude_code" / "weka_cc_traces_v8_dev.jsonl.xz", out)
-    return out
-
-
-@pytest.fixture(scope="session")
 def mooncake_trace(public_traces, tmp_path_factory):
     out = tmp_path_factory.mktemp("mooncake") / "conversation.parquet"
     import_trace("mooncake", public_traces / "mooncake_fast25" / "conversation_trace.jsonl.gz", out)
