@@ -56,8 +56,9 @@ def test_calibrated_is_a_timing_model_overriding_every_decode_method(timings):
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_attention_at_a_grid_point_is_the_sum_of_measured_pipelines(timings, h200_tables, model):
-    cal = timings[model][0]
+def test_attention_at_a_grid_point_is_the_sum_of_measured_pipelines(context, h200_tables, model):
+    # h200_tables are kernels_bench's: compose with that stack (the default, production, swaps kernels)
+    cal = build_calibrated(context(model, kernels="kernels_bench"))
     counts = {
         "V4": {"SWA": 2, "CSA": 21, "HCA": 20},
         "V4.1": {"SWA": 2, "Full-enc": 3, "Full-L20": 1, "Reindex": 4, "Reuse": 30},
