@@ -24,6 +24,7 @@ from . import (
     scenario_cmd,
     sweep_cmd,
     trace_cmd,
+    validate_cmd,
 )
 
 app = typer.Typer(
@@ -59,6 +60,7 @@ for _module in (
     report_cmd,
     plan_cmd,
     sweep_cmd,
+    validate_cmd,
 ):
     _module.register(app)
 

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from sim import native, units
 from sim.api import check_outputs_dir, run_scenario
+from sim.cli.capacity_view import capacity_lines, capacity_table
 from sim.config.scenario import load_scenario
 
 
@@ -84,6 +85,9 @@ def run(
     console = Console()
     console.print(summary_table(result.summary))
     console.print(cost_table(result.summary))
+    console.print(capacity_table(result.summary))
+    for line in capacity_lines(result.summary):
+        console.print(line, markup=False)
     console.print(
         f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet); "
         f"wall {time.perf_counter() - started:.1f} s, simulator core {native.describe()}"
@@ -111,6 +115,8 @@ ROWS = [
     ("TPOT p99 (ms)", lambda s: None if s["tpot_p99_s"] is None else s["tpot_p99_s"] * 1e3, ".2f"),
     ("E2E p50 (s)", "e2e_p50_s", ".2f"),
     ("output tokens/s", "output_tokens_per_s", ",.0f"),
+    ("output tokens/s per GPU", "output_tokens_per_s_per_gpu", ",.1f"),
+    ("tokens/s per user (1 / TPOT p50)", "tokens_per_s_per_user", ",.1f"),
     ("input tokens/s", "input_tokens_per_s", ",.0f"),
     ("tasks/hour", "tasks_per_hour", ",.1f"),
     ("SLO attainment", "slo_attainment", ".3f"),

@@ -1,11 +1,12 @@
-"""Per-model capacity: KV bytes per token and per session, sessions per node, and the 'why' lines of
-the verdict that follow from them."""
+"""Per-model capacity: KV bytes per token and per session, sessions per node, load and headroom per
+pool at the SLO (sim.metrics.capacity), and the 'why' lines of the verdict that follow from them."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.metrics.capacity import low_load_line
 from sim.report.page import Panel, missing
 from sim.report.series import Series
 from sim.report.theme import fmt_bytes, fmt_number, layout, new_figure
@@ -144,5 +145,44 @@ def sessions_panel(series: list[Series]) -> Panel:
     return Panel(title, fig, caption=caption)
 
 
+def load_panel(series: list[Series]) -> Panel:
+    """Load per pool at the SLO (bars), headroom and sessions per serving node at the SLO in the caption,
+    and the low-load warning when it applies."""
+    title = "Load per pool at the SLO"
+    have = [(s, (s.summary.get("capacity") or {}).get("pools") or []) for s in series]
+    have = [(s, pools) for s, pools in have if any(p.get("load") is not None for p in pools)]
+    if not have:
+        return missing(title, "capacity.pools in summary.json (runs before the capacity block)")
+    fig = new_figure()
+    for s, pools in have:
+        loads = [p.get("load") for p in pools]
+        fig.add_trace(
+            go.Bar(x=[p["name"] for p in pools], y=[None if v is None else v * 100 for v in loads], name=s.name,
+                   marker_color=s.color, marker_pattern_shape=s.pattern, legendgroup=s.name,
+                   text=["n/a" if v is None else f"{v:.0%}" for v in loads], textposition="outside",
+                   cliponaxis=False, hovertemplate="%{x}: %{y:.1f}%<extra>" + s.name + "</extra>")
+        )  # fmt: skip
+    fig.update_layout(**layout(title, "pool", "load (% of what the SLO allows)", barmode="group"))
+    notes = []
+    for s, _pools in have:
+        cap = s.summary.get("capacity") or {}
+        at = cap.get("sessions_per_serving_node_at_slo")
+        if at is not None:
+            notes.append(f"{s.name}: about {at:,.1f} sessions per serving node at the SLO (extrapolated)")
+        warning = low_load_line(cap)
+        if warning:
+            notes.append(f"{s.name}: {warning}")
+    caption = (
+        "Load: prefill pools, busy share; decode pools, mean decode batch / the largest batch whose TPOT meets "
+        "the SLO at the run's mean context; colocated, the larger. Headroom = 1 - load. " + " ".join(notes)
+    )
+    return Panel(title, fig, caption=caption)
+
+
 def capacity_panels(series: list[Series]) -> list[Panel]:
-    return [kv_per_token_panel(series), session_bytes_panel(series), sessions_panel(series)]
+    return [
+        kv_per_token_panel(series),
+        session_bytes_panel(series),
+        sessions_panel(series),
+        load_panel(series),
+    ]

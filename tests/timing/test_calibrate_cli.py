@@ -35,7 +35,11 @@ def test_show_h200_json(h200_tables):
     assert set(stacks) == {"production", "kernels_bench"} and comp == stacks["production"]["composed"]
     for stack in stacks.values():
         assert len(stack["composed"]["decode"]) == len(comp["decode"]) and stack["composed"]["prefill"]
-    assert {s["origin"] for s in stacks["production"]["sources"]} <= {"production", "kernels_bench", "derived"}
+    assert {s["origin"] for s in stacks["production"]["sources"]} <= {
+        "production",
+        "kernels_bench",
+        "derived",
+    }
 
 
 def test_show_table_by_profile_id(h200_tables):

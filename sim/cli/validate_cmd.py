@@ -1,0 +1,93 @@
+"""`sim validate [--cases DIR] [--json] [--out DIR]`: published results against the simulator (sim.validate)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sim.paths import project_root
+
+VALIDATE_JSON = "validate.json"
+VALIDATE_HTML = "validate.html"
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sim validate` to the top-level app."""
+    app.command("validate")(validate)
+
+
+def validate(
+    cases: Annotated[
+        Path | None, typer.Option("--cases", help="folder of case files (default: scenarios/validation/)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write validate.json and validate.html here")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print only the JSON ({cases: [...]})")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="simulations run at once")] = os.cpu_count()
+    or 1,
+    ray: Annotated[
+        str | None,
+        typer.Option("--ray", help="'local': a local Ray instance of --workers CPUs; else a Ray address"),
+    ] = None,
+) -> None:
+    """Run each case's deployment to its operating point and print published vs simulated (exit 0:
+    the error is a measurement, not a verdict)."""
+    from sim.api import check_outputs_dir
+    from sim.validate.cases import load_cases
+    from sim.validate.page import validate_page
+    from sim.validate.runner import run_cases
+
+    folder = cases if cases is not None else project_root() / "scenarios" / "validation"
+    if out is not None:
+        check_outputs_dir(out)
+    loaded = load_cases(folder)  # every case file is checked before anything runs
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:  # fmt: skip
+        task = bar.add_task("validate", total=None)
+
+        def on_progress(name: str, done: int, planned: int) -> None:
+            bar.update(task, description=f"validate {name}", completed=done, total=planned)
+
+        results = run_cases(loaded, workers=workers, ray=ray, progress=on_progress)
+    document = {"format": "sim.validate/v1", "cases": [r.to_json() for r in results]}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in (
+            (VALIDATE_JSON, json.dumps(document, indent=2) + "\n"),
+            (VALIDATE_HTML, validate_page(results)),
+        ):
+            path = out / name
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+    if json_output:
+        typer.echo(json.dumps(document, indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    table = Table(title="sim validate: published vs simulated (a measurement, not a target)")
+    for column in ("case", "metric", "at TPOT p50", "published", "simulated", "error", "concurrency"):
+        table.add_column(column, justify="left" if column in ("case", "metric") else "right")
+    for r in results:
+        table.add_row(
+            r.name, r.metric, f"{r.tpot_p50_ms:g} ms", f"{r.published:,.2f}",
+            f"{r.simulated:,.2f}" if r.simulated is not None else "n/a",
+            f"{r.error_frac:+.1%}" if r.error_frac is not None else "n/a",
+            f"{r.concurrency:.1f}" if r.concurrency is not None else "n/a",
+        )  # fmt: skip
+    console.print(table)
+    for r in results:
+        if r.note:
+            console.print(f"{r.name}: {r.note}")
+        console.print(f"{r.name}: source: {r.source}")
+    if out is not None:
+        console.print(f"outputs: {out / VALIDATE_JSON}, {out / VALIDATE_HTML}")
