@@ -41,6 +41,9 @@ MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
 
 def register(app: typer.Typer) -> None:
     """Add the `sim calibrate` group to the top-level app."""
+    from sim.cli import calibrate_tiers
+
+    calibrate_tiers.register(calibrate_app)
     app.add_typer(calibrate_app, name="calibrate")
 
 

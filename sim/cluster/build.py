@@ -99,9 +99,9 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         compressor_state_bytes=compressor_state_bytes_per_sequence(spec),  # model.md §5.2
         block_tokens=c.block_tokens,
         swa_window_tokens=swa_window_tokens(spec),  # model.md §1
-        hbm_keep_s=max(c.hbm_keep_s, eps),
+        hbm_keep_s=max(c.tier("hbm").ttl_s, eps),
         demote_to_dram=True,
-        dram_ttl_s=max(c.dram_ttl_s, eps),
+        dram_ttl_s=max(c.tier("dram").ttl_s, eps),
     )
     if family == "v4":
         v4 = c.v4
@@ -114,7 +114,7 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
             swa_replay_tokens=swa_rebuild_tokens(spec, c.block_tokens),  # no bounded replay in V4
             persist_to_ssd=v4.persist_to == "ssd",
             ssd_retention_s=0.0,  # hardware.md §4.1 [A]: best effort, no guarantee
-            ssd_ttl_s=c.ssd_ttl_s,
+            ssd_ttl_s=c.tier("ssd").ttl_s,
             **common,
         )
     v41 = c.v41
@@ -127,7 +127,7 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         swa_replay_tokens=v41.swa_replay_tokens,
         persist_to_ssd=True,
         ssd_retention_s=v41.global_retention_s,
-        ssd_ttl_s=max(c.ssd_ttl_s, v41.global_retention_s),
+        ssd_ttl_s=max(c.tier("ssd").ttl_s, v41.global_retention_s),
         **common,
     )
 

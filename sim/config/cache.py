@@ -1,4 +1,12 @@
-"""`cache:` of a scenario: KV tier policy (HBM -> host DRAM -> SSD) and per-family rules.
+"""`cache:` of a scenario: the KV tier chain, block size and per-family rules.
+
+The tier chain (`cache.tiers`) is data: an ordered set of named tiers (rank: smaller = faster), each with a
+scope (per instance, per node, shared by a pool's nodes, or by the whole cluster), a capacity, a TTL and the
+read and write paths by which KV moves between it and HBM: a link kind of the hardware, the share of its line
+rate achieved, and software overheads per request and per KV segment (one contiguous region of one layer in one
+block, sim.kvcache.paths). A scenario's `tiers:` mapping is merged by name onto the defaults below, so
+`tiers: {dram: {ttl_s: 60}}` changes one field and `tiers: {rdma_pool: {enabled: true, capacity_gb_per_node: 512}}`
+turns the RDMA pool on. A new tier (a CXL memory expander, say) is one more entry with its own rank.
 
 The family blocks encode what DeepSeek published about each model (hardware.md §4.1, model.md §10):
 - V4-Flash (`v4`): sliding-window (SWA) KV is persisted with each cache-prefix unit, on the
@@ -9,11 +17,12 @@ The family blocks encode what DeepSeek published about each model (hardware.md �
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from sim.config.base import StrictModel
+from sim.config.errors import Problem, raise_problems
 from sim.errors import InputError
 
 
@@ -36,22 +45,139 @@ class V41CachePolicy(StrictModel):
     # model.md §10 [A]
 
 
+LinkKind = Literal["pcie_h2d", "pcie_d2h", "ssd_read", "ssd_write", "net"]
+
+
+class TierPath(StrictModel):
+    """How KV moves between HBM and a tier (one direction)."""
+
+    link: LinkKind = Field(
+        description="hardware lanes used: pcie_h2d/pcie_d2h (the instance's GPUs' host links), ssd_read/"
+        "ssd_write (the node's NVMe), net (RDMA NICs: the node's on a node link, one GPU's in calibrate tiers)"
+    )
+    bw_frac: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="share of the link's line rate achieved; null = the hardware's achievable",
+    )
+    per_request_s: float = Field(0.0, ge=0, description="fixed software cost of one load or store")
+    per_segment_s: float = Field(
+        0.0, ge=0, description="cost per KV segment moved (one contiguous region of one layer in one block)"
+    )
+
+
+class CacheTier(StrictModel):
+    rank: int = Field(ge=0, description="position in the chain (smaller = faster); HBM is the unique rank 0")
+    scope: Literal["instance", "node", "pool", "cluster"] = Field(
+        description="who shares one copy: an instance, the instances of a node, the nodes of a cluster pool, all"
+    )
+    medium: Literal["hbm", "host_dram", "pooled_dram", "nvme"] = Field(
+        description="where the bytes live; sets the default capacity (hbm: HBM left by the weights; host_dram: "
+        "the profile's DRAM usable for KV; nvme: drives x usable share; pooled_dram: capacity_gb_per_node)"
+    )
+    enabled: bool = Field(True, description="false: the tier is not built")
+    capacity_gb_per_node: float | None = Field(
+        None, ge=0, description="capacity each node contributes, decimal GB; null = the medium's default"
+    )
+    ttl_s: float = Field(
+        ge=0, description="idle time after which a copy is dropped (HBM: demoted); 0 = at once"
+    )
+    read: TierPath | None = Field(None, description="tier -> HBM (null only for HBM itself)")
+    write: TierPath | None = Field(None, description="HBM -> tier (null only for HBM itself)")
+
+
+# The default chain. Overheads: sim.kvcache.paths documents each value and its source.
+DEFAULT_TIERS: dict[str, dict[str, Any]] = {
+    "hbm": {"rank": 0, "scope": "instance", "medium": "hbm", "ttl_s": 30.0},
+    # keep a finished turn's KV in HBM 30 s, while its session is likely to return: a choice [D]
+    "dram": {
+        "rank": 10,
+        "scope": "node",
+        "medium": "host_dram",
+        "ttl_s": 600.0,  # a choice [D]
+        "read": {"link": "pcie_h2d", "per_request_s": 0.013},
+        "write": {"link": "pcie_d2h"},
+    },
+    "rdma_pool": {
+        "rank": 20,
+        "scope": "cluster",
+        "medium": "pooled_dram",
+        "enabled": False,
+        "capacity_gb_per_node": 0.0,
+        "ttl_s": 3600.0,  # a choice [D]
+        "read": {"link": "net", "per_request_s": 0.013, "per_segment_s": 2e-6},
+        "write": {"link": "net", "per_segment_s": 2e-6},
+    },
+    "ssd": {
+        "rank": 30,
+        "scope": "cluster",
+        "medium": "nvme",
+        "ttl_s": 86400.0,  # hardware.md §4.1 [A]: "usually within a few hours to a few days"; 24 h chosen [D]
+        "read": {"link": "ssd_read", "per_request_s": 0.013},
+        "write": {"link": "ssd_write"},
+    },
+}
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = (
+            _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
 class Cache(StrictModel):
-    hbm_keep_s: float = Field(
-        30.0,
-        ge=0,
-        description="keep a finished turn's KV in HBM this long, while its session is likely to return",
-    )  # a choice [D]; agent think gaps are seconds to tens of seconds
-    dram_ttl_s: float = Field(600.0, ge=0, description="idle time after which host-DRAM KV is demoted to SSD")
-    # a choice [D]
-    ssd_ttl_s: float = Field(86400.0, gt=0, description="idle time after which SSD KV is dropped")
-    # hardware.md §4.1 [A]: "usually within a few hours to a few days"; 24 h chosen [D]
+    tiers: dict[str, CacheTier] = Field(
+        default_factory=lambda: {n: CacheTier.model_validate(t) for n, t in DEFAULT_TIERS.items()},
+        description="the tier chain by name, merged onto the defaults (hbm, dram, rdma_pool off, ssd)",
+    )
     eviction: Literal["lru"] = Field("lru", description="eviction order inside a tier")
     block_tokens: int = Field(
         256, ge=1, description="KV block size: a partial prefix match is used in whole blocks"
     )  # model.md §5.2 [B]: SGLang 256-token pages for V4, vLLM --block-size 256 for V4.1
     v4: V4CachePolicy = Field(default_factory=V4CachePolicy, description="rules for DeepSeek-V4-Flash")
     v41: V41CachePolicy = Field(default_factory=V41CachePolicy, description="rules for DeepSeek-V4.1-Flash")
+
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _onto_defaults(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {
+            name: _merged(DEFAULT_TIERS.get(name, {}), over) if isinstance(over, dict) else over
+            for name, over in {**{n: {} for n in DEFAULT_TIERS}, **value}.items()
+        }
+
+    @model_validator(mode="after")
+    def _a_chain(self) -> Cache:
+        problems = []
+        chain = self.chain()
+        ranks = [t.rank for _n, t in chain]
+        for name, tier in chain:
+            if ranks.count(tier.rank) > 1:
+                problems.append(Problem(f"tiers.{name}.rank", "two enabled tiers share a rank", tier.rank))
+            if (tier.medium == "hbm") != (tier.rank == 0):
+                problems.append(Problem(f"tiers.{name}.rank", "HBM is the one tier of rank 0", tier.rank))
+            if tier.medium != "hbm" and (tier.read is None or tier.write is None):
+                problems.append(Problem(f"tiers.{name}", "a tier below HBM needs read and write paths", name))
+            if tier.medium == "pooled_dram" and not tier.capacity_gb_per_node:
+                problems.append(
+                    Problem(f"tiers.{name}.capacity_gb_per_node", "a pooled tier needs a capacity", 0, "> 0")
+                )
+        if not chain or chain[0][1].medium != "hbm":
+            problems.append(Problem("tiers.hbm", "the chain needs an enabled HBM tier", None))
+        raise_problems(problems)
+        return self
+
+    def chain(self) -> list[tuple[str, CacheTier]]:
+        """The enabled tiers, fastest first."""
+        return sorted(((n, t) for n, t in self.tiers.items() if t.enabled), key=lambda item: item[1].rank)
+
+    def tier(self, name: str) -> CacheTier:
+        return self.tiers[name]
 
     def policy_for(self, family: str) -> V4CachePolicy | V41CachePolicy:
         """The per-family block (`ModelRef.family` gives the family of a model)."""

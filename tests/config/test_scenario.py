@@ -268,7 +268,7 @@ def test_cli_check_invalid_exits_nonzero_with_one_line_per_problem(folder):
     assert data["errors"] == [
         f"{path}: seed: must be greater than or equal to 0 (got -1)",
         f"{path}: hardware: unknown hardware profile (got 'x'); allowed: amd-mi300x-ubb8, amd-mi355x-ubb8, "
-        "nvidia-b200-hgx8, nvidia-b300-hgx8, nvidia-gb200-nvl72, nvidia-h100-hgx8, nvidia-h200-hgx8",
+        "nvidia-b200-hgx8, nvidia-b300-hgx8, nvidia-gb200-nvl72, nvidia-h100-hgx8, nvidia-h20-hgx8, nvidia-h200-hgx8",
     ]
     result = CliRunner().invoke(app, ["scenario", "check", str(path)])
     assert result.exit_code != 0

@@ -79,7 +79,7 @@ def test_rejections_are_counted_with_their_reason(tmp_path):
 def test_no_tier_exceeds_its_capacity_under_pressure(tmp_path):
     # tiny host DRAM and a short HBM keep force demotions and evictions
     trace = agent_trace(tmp_path / "agent.parquet", sessions=30, turns=5, gap_s=0.5)
-    scn = scenario(tmp_path, trace, cluster={"node": {"dram_gb": 2.2}}, cache={"hbm_keep_s": 1.0, "dram_ttl_s": 20.0},
+    scn = scenario(tmp_path, trace, cluster={"node": {"dram_gb": 2.2}}, cache={"tiers": {"hbm": {"ttl_s": 1.0}, "dram": {"ttl_s": 20.0}}},
                    outputs={"timeseries_interval_s": 1.0})  # fmt: skip
     result = run_scenario(scn, out_dir=tmp_path / "out")
     s = result.summary["models"]["deepseek-v4.1-flash"]

@@ -49,7 +49,7 @@ def test_random_small_scenarios_keep_the_invariants(tmp_path_factory, pools, mod
     cluster = {"node": {"dram_gb": dram_gb}} if dram_gb else {}
     scn = scenario(tmp, trace, models=(model,), pools=POOLS[pools], cluster=cluster,
                    workload={"replay": "open_loop" if open_loop else "closed_loop"},
-                   cache={"hbm_keep_s": hbm_keep_s}, spec_decode={"enabled": spec},
+                   cache={"tiers": {"hbm": {"ttl_s": hbm_keep_s}}}, spec_decode={"enabled": spec},
                    scheduler={"prefill_budget_tokens": budget, "chunk_tokens": min(budget, 8192)},
                    outputs={"timeseries_interval_s": 0.5})  # fmt: skip
     result = run_scenario(scn, out_dir=tmp / "out")
