@@ -34,7 +34,7 @@ KEY_SHAPES = {
     "gemm_dense": {"layer_kind": ("wq_b", "wo_b", "shared_gate_up"), "rows": (1, 128, 2048)},
     "gemm_grouped": {"groups": (8, 32), "batch": (1, 32, 512)},
 }
-DECODE_POINTS = tuple((b, L) for b in (8, 64, 512) for L in (8 * K, 128 * K, 1024 * K))  # per instance
+DECODE_POINTS = tuple((b, L) for b in (8, 64, 512, 2048) for L in (8 * K, 128 * K, 1024 * K))  # per instance
 PREFILL_POINTS = tuple((t, L) for t in (512, 2048, 8192) for L in (0, 128 * K))
 MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
 
@@ -53,19 +53,47 @@ def _console() -> Console:
 
 
 def _resolve(name: str):
-    """(GPU key, a hardware profile of that GPU) for a GPU key ("h200") or a profile id."""
+    """(GPU key, a hardware profile of that GPU) for a GPU key ("h200", "b200") or a profile id;
+    any GPU with a profile works (measured tables, or the H200's carried to it)."""
     from sim.hardware import load_all_hw
     from sim.timing.tables import gpu_key, gpus_with_tables
 
-    known = gpus_with_tables()
     profiles = load_all_hw()
     by_id = {p.id: p for p in profiles}
     key = gpu_key(by_id[name]) if name in by_id else name.lower()
-    if key not in known:
-        raise InputError("no measured kernel tables for this GPU", where="GPU", value=name, allowed=known)
     matches = [p for p in profiles if gpu_key(p) == key]
     profile = by_id.get(name) or (matches[0] if matches else None)
+    if profile is None:
+        if key in gpus_with_tables():
+            return key, None
+        known = sorted({*gpus_with_tables(), *(gpu_key(p) for p in profiles)})
+        raise InputError(
+            "no hardware profile or kernel tables for this GPU", where="GPU", value=name, allowed=known
+        )
     return key, profile
+
+
+def _carried_row_json(r, ref) -> dict:
+    """A carried row: its time on this GPU next to the reference GPU's, and the rule's split."""
+    from sim.timing.carry import op_class, work_of
+
+    work = work_of(ref)
+    return {
+        "family": r.family,
+        "kernel": r.kernel,
+        "model": r.model,
+        "layer_kind": r.layer_kind,
+        "fmt": r.fmt,
+        "shape": {c: getattr(r, c) for c in SHAPE_COLUMNS if getattr(r, c) is not None},
+        "median_us": r.median_s * 1e6,
+        "reference_us": ref.median_s * 1e6,
+        "op_class": op_class(r),
+        "bound": "compute" if work.compute_bound else "bandwidth",
+        "latency_us": work.latency_s * 1e6,
+        "compute_frac": work.compute_frac,
+        "bandwidth_frac": work.bandwidth_frac,
+        "source": r.package,
+    }
 
 
 def _row_json(r) -> dict:
@@ -135,15 +163,14 @@ def _contexts(profile, model: str, stack: str = "production"):
 
 def _composed(profile, stack: str) -> dict:
     """Decode and prefill steps of one kernel stack at the fixed points, next to the roofline."""
-    from sim.timing.calibrated import build_calibrated, measured_efficiency
+    from sim.timing.calibrated import build_calibrated
     from sim.timing.factory import make_timing
 
-    decode, prefill, fallback = [], [], {}
+    decode, prefill = [], []
     for model in MODELS:
         ctx = _contexts(profile, model, stack)
         cal = build_calibrated(ctx)
         roof = make_timing("roofline", ctx)
-        fallback[model] = measured_efficiency(ctx, cal.tables)
         for batch, context in DECODE_POINTS:
             c, r = cal.decode_seq_terms(context, 1), roof.decode_seq_terms(context, 1)
             cal_s = cal.step_s(batch, c[0] * batch, c[1] * batch, ())
@@ -180,7 +207,6 @@ def _composed(profile, stack: str) -> dict:
         "instance": {"hardware": profile.id, "gpus": g, "tp": 1, "ep": g, "dp": g},
         "decode": decode,
         "prefill": prefill,
-        "fallback_efficiency": fallback,
     }
 
 
@@ -226,19 +252,22 @@ def _stacks(key: str, profile, every_row: bool) -> dict:
     """Both kernel stacks: where each operation's rows come from, and their composed steps."""
     from dataclasses import asdict
 
+    from sim.timing.carry import tables_for
     from sim.timing.stacks import STACKS, load_stack
+
+    def tables(stack: str):
+        return load_stack(key, stack) if profile is None else tables_for(profile, stack)
 
     out = {}
     for stack in STACKS:
-        tables = load_stack(key, stack)
+        t = tables(stack)
         out[stack] = {
-            "file": str(tables.path),
-            "provenance": dict(tables.provenance),
-            "sources": [asdict(s) for s in tables.sources],
+            "file": str(t.path),
+            "provenance": dict(t.provenance),
+            "sources": [asdict(s) for s in t.sources],
             "composed": _composed(profile, stack) if profile is not None else None,
         }
-    ours, prod = load_stack(key, "kernels_bench"), load_stack(key, "production")
-    out["production"]["kernels"] = _side_by_side(ours, prod, every_row)
+    out["production"]["kernels"] = _side_by_side(tables("kernels_bench"), tables("production"), every_row)
     return out
 
 
@@ -266,87 +295,95 @@ def _shape_text(shape: dict) -> str:
 
 @calibrate_app.command("show")
 def show_cmd(
-    gpu: Annotated[str, typer.Argument(help="GPU key (h200) or a hardware profile id")],
+    gpu: Annotated[str, typer.Argument(help="GPU key (h200, b200, ...) or a hardware profile id")],
     as_json: JsonFlag = False,
     all_rows: AllFlag = False,
 ) -> None:
-    """The measured kernel table of GPU: median, roofline floor, efficiency = floor / measured,
-    achieved rates; the composed decode and prefill step times, calibrated vs roofline."""
-    from sim.timing.stacks import DEFAULT_STACK
+    """The kernel tables of GPU (measured on it, or the H200's carried to it by the per-op-class
+    rules): times, efficiency, both kernel stacks side by side, and the composed decode and
+    prefill step times, calibrated vs roofline."""
+    from sim.timing.carry import REFERENCE_GPU, carried, efficiency_curves, tables_for
+    from sim.timing.stacks import DEFAULT_STACK, STACKS, load_stack
     from sim.timing.tables import load_tables, table_path
 
     key, profile = _resolve(gpu)
-    tables = load_tables(table_path(key))
-    stacks = _stacks(key, profile, as_json or all_rows)
-    data = {
-        "gpu": key,
-        "file": str(tables.path),
-        "provenance": dict(tables.provenance),
-        "rows_used": len(tables.rows),
-        "rows_dropped": tables.dropped,
-        "families": _families(tables.rows),
-        "kernels": [_row_json(r) for r in tables.rows if as_json or all_rows or _is_key_shape(r)],
-        "default_stack": DEFAULT_STACK,
-        "stacks": stacks,
-        "composed": stacks[DEFAULT_STACK]["composed"],
-    }
+    every = as_json or all_rows
+    stacks = _stacks(key, profile, every)
+    data = {"gpu": key, "default_stack": DEFAULT_STACK, "carried_from": None}
+    if profile is None or not carried(profile):
+        tables = load_tables(table_path(key))
+        data.update(
+            file=str(tables.path),
+            provenance=dict(tables.provenance),
+            rows_used=len(tables.rows),
+            rows_dropped=tables.dropped,
+            families=_families(tables.rows),
+            kernels=[_row_json(r) for r in tables.rows if every or _is_key_shape(r)],
+        )
+    else:
+        tables, ref = tables_for(profile, DEFAULT_STACK), load_stack(REFERENCE_GPU, DEFAULT_STACK)
+        data.update(
+            carried_from=REFERENCE_GPU,
+            rule="sim/timing/carry.py (module doc): latency floor + the H200 row's compute and bandwidth "
+            "fractions of peak, at this GPU's peaks and native formats, bounded by published anchors",
+            peaks=_peaks(profile),
+            anchors=_anchors(profile),
+            file=str(ref.path),
+            provenance=dict(ref.provenance),
+            rows_used=len(tables.rows),
+            rows_dropped=ref.dropped,
+            kernels=[
+                _carried_row_json(r, h)
+                for r, h in zip(tables.rows, _reference_rows(ref, tables), strict=True)
+                if every or _is_key_shape(r)
+            ],
+        )
+    data.update(
+        stacks=stacks,
+        composed=stacks[DEFAULT_STACK]["composed"],
+        efficiency_curves={s: efficiency_curves(load_stack(REFERENCE_GPU, s)) for s in STACKS},
+    )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     _print(data)
 
 
+def _reference_rows(ref, carried_tables) -> list:
+    """The reference row each carried row came from (carry_tables keeps non-pipeline rows first)."""
+    order = [r for r in ref.rows if r.family != "pipeline"] + [r for r in ref.rows if r.family == "pipeline"]
+    if len(order) != len(carried_tables.rows):
+        raise AssertionError("carried tables out of step with the reference rows")
+    return order
+
+
+def _peaks(profile) -> dict:
+    """The datasheet peaks the rule uses, as the profile gives them (its sources: `sim hw show`)."""
+    acc = profile.accelerator
+    return {
+        "profile": profile.id,
+        "hbm_bw_TBps": acc.hbm_bw_TBps.value,
+        **{f"{d}_tflops": getattr(acc.dense_tflops, d).value for d in ("bf16", "fp8", "fp4")},
+        "src": f"hwprofiles/{profile.id}.yaml accelerator (sim hw show {profile.id})",
+    }
+
+
+def _anchors(profile) -> list[dict]:
+    from dataclasses import asdict
+
+    from sim.timing.carry import ANCHORS, GpuPeaks
+
+    applied = GpuPeaks.of(profile).blackwell
+    return [{**asdict(a), "applied": applied} for a in ANCHORS]
+
+
 def _print(data: dict) -> None:
     console = _console()
-    prov = data["provenance"]
-    console.print(
-        f"[bold]{data['gpu']}[/] kernel tables: {data['file']}\n"
-        f"measured {prov.get('date_utc', '?')} on {prov.get('gpu_name', '?')}, torch {prov.get('torch', '?')}, "
-        f"triton {prov.get('triton', '?')}; {data['rows_used']} rows used, {data['rows_dropped']} without a "
-        "passed check dropped. Floors: kernels.md §1 ceilings (4.2 TB/s, 790 BF16, 1440 FP8 TFLOP/s)."
-    )
-    fam = Table(title="Efficiency = roofline floor / measured, per family (all rows)")
-    for col in ("family", "rows", "min", "median", "max"):
-        fam.add_column(col, justify="left" if col == "family" else "right")
-    for f in data["families"]:
-        fam.add_row(
-            f["family"],
-            str(f["rows"]),
-            *(f"{f[k]:.1%}" for k in ("efficiency_min", "efficiency_median", "efficiency_max")),
-        )
-    console.print(fam)
-    rows = Table(title="Kernels at key shapes (--all for every row)")
-    for col in (
-        "family",
-        "kernel",
-        "model",
-        "kind",
-        "fmt",
-        "shape",
-        "measured µs",
-        "floor µs",
-        "eff.",
-        "TFLOP/s",
-        "TB/s",
-    ):
-        rows.add_column(
-            col, justify="right" if col in ("measured µs", "floor µs", "eff.", "TFLOP/s", "TB/s") else "left"
-        )
-    for r in data["kernels"]:
-        rows.add_row(
-            r["family"],
-            r["kernel"],
-            r["model"],
-            r["layer_kind"],
-            r["fmt"],
-            _shape_text(r["shape"]),
-            f"{r['median_us']:,.1f}",
-            f"{r['floor_us']:,.2f}",
-            f"{r['efficiency']:.1%}",
-            f"{r['achieved_TFLOPs']:,.1f}",
-            f"{r['achieved_TBps']:,.2f}",
-        )
-    console.print(rows)
+    if data["carried_from"]:
+        _print_carried(console, data)
+    else:
+        _print_measured(console, data)
+    _print_curves(console, data)
     _print_stacks(console, data)
     comp = data["composed"]
     if comp is None:
@@ -409,14 +446,6 @@ def _print(data: dict) -> None:
             f"{d['ratio']:.2f}",
         )
     console.print(pre)
-    fb = ", ".join(
-        f"{m}: decode {v['decode']:.1%}, prefill {v['prefill']:.1%}"
-        for m, v in comp["fallback_efficiency"].items()
-    )
-    console.print(
-        "Measured efficiency (calibrated steps vs the datasheet roofline) that `auto` gives the roofline on GPUs "
-        f"without tables: {fb}"
-    )
 
 
 def _print_stacks(console: Console, data: dict) -> None:
@@ -465,3 +494,102 @@ def _print_stacks(console: Console, data: dict) -> None:
             "—" if own is None else f"{r['speedup']:.2f}x",
         )
     console.print(side)
+
+
+def _print_measured(console: Console, data: dict) -> None:
+    prov = data["provenance"]
+    console.print(
+        f"[bold]{data['gpu']}[/] kernel tables: {data['file']}\n"
+        f"measured {prov.get('date_utc', '?')} on {prov.get('gpu_name', '?')}, torch {prov.get('torch', '?')}, "
+        f"triton {prov.get('triton', '?')}; {data['rows_used']} rows used, {data['rows_dropped']} without a "
+        "passed check dropped. Floors: kernels.md §1 ceilings (4.2 TB/s, 790 BF16, 1440 FP8 TFLOP/s)."
+    )
+    fam = Table(title="Efficiency = roofline floor / measured, per family (all rows)")
+    for col in ("family", "rows", "min", "median", "max"):
+        fam.add_column(col, justify="left" if col == "family" else "right")
+    for f in data["families"]:
+        fam.add_row(
+            f["family"],
+            str(f["rows"]),
+            *(f"{f[k]:.1%}" for k in ("efficiency_min", "efficiency_median", "efficiency_max")),
+        )
+    console.print(fam)
+    rows = Table(title="Kernels at key shapes (--all for every row)")
+    numeric = ("measured µs", "floor µs", "eff.", "TFLOP/s", "TB/s")
+    for col in ("family", "kernel", "model", "kind", "fmt", "shape", *numeric):
+        rows.add_column(col, justify="right" if col in numeric else "left")
+    for r in data["kernels"]:
+        rows.add_row(
+            r["family"],
+            r["kernel"],
+            r["model"],
+            r["layer_kind"],
+            r["fmt"],
+            _shape_text(r["shape"]),
+            f"{r['median_us']:,.1f}",
+            f"{r['floor_us']:,.2f}",
+            f"{r['efficiency']:.1%}",
+            f"{r['achieved_TFLOPs']:,.1f}",
+            f"{r['achieved_TBps']:,.2f}",
+        )
+    console.print(rows)
+
+
+def _print_carried(console: Console, data: dict) -> None:
+    peaks = data["peaks"]
+    console.print(
+        f"[bold]{data['gpu']}[/]: no kernel tables measured on this GPU; the {data['carried_from']} tables "
+        f"({data['file']}) carried to it by {data['rule']}.\n"
+        f"Peaks ({peaks['src']}): HBM {peaks['hbm_bw_TBps']} TB/s, BF16 {peaks['bf16_tflops']}, "
+        f"FP8 {peaks['fp8_tflops']}, FP4 {peaks['fp4_tflops']} TFLOP/s."
+    )
+    anchors = Table(title="Published anchors (bound the carried sparse MLA kernels on Blackwell)")
+    for col in ("anchor", "kernel", "value", "applied", "source"):
+        anchors.add_column(col)
+    for a in data["anchors"]:
+        value = f"{a['value'] / 1e12:,.0f} TFLOP/s" if a["unit"] == "FLOP/s" else f"{a['value'] * 1e6:.1f} µs"
+        anchors.add_row(a["name"], a["applies_to"], value, "yes" if a["applied"] else "no", a["source"])
+    console.print(anchors)
+    rows = Table(title=f"Kernels at key shapes, {data['default_stack']} stack (--all for every row)")
+    numeric = ("comp.", "bw.", "h200 µs", "here µs")
+    for col in ("family", "kernel", "model", "kind", "shape", "class", "bound", *numeric):
+        rows.add_column(col, justify="right" if col in numeric else "left")
+    for r in data["kernels"]:
+        rows.add_row(
+            r["family"],
+            r["kernel"],
+            r["model"],
+            r["layer_kind"],
+            _shape_text(r["shape"]),
+            r["op_class"] or "-",
+            r["bound"],
+            f"{r['compute_frac']:.1%}",
+            f"{r['bandwidth_frac']:.1%}",
+            f"{r['reference_us']:,.1f}",
+            f"{r['median_us']:,.1f}",
+        )
+    console.print(rows)
+
+
+def _print_curves(console: Console, data: dict) -> None:
+    """Per op class: median compute / bandwidth fraction of peak over rows (H200, both stacks)."""
+    curves = Table(
+        title="H200 efficiency per op class (fractions of datasheet peaks, latency floor removed; "
+        "sim/timing/carry.py): compute-bound rows / bandwidth-bound rows"
+    )
+    for col in ("stack", "op class", "rows", "compute frac", "n", "bandwidth frac", "n"):
+        curves.add_column(col, justify="left" if col in ("stack", "op class") else "right")
+    for stack, points in data["efficiency_curves"].items():
+        for p in points:
+            if p["rows"] not in (1, 8, 64, 512, 4096):
+                continue
+            curves.add_row(
+                stack,
+                p["op_class"],
+                f"{p['rows']:g}",
+                "-" if p["compute_frac"] is None else f"{p['compute_frac']:.1%}",
+                str(p["compute_bound_rows"]),
+                "-" if p["bandwidth_frac"] is None else f"{p['bandwidth_frac']:.1%}",
+                str(p["bandwidth_bound_rows"]),
+            )
+    console.print(curves)

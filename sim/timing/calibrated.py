@@ -43,11 +43,9 @@ context (sparse MLA prefill and indexer prefill, weighted by the layers that run
 prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; vision on the
 roofline.
 
-Fallback (`auto` on hardware without tables, see `fallback_context`): the roofline, with its
-decode MFU and HBM fraction and its prefill MFU set to the fraction of the datasheet roofline
-that these calibrated steps reach on the H200 (per model and parallelism, geometric mean over
-a few decode and prefill points), so that other GPUs are timed at the software efficiency
-measured here rather than at the profile's guesses.
+Other GPUs: the same composition over the H200's tables carried to them by the per-op-class
+rules of sim.timing.carry (separate compute and bandwidth fractions per kernel, native formats,
+published anchors); `timing.model: auto` picks it wherever the H200 tables exist.
 """
 
 from __future__ import annotations
@@ -61,33 +59,26 @@ from typing import Any
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.timing.base import PrefillChunk
+from sim.timing.carry import tables_available, tables_for
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
-from sim.timing.stacks import load_stack
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
     best_of,
     curve_of,
-    gpu_key,
     grid_of,
-    has_tables,
-    table_path,
 )
 
 # Table `model` column per model spec (kernels_bench/shapes.py MODELS).
 MODEL_KEYS = {"deepseek-v4-flash": "V4", "deepseek-v4.1-flash": "V4.1"}
-REFERENCE_GPU = "h200"  # the GPU whose tables give the fallback fractions (hwprofiles/h200/README.md)
 DENSE_FORMATS = ("fp8_blockwise", "fp8_rowwise")  # kernels.md §6.2: checkpoint projections are FP8
 # kernels.md §6.1: the SM90 grouped GEMM is FP8 rowwise; no MXFP4 kernel on Hopper was measured, so
-# experts stream FP8 weights here (about 2x the MXFP4 bytes the checkpoint stores)
+# experts stream FP8 weights on the H200 (about 2x the MXFP4 bytes the checkpoint stores); GPUs with
+# native FP4 get these rows carried at MXFP4 bytes and FP4 rates (sim.timing.carry rule 4)
 EXPERT_FORMAT = "fp8_rowwise"
 MHC_KERNELS = ("mhc_fused", "mhc_unfused")  # the eager chain is a strawman (kernels.md §9)
 MHC_BOUNDARIES_PER_LAYER = 2  # kernels.md §2: mHC pre / post around each of the two sublayers
-# H200 datasheet peaks (kernels.md §1 [A]): the fallback fractions are of these, as the roofline's are
-H200_HBM_BYTES_PER_S = 4.8e12
-H200_BF16_FLOPS_PER_S = 989e12
-H200_FP8_FLOPS_PER_S = 1979e12
 
 
 def pipeline_kind(layer) -> str:
@@ -484,14 +475,6 @@ class CalibratedTiming(RooflineTiming):
         }
 
 
-# --- the fallback where no tables exist ---
-
-# Points at which the measured efficiency is taken: sequences per DP group x context (decode),
-# chunk x context before it (prefill); the grid's batch and context range (kernels_bench/grid.py).
-FALLBACK_DECODE_POINTS = tuple((b, L) for b in (1, 8, 64) for L in (8192, 131072, 1048576))
-FALLBACK_PREFILL_POINTS = tuple((t, L) for t in (2048, 8192) for L in (0, 131072))
-
-
 def _timing_kwargs(ctx) -> dict:
     return dict(
         accepted_tokens_per_step=ctx.accepted_tokens_per_step,
@@ -502,66 +485,17 @@ def _timing_kwargs(ctx) -> dict:
     )
 
 
-def measured_efficiency(ctx, tables: KernelTables) -> dict[str, float]:
-    """How much of the datasheet roofline the calibrated steps reach on the tables' GPU (the H200),
-    for the context's model and parallelism: per regime, the geometric mean over fixed points of
-    (roofline at 100 % of the H200 datasheet peaks) / (calibrated), both without communication."""
-    ref = replace(
-        ctx.hw,
-        fp8_flops_per_s=H200_FP8_FLOPS_PER_S,
-        bf16_flops_per_s=H200_BF16_FLOPS_PER_S,
-        hbm_bw_bytes_per_s=H200_HBM_BYTES_PER_S,
-    )
-    ideal = replace(ctx.eff, mfu_prefill=1.0, mfu_decode=1.0, hbm_bw_frac=1.0, step_overhead_s=0.0)
-    roof = RooflineTiming(ctx.arith, ref, ctx.par, ideal, **_timing_kwargs(ctx))
-    cal = CalibratedTiming(ctx.arith, ref, ctx.par, ctx.eff, tables, **_timing_kwargs(ctx))
-
-    def ratio(batch: int, context: float, chunks) -> float:
-        rows = batch * cal.verified_tokens_per_step + sum(c[0] for c in chunks)
-        comm = cal._comm_s(rows)  # the same in both (no overhead in either)
-        r0, r1, _, _ = roof.decode_seq_terms(context, 1)
-        c0, c1, _, _ = cal.decode_seq_terms(context, 1)
-        return (roof.step_s(batch, r0 * batch, r1 * batch, chunks) - comm) / (
-            cal.step_s(batch, c0 * batch, c1 * batch, chunks) - comm
-        )
-
-    decode = [ratio(b * ctx.par.dp, context, ()) for b, context in FALLBACK_DECODE_POINTS]
-    prefill = [ratio(0, 0.0, [(t, c, True, 0, 0)]) for t, c in FALLBACK_PREFILL_POINTS]
-    return {
-        "decode": math.exp(sum(map(math.log, decode), 0.0) / len(decode)),
-        "prefill": math.exp(sum(map(math.log, prefill), 0.0) / len(prefill)),
-    }
-
-
-def fallback_context(ctx):
-    """`auto` on hardware without tables: the roofline at the efficiency measured on the H200 (its
-    decode MFU and HBM fraction from the decode points, its prefill MFU from the prefill points, no
-    separate launch overhead, as in the calibrated steps); unchanged for a model without tables or
-    when the H200 tables are absent."""
-    path = table_path(REFERENCE_GPU)
-    if not path.is_file() or ctx.arith.spec.name not in MODEL_KEYS:
-        return ctx
-    frac = measured_efficiency(ctx, load_stack(REFERENCE_GPU, ctx.kernels))
-    eff = replace(
-        ctx.eff,
-        mfu_decode=frac["decode"],
-        hbm_bw_frac=frac["decode"],
-        mfu_prefill=frac["prefill"],
-        step_overhead_s=0.0,
-    )
-    return replace(ctx, eff=eff)
-
-
 def build_calibrated(ctx) -> CalibratedTiming:
-    """The factory's builder: the tables of the context's GPU, of its kernel stack."""
-    tables = load_stack(gpu_key(ctx.hw_profile), ctx.kernels)
+    """The factory's builder: the tables of the context's GPU and kernel stack, measured on it or
+    carried from the H200 (sim.timing.carry)."""
+    tables = tables_for(ctx.hw_profile, ctx.kernels)
     return CalibratedTiming(ctx.arith, ctx.hw, ctx.par, ctx.eff, tables, **_timing_kwargs(ctx))
 
 
 def _register() -> None:
     from sim.timing.factory import register_timing_model
 
-    register_timing_model("calibrated", build_calibrated, has_tables, fallback_context)
+    register_timing_model("calibrated", build_calibrated, tables_available)
 
 
 _register()

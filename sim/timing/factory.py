@@ -2,11 +2,10 @@
 
 `timing.model` in a scenario is `auto`, `roofline` or `calibrated`. `auto` takes `calibrated`
 when a calibrated implementation is registered AND it says it has tables for the hardware
-(`hwprofiles/<gpu>/...`, its own check), else `roofline`. A calibrated implementation plugs in
-by calling `register_timing_model("calibrated", build, has_tables)` at import of its module;
-`build(ctx)` receives the same `TimingContext` as the roofline and returns a `TimingModel`;
-an optional `fallback(ctx)` adjusts the context of the roofline that `auto` picks where the
-implementation has no tables (calibrated: the efficiency fractions measured on the H200).
+(its own check: measured on that GPU, or the H200's carried to it), else `roofline`. A
+calibrated implementation plugs in by calling `register_timing_model("calibrated", build,
+has_tables)` at import of its module; `build(ctx)` receives the same `TimingContext` as the
+roofline and returns a `TimingModel`.
 The registry is per process and filled only by imports, never at run time (no mutable state
 that a run could change).
 """
@@ -49,9 +48,6 @@ class TimingContext:
 class _Entry:
     build: Callable[[TimingContext], TimingModel]
     has_tables: Callable[[Any], bool]
-    # how `auto` adjusts the roofline's context where this implementation has no tables
-    # (calibrated: the measured efficiency fractions); None = unchanged
-    fallback: Callable[[TimingContext], TimingContext] | None = None
 
 
 def _build_roofline(ctx: TimingContext) -> TimingModel:
@@ -75,10 +71,9 @@ def register_timing_model(
     name: str,
     build: Callable[[TimingContext], TimingModel],
     has_tables: Callable[[Any], bool],
-    fallback: Callable[[TimingContext], TimingContext] | None = None,
 ) -> None:
     """Register an implementation (call at import time of the implementing module)."""
-    _REGISTRY[name] = _Entry(build, has_tables, fallback)
+    _REGISTRY[name] = _Entry(build, has_tables)
 
 
 def _load_providers() -> None:
@@ -120,8 +115,4 @@ def resolve_timing_name(requested: str, hw_profile: Any) -> str:
 
 def make_timing(requested: str, ctx: TimingContext) -> TimingModel:
     """Build the timing model a scenario asks for (see the module doc for `auto`)."""
-    name = resolve_timing_name(requested, ctx.hw_profile)
-    calibrated = _REGISTRY.get("calibrated")
-    if requested == "auto" and name == "roofline" and calibrated is not None and calibrated.fallback:
-        ctx = calibrated.fallback(ctx)  # no tables here: the roofline at the measured efficiencies
-    return _REGISTRY[name].build(ctx)
+    return _REGISTRY[resolve_timing_name(requested, ctx.hw_profile)].build(ctx)

@@ -29,7 +29,6 @@ def test_show_h200_json(h200_tables):
         assert d["calibrated_ms"] > d["roofline_ms"] > 0
         assert sum(d["calibrated_parts"].values()) == pytest.approx(d["calibrated_ms"], rel=1e-9)
     assert all(p["calibrated_ms"] > 0 for p in comp["prefill"])
-    assert set(comp["fallback_efficiency"]) == models
     # both kernel stacks, each with composed decode and prefill steps and its sources
     stacks = data["stacks"]
     assert set(stacks) == {"production", "kernels_bench"} and comp == stacks["production"]["composed"]
@@ -48,10 +47,34 @@ def test_show_table_by_profile_id(h200_tables):
     assert "Decode step, calibrated (production stack" in result.output
 
 
-def test_unknown_gpu_lists_those_with_tables(h200_tables):
-    result = CliRunner().invoke(app, ["calibrate", "show", "b200"])
+def test_unknown_gpu_lists_the_known_ones(h200_tables):
+    result = CliRunner().invoke(app, ["calibrate", "show", "tpu9"])
     assert isinstance(result.exception, InputError)
-    assert "no measured kernel tables" in str(result.exception) and "allowed: h200" in str(result.exception)
+    message = str(result.exception)
+    assert "no hardware profile or kernel tables" in message and "b200" in message and "h200" in message
+
+
+def test_show_b200_json_carried_from_h200(h200_tables):
+    result = CliRunner().invoke(app, ["calibrate", "show", "b200", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["gpu"] == "b200" and data["carried_from"] == "h200"
+    assert data["peaks"]["fp4_tflops"] == 9000 and "nvidia-b200-hgx8" in data["peaks"]["src"]
+    assert all(a["applied"] and a["source"] for a in data["anchors"])
+    assert {k["source"].split(" (")[0] for k in data["kernels"]} == {"carried from h200"}
+    assert set(data["efficiency_curves"]) == {"production", "kernels_bench"}
+    for stack in data["stacks"].values():
+        decode = stack["composed"]["decode"]
+        for model in ("deepseek-v4-flash", "deepseek-v4.1-flash"):
+            for context in (8192, 131072, 1048576):
+                steps = [
+                    d["calibrated_ms"]
+                    for d in decode
+                    if (d["model"], d["context_tokens"]) == (model, context)
+                ]
+                assert (
+                    len(steps) == 4 and steps == sorted(steps) and steps[0] < steps[-1]
+                )  # TPOT grows with batch
 
 
 def test_broken_table_is_a_clean_input_error(tmp_path, monkeypatch, h200_tables):

@@ -1,0 +1,113 @@
+"""Kernel times carried from the H200 to other GPUs (sim.timing.carry): the rule is the identity
+on the H200, scales each row by its bound resource elsewhere, runs MXFP4 experts on Blackwell,
+and is bounded by the published Blackwell anchors."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.hardware import load_hw
+from sim.timing.carry import (
+    ANCHORS,
+    LAUNCH_S,
+    MXFP4_BYTES_PER_WEIGHT,
+    GpuPeaks,
+    carry_tables,
+    efficiency_curves,
+    work_of,
+)
+from sim.timing.factory import make_timing
+
+K = 1024
+
+
+@pytest.fixture(scope="module")
+def gpus():
+    return {
+        name: GpuPeaks.of(load_hw(name))
+        for name in ("nvidia-h200-hgx8", "nvidia-b200-hgx8", "nvidia-h100-hgx8")
+    }
+
+
+@pytest.fixture(scope="module")
+def b200_tables(h200_tables, gpus):
+    return carry_tables(h200_tables, gpus["nvidia-b200-hgx8"])
+
+
+def _pairs(h200_tables, carried, **equal):
+    order = [r for r in h200_tables.rows if r.family != "pipeline"] + [
+        r for r in h200_tables.rows if r.family == "pipeline"
+    ]
+    return [
+        (h, c)
+        for h, c in zip(order, carried.rows, strict=True)
+        if all(getattr(h, k) == v for k, v in equal.items())
+    ]
+
+
+def test_the_rule_is_the_identity_on_the_h200(h200_tables, gpus):
+    same = carry_tables(h200_tables, gpus["nvidia-h200-hgx8"])
+    for h, c in _pairs(h200_tables, same):
+        assert c.median_s == pytest.approx(h.median_s, rel=1e-9), (h.kernel, h.layer_kind)
+
+
+def test_a_bandwidth_bound_row_scales_with_hbm_and_keeps_its_floor(h200_tables, gpus):
+    h100 = carry_tables(h200_tables, gpus["nvidia-h100-hgx8"])
+    for h, c in _pairs(h200_tables, h100, family="gemm_dense", kernel="proj_wq_b", rows=1.0):
+        work = work_of(h)
+        assert not work.compute_bound and work.latency_s == LAUNCH_S
+        want = LAUNCH_S + (h.median_s - LAUNCH_S) * 4.8 / 3.35  # H200 vs H100 datasheet HBM (TB/s)
+        assert c.median_s == pytest.approx(want, rel=1e-6)
+
+
+def test_a_compute_bound_row_scales_with_the_peak_of_its_precision(h200_tables, b200_tables):
+    pairs = _pairs(h200_tables, b200_tables, family="gemm_dense", kernel="proj_wq_b", rows=8192.0)
+    assert pairs
+    for h, c in pairs:
+        work = work_of(h)
+        assert work.compute_bound
+        peak = (1979.0, 4500.0) if (h.compute_ceiling_TFLOPs or 0) >= 1000 else (989.0, 2250.0)
+        want = LAUNCH_S + (h.median_s - LAUNCH_S) * peak[0] / peak[1]  # still compute-bound on B200
+        assert c.median_s == pytest.approx(want, rel=1e-6)
+
+
+def test_blackwell_runs_the_experts_in_mxfp4(h200_tables, b200_tables):
+    pairs = _pairs(h200_tables, b200_tables, family="gemm_grouped", kernel="moe_gate_up", fmt="fp8_rowwise")
+    small = [(h, c) for h, c in pairs if h.batch == 1.0]
+    assert small
+    for h, c in small:  # weight streaming: FP8 bytes -> MXFP4 bytes, 4.8 -> 8 TB/s
+        weights = h.groups * h.n * h.k
+        nbytes = h.bytes - weights + weights * MXFP4_BYTES_PER_WEIGHT
+        want = LAUNCH_S + (h.median_s - LAUNCH_S) * (nbytes / h.bytes) * (4.8 / 8.0)
+        assert c.median_s == pytest.approx(want, rel=1e-6)
+        assert c.median_s < h.median_s / 2.5
+
+
+def test_blackwell_anchors_bound_sparse_mla(h200_tables, b200_tables):
+    floor = next(a for a in ANCHORS if a.unit == "s").value
+    for h, c in _pairs(h200_tables, b200_tables, family="attention", kernel="sparse_mla_decode"):
+        assert c.median_s >= floor and c.median_s >= h.flops / 350e12
+    for h, c in _pairs(h200_tables, b200_tables, family="attention", kernel="sparse_mla_prefill"):
+        assert c.median_s >= h.flops / 1450e12 * (1 - 1e-12)
+    # the decode pipelines carry the anchored kernel: never below its floor either
+    for _h, c in _pairs(h200_tables, b200_tables, family="pipeline"):
+        assert c.median_s >= floor
+
+
+def test_efficiency_curves_are_fractions_per_class(h200_tables):
+    curves = efficiency_curves(h200_tables)
+    assert {c["op_class"] for c in curves} == {"attention", "dense_gemm", "grouped_gemm", "elementwise"}
+    for c in curves:
+        for key in ("compute_frac", "bandwidth_frac"):
+            assert c[key] is None or 0.0 < c[key] <= 1.0
+    gemm = {c["rows"]: c for c in curves if c["op_class"] == "dense_gemm"}
+    assert gemm[1.0]["compute_frac"] is None and gemm[8192.0]["compute_frac"] > gemm[512.0]["compute_frac"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4-flash", "deepseek-v4.1-flash"])
+def test_b200_decode_grows_with_batch(context, h200_tables, model):
+    """Weight streaming (experts touched) and attention make the step grow with the batch."""
+    timing = make_timing("auto", context(model, hardware="nvidia-b200-hgx8"))
+    for ctx_tokens in (8 * K, 128 * K):
+        steps = [timing.step_s(b, ctx_tokens * b, 0.0, ()) for b in (8, 64, 256, 1024, 4096)]
+        assert steps == sorted(steps) and steps[-1] > 1.5 * steps[0], steps
