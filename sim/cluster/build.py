@@ -252,7 +252,7 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
                 weights_bytes_per_instance=weights,
                 kv_bytes_per_instance=kv_cap,
                 usd_per_hour=scn.pool_usd_per_hour(pool),
-                timing=resolve_timing_name(scn.timing.model, hw),
+                timing=resolve_timing_name(scn.timing.model, hw, arith.name),
             )
         )
         views_meta.append(

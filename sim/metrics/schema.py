@@ -43,13 +43,17 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("hit_tokens", pa.int32(), nullable=False),  # prefix found in a tier (all of it)
         pa.field("hbm_hit_tokens", pa.int32(), nullable=False),  # the part already in the instance's HBM
         pa.field("computed_tokens", pa.int32(), nullable=False),  # prefilled (incl. SWA replay)
-        pa.field("replay_tokens", pa.int32(), nullable=False),  # SWA window rebuilt (V4.1 bounded replay; V4 receptive field)
+        pa.field(
+            "replay_tokens", pa.int32(), nullable=False
+        ),  # SWA window rebuilt (V4.1 bounded replay; V4 receptive field)
         pa.field("image_tokens", pa.int32(), nullable=False),
         # where the prefix was found and the bytes moved
         pa.field("prefix_source", pa.string(), nullable=False),  # hbm | dram | ssd | none: the tier
         # the prefix's last part came from (the part beyond hbm_hit_tokens; hbm = all in HBM)
         pa.field("shared_prefix_hit", pa.bool_(), nullable=False),  # hit was a cross-session prefix
-        pa.field("swa_source", pa.string()),  # pool (V4.1) | replay | hbm; null when no hit, or V4 restoring with its prefix
+        pa.field(
+            "swa_source", pa.string()
+        ),  # pool (V4.1) | replay | hbm; null when no hit, or V4 restoring with its prefix
         pa.field("load_bytes", pa.float64(), nullable=False),  # prefix bytes loaded from DRAM/SSD
         pa.field("swa_load_bytes", pa.float64(), nullable=False),  # V4.1 SWA ring from the pool
         pa.field("kv_transfer_bytes", pa.float64(), nullable=False),  # P -> D

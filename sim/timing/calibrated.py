@@ -495,7 +495,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
 def _register() -> None:
     from sim.timing.factory import register_timing_model
 
-    register_timing_model("calibrated", build_calibrated, tables_available)
+    register_timing_model("calibrated", build_calibrated, tables_available, lambda model: model in MODEL_KEYS)
 
 
 _register()

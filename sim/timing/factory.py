@@ -2,7 +2,7 @@
 
 `timing.model` in a scenario is `auto`, `roofline` or `calibrated`. `auto` takes `calibrated`
 when a calibrated implementation is registered AND it says it has tables for the hardware
-(its own check: measured on that GPU, or the H200's carried to it), else `roofline`. A
+(its own check: measured on that GPU, or the H200's carried to it) and the model, else `roofline`. A
 calibrated implementation plugs in by calling `register_timing_model("calibrated", build,
 has_tables)` at import of its module; `build(ctx)` receives the same `TimingContext` as the
 roofline and returns a `TimingModel`.
@@ -48,6 +48,8 @@ class TimingContext:
 class _Entry:
     build: Callable[[TimingContext], TimingModel]
     has_tables: Callable[[Any], bool]
+    # the models it has tables for (None: every model); `auto` takes the roofline for the others
+    covers: Callable[[str], bool] | None = None
 
 
 def _build_roofline(ctx: TimingContext) -> TimingModel:
@@ -71,9 +73,10 @@ def register_timing_model(
     name: str,
     build: Callable[[TimingContext], TimingModel],
     has_tables: Callable[[Any], bool],
+    covers: Callable[[str], bool] | None = None,
 ) -> None:
     """Register an implementation (call at import time of the implementing module)."""
-    _REGISTRY[name] = _Entry(build, has_tables)
+    _REGISTRY[name] = _Entry(build, has_tables, covers)
 
 
 def _load_providers() -> None:
@@ -90,12 +93,16 @@ def available_timing_models() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def resolve_timing_name(requested: str, hw_profile: Any) -> str:
-    """`auto` -> `calibrated` when registered and it has tables for this hardware, else `roofline`."""
+def resolve_timing_name(requested: str, hw_profile: Any, model_name: str | None = None) -> str:
+    """`auto` -> `calibrated` when registered and it has tables for this hardware (and model, when
+    given), else `roofline`."""
     _load_providers()
     if requested == "auto":
         entry = _REGISTRY.get("calibrated")
-        return "calibrated" if entry is not None and entry.has_tables(hw_profile) else "roofline"
+        if entry is None or not entry.has_tables(hw_profile):
+            return "roofline"
+        covered = model_name is None or entry.covers is None or entry.covers(model_name)
+        return "calibrated" if covered else "roofline"
     if requested not in _REGISTRY:
         raise InputError(
             "timing model not available",
@@ -115,4 +122,4 @@ def resolve_timing_name(requested: str, hw_profile: Any) -> str:
 
 def make_timing(requested: str, ctx: TimingContext) -> TimingModel:
     """Build the timing model a scenario asks for (see the module doc for `auto`)."""
-    return _REGISTRY[resolve_timing_name(requested, ctx.hw_profile)].build(ctx)
+    return _REGISTRY[resolve_timing_name(requested, ctx.hw_profile, ctx.model_name)].build(ctx)

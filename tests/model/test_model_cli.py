@@ -61,7 +61,13 @@ def test_compare_json_ratios():
 
 def test_list_json():
     names = [m["name"] for m in _json(["model", "list", "--json"])]
-    assert names == ["deepseek-llm-67b", "deepseek-v3.2", "deepseek-v4-flash", "deepseek-v4.1-flash", "qwen3-coder-30b-a3b"]
+    assert names == [
+        "deepseek-llm-67b",
+        "deepseek-v3.2",
+        "deepseek-v4-flash",
+        "deepseek-v4.1-flash",
+        "qwen3-coder-30b-a3b",
+    ]
 
 
 def test_bad_input_raises_input_error():

@@ -18,7 +18,13 @@ def _raw(name: str) -> dict:
 
 
 def test_model_names():
-    assert model_names() == ["deepseek-llm-67b", "deepseek-v3.2", "deepseek-v4-flash", "deepseek-v4.1-flash", "qwen3-coder-30b-a3b"]
+    assert model_names() == [
+        "deepseek-llm-67b",
+        "deepseek-v3.2",
+        "deepseek-v4-flash",
+        "deepseek-v4.1-flash",
+        "qwen3-coder-30b-a3b",
+    ]
 
 
 def test_unknown_model_names_the_allowed_ones():

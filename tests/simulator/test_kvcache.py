@@ -58,7 +58,11 @@ def test_block_aligned_hit_at_the_last_block_restores_the_saved_window(family, i
     store.finish(7, 0, 10_000, 0.0, None, 0.0, True)
     store.hbm[0].reserved_bytes = 0.0
     _key, tokens, got_tier, _hbm, _load, swa_node, replay, _ = plan_prefix(
-        store, request(9_984, 12_000), inst, node, 10.0  # 156 blocks of 64, as the Weka hashes
+        store,
+        request(9_984, 12_000),
+        inst,
+        node,
+        10.0,  # 156 blocks of 64, as the Weka hashes
     )
     assert (tokens, got_tier, replay) == (9_984, tier, 0)  # 39 blocks of 256
     assert swa_node == (0 if family == "v41" and tier == "ssd" else -1)

@@ -56,3 +56,9 @@ def test_auto_elsewhere_is_calibrated_on_carried_tables(context, h200_tables):
     for batch in (8, 64, 512):
         a, _, _, _ = auto.decode_seq_terms(128 * K, 1)
         assert auto.step_s(batch, a * batch, 0.0, ()) < h200.step_s(batch, a * batch, 0.0, ())
+
+
+def test_auto_for_a_model_without_tables_is_the_roofline(h200_tables):
+    for hw in ("nvidia-h200-hgx8", "nvidia-b200-hgx8"):
+        assert resolve_timing_name("auto", load_hw(hw), "deepseek-llm-67b") == "roofline"
+        assert resolve_timing_name("auto", load_hw(hw), "deepseek-v4-flash") == "calibrated"
