@@ -36,6 +36,7 @@ from sim.errors import InputError
 from sim.units import DAY_S, HOUR_S
 
 from .dists import Dist, fit_quantiles
+from .turns import ends_turn
 from .io import atomic_output, read_trace_table
 from .spec import (
     AgentLoop,
@@ -95,7 +96,7 @@ def fit_spec(path: str | os.PathLike, name: str | None = None) -> GeneratorSpec:
     subs = df[df["agent_id"] > 0]
     per_session_series = main.groupby("session_id", sort=False).size()
     per_session = per_session_series.to_numpy()
-    ends = (main["stop_reason"] != "tool_use").groupby(main["session_id"], sort=False).mean()
+    ends = pd.Series(ends_turn(main["stop_reason"]), index=main.index).groupby(main["session_id"], sort=False).mean()
     end_probability = np.repeat(ends.to_numpy(), per_session)  # weighted by requests
 
     steady = main.groupby("session_id").cumcount() > EARLY_POSITIONS
@@ -220,7 +221,8 @@ def _fit_profiles(main: pd.DataFrame, first: pd.DataFrame, scale: pd.Series, lim
     return SessionProfiles(
         requests=[int(x) for x in sessions.size()],
         turn_end_probability=[
-            round(float(x), 4) for x in (main["stop_reason"] != "tool_use").groupby(main["session_id"]).mean()
+            round(float(x), 4)
+            for x in pd.Series(ends_turn(main["stop_reason"]), index=main.index).groupby(main["session_id"]).mean()
         ],
         initial_context_tokens=[
             int(x) for x in (first["input_tokens"] - first["shared_prefix_tokens"]).loc[ids]

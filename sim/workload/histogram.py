@@ -37,15 +37,20 @@ class LogHistogram:
         self.counts += np.bincount(idx, minlength=self.nbins)
 
     def quantiles(self, qs: list[float] | np.ndarray) -> np.ndarray:
-        """Values at quantiles qs (0..1), like numpy's default (linear) rank, to half a bin."""
+        """Values at quantiles qs (0..1) as numpy's default ("linear") method: rank q (n - 1),
+        interpolated between the order statistics either side, each read to half a bin."""
         if self.count == 0:
             return np.full(len(qs), np.nan)
-        cum = np.cumsum(self.counts)
         ranks = np.asarray(qs, dtype=np.float64) * (self.count - 1)
-        bins = np.searchsorted(cum, ranks, side="right")
+        below = np.floor(ranks)
+        lo, hi = self._order_statistic(below), self._order_statistic(np.ceil(ranks))
+        return lo + (ranks - below) * (hi - lo)
+
+    def _order_statistic(self, ranks: np.ndarray) -> np.ndarray:
+        """The k-th smallest value (k from 0) for each k in `ranks`, to half a bin."""
+        bins = np.searchsorted(np.cumsum(self.counts), ranks, side="right")
         centre = self.floor * 10 ** ((bins - 0.5) / BINS_PER_DECADE)
-        values = np.where(bins == 0, 0.0, centre)
-        return np.clip(values, self.min, self.max)
+        return np.clip(np.where(bins == 0, 0.0, centre), self.min, self.max)
 
     def summary(self) -> dict[str, float]:
         """count, mean, min, p10, p50, p90, p99, max."""
