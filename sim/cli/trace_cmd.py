@@ -61,12 +61,22 @@ def import_cmd(
     select: Annotated[
         str | None, typer.Option(help="servegen only: keep clients whose path starts with this")
     ] = None,
+    session_start: Annotated[
+        str | None,
+        typer.Option(
+            "--session-start",
+            help="weka only: when sessions start - zero (default: all at 0 s), poisson:RATE_PER_H "
+            "or spread:HOURS (sim.workload.starts)",
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="weka only: seed of the session starts")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON only")] = False,
 ) -> None:
     """Convert a public trace into the canonical Parquet format (ServeGen: an arrival envelope)."""
     from sim.workload.importers import import_trace
 
-    options = {"select": select} if select is not None else {}
+    given = {"select": select, "session_start": session_start, "seed": seed}
+    options = {k: v for k, v in given.items() if v is not None}
     with _progress(f"importing {src.name}", as_json) as progress:
         summary = import_trace(fmt, src, out, progress=progress, **options)
     _emit(summary, as_json, f"{fmt} -> {out}")

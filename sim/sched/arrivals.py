@@ -43,7 +43,13 @@ from sim.cluster.events import call_at
 from sim.cluster.request import Request, lineage_key, shared_key
 from sim.errors import InputError
 from sim.workload.io import file_format, open_parquet
-from sim.workload.schema import ARRIVAL_ABSOLUTE, FORMAT_VERSION, REQUEST_SCHEMA
+from sim.workload.schema import (
+    ARRIVAL_ABSOLUTE,
+    FORMAT_VERSION,
+    OPTIONAL_COLUMNS,
+    REQUEST_SCHEMA,
+    complete_columns,
+)
 from sim.workload.validate import TraceValidator
 
 COLUMNS = (
@@ -75,13 +81,12 @@ def iter_trace_sessions(path: str | Path, batch_rows: int = BATCH_ROWS) -> Itera
         raise InputError(
             "not a request trace", file=str(path), where="metadata format", allowed=FORMAT_VERSION
         )
-    schema = pa.schema([f for f in REQUEST_SCHEMA if f.name != "block_hashes"])
+    schema = pa.schema([f for f in REQUEST_SCHEMA if f.name != "block_hashes" and f.name not in OPTIONAL_COLUMNS])
     missing = [n for n in schema.names if n not in pf.schema_arrow.names]
     if missing:
         raise InputError("missing column", file=str(path), where=f"column {missing[0]}",
                          allowed=f"the columns of {FORMAT_VERSION}")  # fmt: skip
     validator = TraceValidator(str(path))
-    hashes = REQUEST_SCHEMA.field("block_hashes")
     sid: Any = None  # no session yet
     start = 0.0
     rows: list = []
@@ -91,7 +96,7 @@ def iter_trace_sessions(path: str | Path, batch_rows: int = BATCH_ROWS) -> Itera
             table = table.cast(schema, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
             raise InputError(f"column types differ from {FORMAT_VERSION} ({err})", file=str(path)) from None
-        validator.check(table.append_column(hashes, pa.nulls(table.num_rows, hashes.type)))
+        validator.check(complete_columns(table))
         for row in zip(*(table.column(name).to_pylist() for name in COLUMNS), strict=True):
             if row[0] != sid:
                 if rows:

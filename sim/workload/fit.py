@@ -36,7 +36,6 @@ from sim.errors import InputError
 from sim.units import DAY_S, HOUR_S
 
 from .dists import Dist, fit_quantiles
-from .turns import ends_turn
 from .io import atomic_output, read_trace_table
 from .spec import (
     AgentLoop,
@@ -55,6 +54,7 @@ from .spec import (
     Tenants,
     spec_to_yaml,
 )
+from .turns import ends_turn
 
 _COLUMNS = ["session_id", "session_start_s", "tenant", "source", "request_id", "agent_id", "arrival", "arrival_time_s",
             "think_time_s", "depends_on_request_id", "input_tokens", "output_tokens", "prefix_tokens",

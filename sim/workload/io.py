@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from sim.errors import InputError
 
-from .schema import ENVELOPE_FORMAT_VERSION, FORMAT_VERSION, REQUEST_SCHEMA
+from .schema import ENVELOPE_FORMAT_VERSION, FORMAT_VERSION, OPTIONAL_COLUMNS, REQUEST_SCHEMA
 from .validate import TraceValidator
 
 SUMMARY_KEY = "sim.summary"
@@ -181,6 +181,7 @@ class TraceWriter:
         self._pending_rows = 0
         self._pending_values = 0
         self._row_group_rows = row_group_rows
+        self.notes: dict[str, int] = {}  # producer counts added to the summary (e.g. repairs)
         self.summary: dict[str, float | int] | None = None
 
     def write(self, table: pa.Table) -> None:
@@ -205,7 +206,7 @@ class TraceWriter:
     def close(self) -> dict[str, float | int]:
         if self._pending_rows:
             self._flush()
-        self.summary = self._summary.as_dict()
+        self.summary = {**self._summary.as_dict(), **self.notes}
         self._writer.add_key_value_metadata({SUMMARY_KEY: json.dumps(self.summary, sort_keys=True)})
         self._writer.close()
         self._output.__exit__(None, None, None)
@@ -258,6 +259,8 @@ def _open_trace(path: str | os.PathLike) -> pq.ParquetFile:
                          allowed=FORMAT_VERSION)  # fmt: skip
     schema = pf.schema_arrow
     for field_ in REQUEST_SCHEMA:
+        if field_.name not in schema.names and field_.name in OPTIONAL_COLUMNS:
+            continue  # written before the column existed: read as its default
         if field_.name not in schema.names:
             raise InputError("missing column", file=str(path), where=f"column {field_.name}",
                              allowed=f"the columns of {FORMAT_VERSION} (see traces/README.md)")  # fmt: skip
@@ -319,7 +322,7 @@ def _read_columns(columns: list[str] | None) -> list[str]:
     needed = {
         f.name
         for f in REQUEST_SCHEMA
-        if f.name not in ("tenant", "source", "template", "stop_reason", "block_hashes")
+        if f.name not in ("tenant", "source", "template", "stop_reason", "block_hashes", *OPTIONAL_COLUMNS)
     }
     return [f.name for f in REQUEST_SCHEMA if f.name in needed or f.name in wanted]
 
@@ -328,13 +331,14 @@ def _validated_batches(
     path: str | os.PathLike, columns: list[str] | None, batch_rows: int
 ) -> Iterator[pa.Table]:
     pf = _open_trace(path)
-    read = _read_columns(columns)
+    present = set(pf.schema_arrow.names)
+    read = [c for c in _read_columns(columns) if c in present]
     validator = TraceValidator(str(path))
     full = [f.name for f in REQUEST_SCHEMA]
     row0 = 0
     try:
         for batch in _iter_batches(pf, batch_rows, read):
-            table = _conform(pa.Table.from_batches([batch]), str(path), row0)
+            table = _with_defaults(_conform(pa.Table.from_batches([batch]), str(path), row0), columns)
             validator.check(_with_placeholders(table, full))
             row0 += table.num_rows
             yield table.select(columns) if columns is not None else table
@@ -354,13 +358,24 @@ def _iter_batches(pf: pq.ParquetFile, batch_rows: int, columns: list[str]) -> It
 
 
 def _with_placeholders(table: pa.Table, names: list[str]) -> pa.Table:
-    """Fill columns the validator may skip (strings, unrequested block hashes) with nulls."""
-    for name in names:
-        if name not in table.column_names:
-            table = table.append_column(
-                REQUEST_SCHEMA.field(name), pa.nulls(table.num_rows, REQUEST_SCHEMA.field(name).type)
-            )
-    return table.select(names)
+    """Fill columns the validator may skip (strings, unrequested block hashes) with nulls, and
+    optional columns with their defaults."""
+    return _with_defaults(table, [n for n in names if n in OPTIONAL_COLUMNS], nulls=names).select(names)
+
+
+def _with_defaults(table: pa.Table, names: list[str] | None, nulls: list[str] | None = None) -> pa.Table:
+    """Add the optional columns among `names` (all when None) that `table` lacks, with their
+    defaults (OPTIONAL_COLUMNS), and the other `nulls` columns it lacks as nulls."""
+    wanted = list(OPTIONAL_COLUMNS) if names is None else [n for n in names if n in OPTIONAL_COLUMNS]
+    for name in [*wanted, *(nulls or [])]:
+        if name in table.column_names:
+            continue
+        field_ = REQUEST_SCHEMA.field(name)
+        default = OPTIONAL_COLUMNS.get(name)
+        n = table.num_rows
+        array = pa.nulls(n, field_.type) if default is None else pa.array([default] * n, field_.type)
+        table = table.append_column(field_, array)
+    return table
 
 
 def read_trace_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:

@@ -27,6 +27,8 @@ _DEFAULTS: dict[str, object] = {
     "image_count": 0,
     "image_tokens": 0,
     "reasoning_effort": 0,
+    "model": None,
+    "agent_async": False,
 }
 
 
@@ -59,6 +61,8 @@ def _column(field: pa.Field, value: object, n: int) -> pa.Array:
     if value is None or isinstance(value, str | int | float):
         if value is None:
             return pa.nulls(n, type=field.type)
+        if pa.types.is_boolean(field.type):
+            return pa.array(np.full(n, bool(value)))
         if pa.types.is_string(field.type):
             return pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int32), [value]).cast(field.type)
         return pa.array(np.full(n, value, dtype=field.type.to_pandas_dtype()))

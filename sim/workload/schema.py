@@ -20,6 +20,12 @@ tokens. Imported traces that carry block hashes keep them in `block_hashes` (cha
 `block_size_tokens` tokens each: equal values at position k mean equal first (k+1) blocks,
 anywhere in the file); generated traces leave them null.
 
+`model` is the model the source request was sent to (e.g. a Claude Code session mixes Opus calls
+with small Haiku ones; a scenario may route or drop them); null when the source does not say.
+`agent_async` marks the rows of a sub-agent its parent did not wait for (the parent's next request
+arrived before the sub-agent ended). Files written before these two columns existed read as null /
+false (`OPTIONAL_COLUMNS`, `complete_columns`).
+
 `image_count`/`image_tokens` are the images newly attached by this request; their tokens are part
 of `input_tokens`. The invariants every file satisfies are checked by `sim.workload.validate`.
 
@@ -63,11 +69,31 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("image_count", pa.int16(), nullable=False),
         pa.field("image_tokens", pa.int32(), nullable=False),
         pa.field("reasoning_effort", pa.int16(), nullable=False),  # 1..100; 0 = unknown
+        pa.field("model", pa.string()),  # the source request's model; null = unknown
+        pa.field("agent_async", pa.bool_(), nullable=False),  # a sub-agent its parent did not wait for
     ],
     metadata={"format": FORMAT_VERSION},
 )
 
 REQUEST_COLUMNS = tuple(REQUEST_SCHEMA.names)
+
+# Columns added after sim.trace/v1 was first written, with the value older files mean.
+OPTIONAL_COLUMNS: dict[str, object] = {"model": None, "agent_async": False}
+
+
+def complete_columns(table: pa.Table) -> pa.Table:
+    """`table` with every REQUEST_SCHEMA column: optional ones (and `block_hashes`) it lacks are
+    added with their defaults (null hashes), in schema order."""
+    n = table.num_rows
+    arrays = []
+    for field in REQUEST_SCHEMA:
+        if field.name in table.column_names:
+            arrays.append(table.column(field.name))
+        elif field.name == "block_hashes" or OPTIONAL_COLUMNS.get(field.name) is None:
+            arrays.append(pa.nulls(n, field.type))
+        else:
+            arrays.append(pa.array([OPTIONAL_COLUMNS[field.name]] * n, field.type))
+    return pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
 
 ENVELOPE_FORMAT_VERSION = "sim.envelope/v1"
 

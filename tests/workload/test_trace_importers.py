@@ -165,3 +165,78 @@ def test_servegen_envelope_from_tar_and_folder(tmp_path):
     assert np.isclose(
         read_envelope(folder / "reason/r/chunk-1-trace.csv").column("rate_per_s").to_numpy(), 5
     ).all()
+
+
+def _import_one(tmp_path, session, **options):
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps(session) + "\n")
+    summary = import_trace("weka", src, tmp_path / "one.parquet", **options)
+    return summary, read_trace_table(tmp_path / "one.parquet").to_pydict()
+
+
+def test_weka_async_subagent_is_kept_and_not_waited_for(tmp_path):
+    """The parent's next request (12 s) comes before the sub-agent's last one (15 s): not waited for."""
+    session = weka_session()
+    session["requests"][1]["t"] = 20.0  # ran 17 s until 20 s: started at 3 s
+    session["requests"][1]["duration_ms"] = 17_000
+    session["requests"][1]["requests"][1]["t"] = 12.0  # its second request at 3 + 12 = 15 s
+    summary, t = _import_one(tmp_path, session)
+    assert t["agent_async"] == [a == 1 for a in t["agent_id"]]
+    main_next = t["request_id"][t["arrival_time_s"].index(12.0)]
+    assert t["depends_on_request_id"][t["request_id"].index(main_next)] == 0  # the main agent's own request
+    assert summary["subagents_async"] == 1
+    assert t["model"] == ["m1"] * 5
+
+
+def test_weka_subagent_time_contradicting_its_launch_is_repaired_and_counted(tmp_path):
+    session = weka_session()
+    session["requests"][1]["t"] = 9_000.0  # ends 9,000 s after the session start: started at 8,994 s
+    summary, t = _import_one(tmp_path, session)
+    assert summary["subagents_retimed"] == 1
+    sub = [s for s, a in zip(t["arrival_time_s"], t["agent_id"], strict=True) if a == 1]
+    assert sub[0] == pytest.approx(1.0)  # at the end of the request that launched it (0 s + 1 s)
+
+
+def test_weka_head_blocks_are_shared_from_an_agents_first_request_only(tmp_path):
+    """A later request starting with new blocks (compaction, /clear, a model switch) keeps them
+    to itself; a request of another model starting with the shared prompt is keyed with its model."""
+    session = weka_session()
+    session["requests"][2] = _req(12.0, 16, 2, [7, 8, 9, 10], think=11.0, model="m2")  # new head, m2
+    session["requests"][3] = _req(40.0, 21, 5, [1, 2, 3, 4, 5], stop="end_turn", think=20.0, model="m2")
+    _, t = _import_one(tmp_path, session)
+    rows = {i: k for k, i in enumerate(t["request_index"])}
+    new_head, back = rows[3], rows[4]  # in arrival order: main 0, sub 1, sub 2, main 3, main 4
+    assert t["shared_prefix_id"][new_head] == -1 and t["shared_prefix_tokens"][new_head] == 0
+    assert all(b < SHARED_BLOCK_BIT for b in t["block_hashes"][new_head])
+    assert t["shared_prefix_tokens"][back] == 8
+    assert t["shared_prefix_id"][back] not in (-1, t["shared_prefix_id"][0])  # m1's prompt, served by m2
+    assert t["model"][back] == "m2"
+
+
+@pytest.mark.parametrize("rule", ["poisson:60", "spread:2"])
+def test_weka_session_starts(tmp_path, rule):
+    src = tmp_path / "w.jsonl"
+    src.write_text("".join(json.dumps(weka_session(f"trace_{i:04d}")) + "\n" for i in range(50)))
+    import_trace("weka", src, tmp_path / "a.parquet", session_start=rule, seed=3)
+    import_trace("weka", src, tmp_path / "b.parquet", session_start=rule, seed=3)
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    t = read_trace_table(tmp_path / "a.parquet").to_pandas()
+    starts = t.groupby("session_id").session_start_s.first().to_numpy()
+    assert (np.diff(starts) >= 0).all() and len(set(starts)) == 50
+    rel = t.arrival_time_s - t.session_start_s
+    assert np.allclose(rel, [0.0, 3.0, 6.0, 12.0, 40.0] * 50, atol=1e-6)  # each session's own timeline
+    if rule == "spread:2":
+        assert starts.max() < 7200
+    else:  # 60 an hour: a minute apart on average, the first at 0 s
+        assert starts[0] == 0.0 and 30 < np.diff(starts).mean() < 90
+
+
+@pytest.mark.parametrize("rule", ["poisson", "poisson:-1", "spread:x", "burst:3"])
+def test_weka_session_start_rule_errors_name_the_option(tmp_path, rule):
+    from sim.errors import InputError
+
+    src = tmp_path / "w.jsonl"
+    src.write_text(json.dumps(weka_session()) + "\n")
+    with pytest.raises(InputError, match="session start") as err:
+        import_trace("weka", src, tmp_path / "a.parquet", session_start=rule)
+    assert "--session-start" in str(err.value) and not (tmp_path / "a.parquet").exists()

@@ -3,7 +3,14 @@ hashes, nested sub-agents, think times). Fields and caveats: ../shared/traces/pu
 
 Mapping to the canonical format:
 - one line = one session; `session_id` is the line's ordinal, `template` the upstream id
-  (`trace_NNNN`); every session starts at 0 s (the source has no wall-clock starts).
+  (`trace_NNNN`). The source has no wall-clock starts: `session_start` chooses them
+  (`sim.workload.starts`: zero, the default, i.e. every session at 0 s; poisson:RATE_PER_H; spread:HOURS).
+- `model` is each request's model; a sub-agent its parent did not wait for (the parent's next
+  request came before the sub-agent's end) has `agent_async` set.
+- a sub-agent must start when the request that launched it ended: one whose recorded start
+  (`t - duration_ms`) is more than SUBAGENT_START_TOLERANCE_S away from that is started there
+  instead, and counted in the import summary (`subagents_retimed`; dev trace_0004 put two 143,000 s
+  after the session's last request).
 - agent 0 is the main agent, sub-agents are numbered 1, 2, ... in file order (depth first).
 - closed loop: a request waits `think_time` after the previous request of its agent; a sub-agent's
   first request waits after the parent request that launched it; the parent's next request waits
@@ -12,8 +19,12 @@ Mapping to the canonical format:
 - `arrival_time_s` is the source's `t` (the session timeline as recorded, Anthropic's latency included).
 - prefix: the earlier request of the session sharing the longest block-hash prefix.
 - the first (tool_tokens + system_tokens) // 64 blocks of each agent's first request are the tool
-  and system prompt; they map onto one prefix shared across sessions per (model, agent kind) in
-  `shared_prefix_id` and in the block ids; all other block ids get a per-session namespace.
+  and system prompt; they map onto one prefix shared across sessions per (that request's model,
+  agent kind) in the block ids, unless the session already mapped that key onto other blocks (ids
+  stay one-to-one within a session: imported distinct blocks equal the source's). Later requests
+  share it only when they start with those same blocks; their `shared_prefix_id` names the prompt's
+  key and, when it differs, their own model (its KV is computed by the model that serves it). All
+  other block ids get a per-session namespace.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from ..ids import LOCAL_ID_LIMIT, NAMESPACE_LIMIT, NAMESPACE_SHIFT, SHARED_BLOCK
 from ..io import iter_lines
 from ..rows import list_array, request_table
 from ..schema import ARRIVAL_ABSOLUTE, ARRIVAL_THINK
+from ..starts import SessionStarts
 from .common import Where, as_count, as_seconds, as_text, get_field, parse_json_line
 
 SOURCE = "weka"
@@ -39,6 +51,8 @@ SOURCE = "weka"
 # predecessor when the text starts the same: 20x faster than the json module. Anything unusual
 # stays in the JSON text and goes through the strict per-field checks.
 _HASH_KEY = b'"hash_ids"'
+# Dev sub-agents start within 1.1 s of their launching request's end (41 of 43); the tolerance is ours [D].
+SUBAGENT_START_TOLERANCE_S = 60.0
 _LIST_CHARS = b"0123456789, \t\r\n"
 
 
@@ -54,7 +68,8 @@ class _Row:
     output_tokens: int
     stop: str | None
     hashes: np.ndarray
-    shared_key: tuple[str, str] | None
+    model: str | None
+    shared_key: tuple[str, str] | None  # the agent's first request only: (model, agent kind)
     shared_blocks: int
 
 
@@ -65,17 +80,27 @@ class _Session:
     rows: list[_Row] = field(default_factory=list)
     agents: int = 0
     lists: list[np.ndarray] = field(default_factory=list)
+    async_agents: set[int] = field(default_factory=set)
+    retimed: int = 0
 
 
-def read(src: str | Path, progress: Callable[[int, int], None] | None = None) -> Iterator[pa.Table]:
-    """Canonical request tables, one per session, in file order."""
+def read(src: str | Path, progress: Callable[[int, int], None] | None = None, *,
+         starts: SessionStarts | None = None, notes: dict[str, int] | None = None) -> Iterator[pa.Table]:  # fmt: skip
+    """Canonical request tables, one per session, in file order; sessions start at `starts`
+    (default: all at 0 s); repairs are counted into `notes`."""
+    starts = starts or SessionStarts()
+    if starts.needs_count:
+        starts.set_count(sum(1 for _, raw in iter_lines(src) if raw.strip()))
     ordinal = 0
     next_request_id = 0
     for lineno, raw in iter_lines(src, progress):
         if not raw.strip():
             continue
         session = _parse_session(raw, Where(str(src), lineno), ordinal)
-        table = _session_table(session, ordinal, next_request_id)
+        table = _session_table(session, ordinal, next_request_id, starts.next_s())
+        if notes is not None:
+            notes["subagents_retimed"] = notes.get("subagents_retimed", 0) + session[0].retimed
+            notes["subagents_async"] = notes.get("subagents_async", 0) + len(session[0].async_agents)
         ordinal += 1
         next_request_id += table.num_rows
         yield table
@@ -174,8 +199,6 @@ def _walk(session: _Session, chain: _Chain, entries: list, where: Where) -> int:
     first = True
     joined: list[int] = []  # last rows of sub-agents launched since the previous request
     last_t = -math.inf
-    shared_key = None
-    shared_blocks = 0
     for i, entry in enumerate(entries):
         w = where.at(i)
         kind = get_field(entry, "type", w, required=False)
@@ -198,16 +221,17 @@ def _walk(session: _Session, chain: _Chain, entries: list, where: Where) -> int:
         if len(hashes) > -(-input_tokens // session.block_size):
             raise w.at("hash_ids").error("more blocks than the input holds", len(hashes),
                                          f"<= ceil(in / {session.block_size})")  # fmt: skip
+        model = as_text(get_field(entry, "model", w, required=False), w, "model") or None
+        shared_key, shared_blocks = None, 0
         if first:
-            model = as_text(get_field(entry, "model", w, required=False), w, "model") or "unknown"
-            shared_key = (model, chain.kind)
+            shared_key = (model or "unknown", chain.kind)
             prompt = sum(
                 as_count(chain.meta.get(k, 0), chain.where, k) for k in ("tool_tokens", "system_tokens")
             )
             shared_blocks = min(prompt // session.block_size, len(hashes))
         dep, think_s = _dependency(session, entry, w, time_s, prev, joined, first)
         session.rows.append(_Row(chain.agent, len(session.rows), time_s, time_s + api_s, think_s, dep, input_tokens,
-                                 output_tokens, stop, hashes, shared_key, shared_blocks))  # fmt: skip
+                                 output_tokens, stop, hashes, model, shared_key, shared_blocks))  # fmt: skip
         prev = len(session.rows) - 1
         first = False
         joined = []
@@ -218,10 +242,14 @@ def _subagent(session: _Session, parent: _Chain, entry: dict, w: Where, spawn: i
     session.agents += 1
     t_end = as_seconds(get_field(entry, "t", w), w, "t")
     duration_ms = get_field(entry, "duration_ms", w, required=False)
+    launched_s = session.rows[spawn].end_s if spawn >= 0 else parent.origin_s + t_end
     if duration_ms is None:  # no duration: assume it started when the launching request ended
-        start_s = session.rows[spawn].end_s if spawn >= 0 else parent.origin_s + t_end
+        start_s = launched_s
     else:
         start_s = parent.origin_s + t_end - as_seconds(duration_ms, w, "duration_ms") / 1000.0
+        if spawn >= 0 and abs(start_s - launched_s) > SUBAGENT_START_TOLERANCE_S:
+            start_s = launched_s  # a time that contradicts the parent's timeline: repaired
+            session.retimed += 1
     kind = as_text(get_field(entry, "subagent_type", w, required=False), w, "subagent_type") or "subagent"
     requests = get_field(entry, "requests", w)
     if not isinstance(requests, list):
@@ -235,6 +263,7 @@ def _dependency(session: _Session, entry: dict, w: Where, time_s: float, prev: i
     """Which earlier row this request waits for, and the think time after that row's end."""
     rows = session.rows
     ready = [j for j in joined if j >= 0 and rows[j].time_s <= time_s]
+    session.async_agents.update(rows[j].agent for j in joined if j >= 0 and rows[j].time_s > time_s)
     if ready:  # after sub-agents: wait for the one that finished last
         dep = max(ready, key=lambda j: (rows[j].end_s, j))
         return dep, max(0.0, time_s - rows[dep].end_s)
@@ -258,7 +287,7 @@ def _hashes(session: _Session, value: object, w: Where) -> np.ndarray:
     return ids
 
 
-def _session_table(parsed: tuple[_Session, dict], ordinal: int, first_request_id: int) -> pa.Table:
+def _session_table(parsed: tuple[_Session, dict], ordinal: int, first_request_id: int, start_s: float) -> pa.Table:
     session, info = parsed
     rows = session.rows
     order = sorted(range(len(rows)), key=lambda j: (rows[j].time_s, rows[j].order))
@@ -269,22 +298,21 @@ def _session_table(parsed: tuple[_Session, dict], ordinal: int, first_request_id
     ids = first_request_id + np.arange(n, dtype=np.int64)
     t0 = min(0.0, rows[0].time_s)
     dep = np.array([-1 if r.dep < 0 else ids[rank[r.dep]] for r in rows], dtype=np.int64)
-    parent, prefix_blocks, shared_blocks, blocks = _prefixes(session, rows, ordinal)
+    parent, prefix_blocks, shared_blocks, keys, blocks = _prefixes(session, rows, ordinal)
     input_tokens = np.array([r.input_tokens for r in rows], dtype=np.int64)
     lengths = np.array([len(r.hashes) for r in rows], dtype=np.int64)
-    keys = [r.shared_key for r in rows]
     return request_table(
         n,
         {
             "session_id": ordinal,
-            "session_start_s": 0.0,
+            "session_start_s": start_s,
             "source": SOURCE,
             "template": info["id"],
             "request_id": ids,
             "request_index": np.arange(n),
             "agent_id": [r.agent for r in rows],
             "arrival": pa.array([ARRIVAL_ABSOLUTE if d < 0 else ARRIVAL_THINK for d in dep], pa.string()),
-            "arrival_time_s": [r.time_s - t0 for r in rows],
+            "arrival_time_s": [start_s + r.time_s - t0 for r in rows],
             "think_time_s": [r.think_s for r in rows],
             "depends_on_request_id": dep,
             "input_tokens": input_tokens,
@@ -292,19 +320,24 @@ def _session_table(parsed: tuple[_Session, dict], ordinal: int, first_request_id
             "prefix_parent_request_id": np.where(parent >= 0, ids[np.maximum(parent, 0)], -1),
             "prefix_tokens": np.minimum(prefix_blocks * session.block_size, input_tokens),
             "shared_prefix_id": [
-                stable_id(SOURCE, *k) if k and b else -1 for k, b in zip(keys, shared_blocks, strict=True)
+                (stable_id(SOURCE, *k) if r.model in (None, k[0]) else stable_id(SOURCE, *k, r.model))
+                if k and b
+                else -1
+                for k, b, r in zip(keys, shared_blocks, rows, strict=True)
             ],
             "shared_prefix_tokens": shared_blocks * session.block_size,
             "block_size_tokens": session.block_size,
             "block_hashes": list_array(np.concatenate([[0], np.cumsum(lengths)]), blocks),
             "stop_reason": pa.array([r.stop for r in rows], pa.string()),
+            "model": pa.array([r.model for r in rows], pa.string()),
+            "agent_async": [r.agent in session.async_agents for r in rows],
         },
     )
 
 
 def _prefixes(session: _Session, rows: list[_Row], ordinal: int):
     """Per row: the latest earlier row with the longest common block prefix, its length in blocks,
-    the length of the cross-session shared prompt in blocks, and the namespaced block ids.
+    the length of the cross-session shared prompt in blocks and its key, and the namespaced block ids.
 
     Block ids are chained (an id fixes its whole prefix), so the row holding block k-1 of the
     longest common prefix holds all of it."""
@@ -316,18 +349,26 @@ def _prefixes(session: _Session, rows: list[_Row], ordinal: int):
     namespace = np.uint64((ordinal + 1) << NAMESPACE_SHIFT)
     global_ids = np.arange(max_id + 1, dtype=np.uint64) | namespace
     shared = np.zeros(max_id + 1, dtype=bool)
-    # The prompt blocks of each agent's first request become one prefix shared across sessions.
+    head_key: dict[int, tuple[str, str]] = {}  # first block of a shared prompt -> its key
+    mapped: set[tuple[str, str]] = set()
+    # The prompt blocks of each agent's first request become one prefix shared across sessions,
+    # once per key and session (two different heads under one key would merge distinct blocks).
     for r in rows:
-        if r.shared_key and r.shared_blocks and not shared[r.hashes[0]]:
+        if r.shared_key and r.shared_blocks and not shared[r.hashes[0]] and r.shared_key not in mapped:
             head = r.hashes[: r.shared_blocks]
+            if shared[head].any():
+                continue
             key = np.uint64(SHARED_BLOCK_BIT | (stable_id(SOURCE, *r.shared_key, bits=31) << NAMESPACE_SHIFT))
             global_ids[head] = key | np.arange(len(head), dtype=np.uint64)
             shared[head] = True
+            head_key[int(head[0])] = r.shared_key
+            mapped.add(r.shared_key)
     longest_prompt = max(r.shared_blocks for r in rows) + 1
     n = len(rows)
     parent = np.full(n, -1, dtype=np.int64)
     prefix_blocks = np.zeros(n, dtype=np.int64)
     shared_blocks = np.zeros(n, dtype=np.int64)
+    keys: list[tuple[str, str] | None] = [None] * n
     for i, r in enumerate(rows):
         h = r.hashes
         if not len(h):
@@ -341,8 +382,11 @@ def _prefixes(session: _Session, rows: list[_Row], ordinal: int):
                 k = _leading_true(ph[:m] == h[:m])
             parent[i], prefix_blocks[i] = (p, k) if k else (-1, 0)
         shared_blocks[i] = _leading_true(shared[h[:longest_prompt]])
+        keys[i] = head_key.get(int(h[0])) if shared_blocks[i] else None
+        if keys[i] is None:
+            shared_blocks[i] = 0
         owner[h[max(k - 1, 0) :]] = i
-    return parent, prefix_blocks, shared_blocks, global_ids[flat]
+    return parent, prefix_blocks, shared_blocks, keys, global_ids[flat]
 
 
 def _leading_true(mask: np.ndarray) -> int:
