@@ -221,6 +221,7 @@ def _run_model(
         api_prices=_api_price(sim.family),
         not_arrived=arrivals.not_arrived,
         drain_limited=drain_limited,
+        ttft_slo_s=scn.slo.ttft_s,
         tpot_slo_s=scn.slo.tpot_s,
     )
     return summary, written

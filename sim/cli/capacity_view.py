@@ -38,11 +38,15 @@ def capacity_lines(summary: dict) -> list[str]:
             cap.get("sessions_in_progress_per_serving_node"),
             cap.get("sessions_per_serving_node_at_slo"),
         )
-        if now is not None:
-            at_text = f"{at:,.1f}" if at is not None else "-"
+        if now is not None and at is not None:
             lines.append(
-                f"{m}: {now:,.1f} sessions in progress per serving node; about {at_text} at the SLO "
-                f"(extrapolated to the most-loaded pool reaching 100%)"
+                f"{m}: {now:,.1f} sessions in progress per serving node; at most about {at:,.1f} at the SLO "
+                "(extrapolated to the most-loaded pool reaching 100%; queueing binds earlier)"
+            )
+        elif now is not None:
+            lines.append(
+                f"{m}: {now:,.1f} sessions in progress per serving node already miss the p99 SLO: "
+                "the cluster sustains fewer"
             )
         warning = low_load_line(cap)
         if warning:

@@ -14,7 +14,10 @@ Definitions (each a stated choice; the summary's `capacity` block carries them):
 - headroom = 1 - load: the share of the pool the same SLO leaves unused (negative: past it).
 - sessions per serving node at the SLO: sessions in progress in the window (time-mean) per node of
   the decode or colocated pools, divided by the most-loaded pool's load: a linear extrapolation
-  to the load at which the first pool saturates. `sim sweep` measures the same thing by running it.
+  to the load at which the first pool saturates, so an upper bound (queueing makes latency pass
+  the SLO before any pool is 100% busy). When the run already misses its p99 SLO (TTFT p99 or
+  TPOT p99 over `slo`), the latency limit binds first: the figure is None and the sessions now
+  are more than the cluster sustains. `sim sweep` measures the limit by running the loads.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ def capacity_block(
     context_tokens: float,
     tpot_slo_s: float,
     sessions_in_progress: float | None,
+    slo_p99_met: bool,
 ) -> dict:
     """The summary's `capacity` block (module doc)."""
     loads = pool_loads(
@@ -126,7 +130,7 @@ def capacity_block(
     per_node_now = (
         sessions_in_progress / serving_nodes if sessions_in_progress is not None and serving_nodes else None
     )
-    at_slo = per_node_now / bottleneck if per_node_now is not None and bottleneck else None
+    at_slo = per_node_now / bottleneck if per_node_now is not None and bottleneck and slo_p99_met else None
     return {
         "context_tokens_mean": context_tokens,
         "tpot_slo_s": tpot_slo_s,
@@ -145,6 +149,7 @@ def capacity_block(
         "bottleneck_load": bottleneck,
         "decode_load_mean": decode_mean,
         "low_decode_load": decode_mean is not None and decode_mean < LOW_DECODE_LOAD,
+        "slo_p99_met": slo_p99_met,
         "sessions_in_progress_per_serving_node": per_node_now,
         "sessions_per_serving_node_at_slo": at_slo,
     }

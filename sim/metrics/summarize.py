@@ -71,6 +71,7 @@ def summarize_model(
     api_prices,
     not_arrived: int,
     drain_limited: bool,
+    ttft_slo_s: float,
     tpot_slo_s: float,
 ) -> dict:
     rec, t = sim.recorder, sim.recorder.totals
@@ -228,10 +229,17 @@ def summarize_model(
         context_tokens=context,
         tpot_slo_s=tpot_slo_s,
         sessions_in_progress=_div(sessions.in_window_s, window_s),
+        slo_p99_met=_p99_met(out, ttft_slo_s, tpot_slo_s),
     )
     out["spec_decode"] = sim.extra["spec_decode"]
     out["engram_in_host_dram"] = sim.extra["engram_in_dram"]
     return _clean(out)
+
+
+def _p99_met(out: dict, ttft_slo_s: float, tpot_slo_s: float) -> bool:
+    """The run's p99 TTFT and TPOT within the SLO (no measured request: not met)."""
+    ttft, tpot = out["ttft_p99_s"], out["tpot_p99_s"]
+    return ttft is not None and tpot is not None and ttft <= ttft_slo_s and tpot <= tpot_slo_s
 
 
 def _input_cost_share(sim) -> float:

@@ -168,7 +168,13 @@ def load_panel(series: list[Series]) -> Panel:
         cap = s.summary.get("capacity") or {}
         at = cap.get("sessions_per_serving_node_at_slo")
         if at is not None:
-            notes.append(f"{s.name}: about {at:,.1f} sessions per serving node at the SLO (extrapolated)")
+            notes.append(
+                f"{s.name}: at most about {at:,.1f} sessions per serving node at the SLO (extrapolated)."
+            )
+        elif cap.get("sessions_in_progress_per_serving_node") is not None:
+            notes.append(
+                f"{s.name}: the run already misses its p99 SLO; the cluster sustains fewer sessions."
+            )
         warning = low_load_line(cap)
         if warning:
             notes.append(f"{s.name}: {warning}")
