@@ -28,7 +28,8 @@ from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.errors import InputError
 from sim.hardware import load_hw
-from sim.kvcache.policies import CachePolicy
+from sim.kvcache.paths import kv_regions_per_block, path_rates
+from sim.kvcache.policies import CachePolicy, TierCost
 from sim.kvcache.store import KVStore
 from sim.metrics.recorder import Recorder
 from sim.metrics.timeseries import PoolView, Sampler
@@ -98,6 +99,11 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         swa_state_bytes=swa_bytes_per_sequence(spec, kv_layout),  # model.md §5.2
         compressor_state_bytes=compressor_state_bytes_per_sequence(spec),  # model.md §5.2
         block_tokens=c.block_tokens,
+        kv_regions_per_block=kv_regions_per_block(spec, kv_layout),  # sim.kvcache.paths
+        read_cost={n: TierCost(t.read.per_request_s, t.read.per_segment_s) for n, t in c.chain() if t.read},
+        write_cost={
+            n: TierCost(t.write.per_request_s, t.write.per_segment_s) for n, t in c.chain() if t.write
+        },
         swa_window_tokens=swa_window_tokens(spec),  # model.md §1
         hbm_keep_s=max(c.tier("hbm").ttl_s, eps),
         demote_to_dram=True,
@@ -194,6 +200,8 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
     pools: list[PoolInfo] = []
     views_meta = []
     node_dram = []  # (host DRAM, raw NVMe) per node that the pool may use, after the overrides
+    node_share = []  # the share of each node's host memory its pool may use
+    node_ach = []  # achievable fractions per node (its pool's hardware, the scenario's overrides)
     for pool in scn.cluster.pools:
         hw_id = scn.pool_hardware(pool)
         hw = load_hw(hw_id)
@@ -267,28 +275,51 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
         node_dram.extend(
             [(scn.node_dram_bytes(pool) * share, scn.node_ssd_bytes(pool) * share)] * layout.nodes
         )
+        node_share.extend([share] * layout.nodes)
+        node_ach.extend([scn.achievable(pool)] * layout.nodes)
 
-    # per-node memory and links
+    # per-node memory and links; the tiers' capacities and paths come from the chain (sim.config.cache)
+    dram_tier, ssd_tier = scn.cache.tier("dram"), scn.cache.tier("ssd")
+    if scn.cache.tier("rdma_pool").enabled:
+        raise InputError(
+            "the simulator's store holds the hbm, dram and ssd tiers; the RDMA pool is modelled by "
+            "`sim calibrate tiers` only",
+            where="cache.tiers.rdma_pool.enabled",
+            value=True,
+            allowed="false",
+        )
     dram_caps, swa_caps, ssd_total = [], [], 0.0
     ssd_read, ssd_write, net_out = [], [], []
     for n, hw in enumerate(node_hw):
         installed, raw_ssd = node_dram[n]
         # the profile's usable share of DRAM for KV, applied to the (possibly overridden) size
         usable = installed * hw.host_dram_usable_for_kv_bytes / hw.host_dram_bytes
+        if dram_tier.capacity_gb_per_node is not None:
+            usable = dram_tier.capacity_gb_per_node * units.GB * node_share[n]
         swa = policy.swa_pool_dram_frac * installed if policy.swa_pool else 0.0
         dram_caps.append(max(0.0, usable - swa))
         swa_caps.append(swa)
-        ssd_total += raw_ssd * hw.local_storage.usable_for_kv_frac.value
-        t = node_timing[n]
-        ssd_read.append(SharedLink(env, f"ssd_read[{n}]", t.link_bw_bytes_per_s("ssd_read", 1)))
-        ssd_write.append(FifoLink(f"ssd_write[{n}]", t.link_bw_bytes_per_s("ssd_write", 1)))
+        if ssd_tier.capacity_gb_per_node is not None:
+            ssd_total += ssd_tier.capacity_gb_per_node * units.GB * node_share[n]
+        else:
+            ssd_total += raw_ssd * hw.local_storage.usable_for_kv_frac.value
+        t, ach = node_timing[n], node_ach[n]
+        assert ssd_tier.read is not None and ssd_tier.write is not None  # validated (sim.config.cache)
+        ssd_read.append(
+            SharedLink(env, f"ssd_read[{n}]", path_rates(ssd_tier.read, hw, ach, 1).bw_bytes_per_s)
+        )
+        ssd_write.append(FifoLink(f"ssd_write[{n}]", path_rates(ssd_tier.write, hw, ach, 1).bw_bytes_per_s))
         net_out.append(
             SharedLink(env, f"net_out[{n}]", t.link_bw_bytes_per_s("net", 1), t.link_latency_s("net"))
         )
     h2d, d2h = [], []
-    for i, (_pool, _role, _node, gpus, timing, _cap, _rep) in enumerate(inst_specs):
-        h2d.append(SharedLink(env, f"pcie_h2d[{i}]", timing.link_bw_bytes_per_s("pcie_h2d", gpus)))
-        d2h.append(FifoLink(f"pcie_d2h[{i}]", timing.link_bw_bytes_per_s("pcie_d2h", gpus)))
+    assert dram_tier.read is not None and dram_tier.write is not None
+    for i, (_pool, _role, node, gpus, _timing, _cap, _rep) in enumerate(inst_specs):
+        hw, ach = node_hw[node], node_ach[node]
+        h2d.append(
+            SharedLink(env, f"pcie_h2d[{i}]", path_rates(dram_tier.read, hw, ach, gpus).bw_bytes_per_s)
+        )
+        d2h.append(FifoLink(f"pcie_d2h[{i}]", path_rates(dram_tier.write, hw, ach, gpus).bw_bytes_per_s))
 
     store = KVStore(
         policy,

@@ -226,7 +226,9 @@ class Instance:
                         req.swa_load_bytes = store.policy.swa_state_bytes
                         nbytes += req.swa_load_bytes
                     req.loads_pending = 1
-                    (self.h2d if tier == "dram" else self.ssd_read).submit(nbytes, self._loaded, req)
+                    policy = store.policy
+                    overhead_s = policy.move_extra_s(policy.read_cost, tier, tokens - hbm_tokens)
+                    (self.h2d if tier == "dram" else self.ssd_read).submit(nbytes, self._loaded, req, overhead_s)
             store.reserve_hbm(self.index, need - pinned, now)
             req.reserved_p_bytes = need
             if req.loads_pending:

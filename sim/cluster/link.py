@@ -59,8 +59,11 @@ class SharedLink:
         self._seq = 0
         self._token = 0  # identifies the one pending wake-up; older ones are stale
 
-    def submit(self, nbytes: float, on_done: Callable[[Any], None], arg: Any = None) -> None:
-        """Start moving `nbytes` now; `on_done(arg)` is called when the last byte arrives."""
+    def submit(
+        self, nbytes: float, on_done: Callable[[Any], None], arg: Any = None, extra_s: float = 0.0
+    ) -> None:
+        """Start moving `nbytes` now; `on_done(arg)` is called when the last byte arrives. `extra_s`
+        (software overhead of this job) is charged like the latency, as bytes at the link's rate."""
         if nbytes < 0.0:
             raise ValueError(f"link {self.name}: negative transfer of {nbytes} bytes")
         heap = self._heap
@@ -70,7 +73,9 @@ class SharedLink:
         self._v = self._v + (now - self._t) * bw / len(heap) if heap else 0.0
         self._t = now
         self._seq += 1
-        heapq.heappush(heap, (self._v + nbytes + self.latency_s * bw, self._seq, nbytes, on_done, arg))
+        heapq.heappush(
+            heap, (self._v + nbytes + (self.latency_s + extra_s) * bw, self._seq, nbytes, on_done, arg)
+        )
         self._token += 1
         call_after(self.env, (heap[0][0] - self._v) * len(heap) / bw, self._wake, self._token)
 
@@ -112,10 +117,11 @@ class FifoLink:
         self.bytes_done = 0.0
         self.jobs_done = 0
 
-    def submit(self, now_s: float, nbytes: float) -> float:
-        """Queue a write of `nbytes` at `now_s`; returns the time it is complete."""
+    def submit(self, now_s: float, nbytes: float, extra_s: float = 0.0) -> float:
+        """Queue a write of `nbytes` at `now_s` (plus `extra_s` of software overhead); returns the
+        time it is complete."""
         start = self.free_at_s if self.free_at_s > now_s else now_s
-        self.free_at_s = start + self.latency_s + nbytes / self.bw_bytes_per_s
+        self.free_at_s = start + self.latency_s + extra_s + nbytes / self.bw_bytes_per_s
         self.bytes_done += nbytes
         self.jobs_done += 1
         return self.free_at_s

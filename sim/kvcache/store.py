@@ -239,7 +239,8 @@ class KVStore:
         if not self.ssd.can_fit(nbytes):
             return  # larger than the whole tier: not persisted
         node = self.instance_node[inst]
-        e.ssd_ready_s = self.ssd_write_links[node].submit(now_s, delta)
+        extra = p.move_extra_s(p.write_cost, "ssd", tokens - e.ssd_tokens)
+        e.ssd_ready_s = self.ssd_write_links[node].submit(now_s, delta, extra)
         e.ssd_tokens = tokens
         e.ssd_written_s = now_s
         self.counters.written_bytes["ssd"] += delta
@@ -316,7 +317,9 @@ class KVStore:
             self.dram[e.dram_node].remove(e.key)
         e.dram_node = node
         e.dram_tokens = tokens
-        e.dram_ready_s = self.d2h_links[inst].submit(now_s, nbytes)
+        e.dram_ready_s = self.d2h_links[inst].submit(
+            now_s, nbytes, p.move_extra_s(p.write_cost, "dram", tokens)
+        )
         self.counters.written_bytes["dram"] += nbytes
         for k, b in tier.put(e.key, nbytes, now_s):
             self.counters.evicted_bytes["dram"] += b

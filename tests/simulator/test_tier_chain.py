@@ -1,0 +1,45 @@
+"""The tier chain in a run: each load from a lower tier pays its read path's software overhead, the path's
+bandwidth share sets the link, and a tier the store does not hold is refused by name."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from sim.api import run_scenario
+from sim.errors import InputError
+
+from .helpers import scenario
+from .traces import agent_trace
+
+V4 = "deepseek-v4-flash"
+
+
+def _loads(tmp_path, name, tiers):
+    trace = agent_trace(tmp_path / f"{name}.parquet", sessions=12, turns=4, gap_s=0.5, think_s=8.0)
+    scn = scenario(tmp_path, trace, models=(V4,), cache={"tiers": {"hbm": {"ttl_s": 1.0}, **tiers}})
+    run_scenario(scn, out_dir=tmp_path / name)
+    log = pq.read_table(tmp_path / name / V4 / "requests.parquet").to_pandas()
+    lower = log[log.prefix_source.isin(["dram", "ssd"])]
+    assert len(lower) > 0  # the short HBM keep demotes finished turns to host DRAM
+    return lower.load_end_s - lower.load_start_s
+
+
+def test_every_lower_tier_load_pays_its_read_overhead(tmp_path):
+    free = {"dram": {"read": {"per_request_s": 0.0}}, "ssd": {"read": {"per_request_s": 0.0}}}
+    slow = {"dram": {"read": {"per_request_s": 0.25}}, "ssd": {"read": {"per_request_s": 0.25}}}
+    assert _loads(tmp_path, "free", free).max() < 0.25
+    assert _loads(tmp_path, "slow", slow).min() >= 0.25
+
+
+def test_a_path_bandwidth_share_slows_its_loads(tmp_path):
+    fast = _loads(tmp_path, "fast", {"dram": {"read": {"per_request_s": 0.0, "bw_frac": 1.0}}})
+    slow = _loads(tmp_path, "slow", {"dram": {"read": {"per_request_s": 0.0, "bw_frac": 0.01}}})
+    assert slow.median() > 10 * fast.median()
+
+
+def test_the_rdma_pool_is_not_yet_a_store_tier(tmp_path):
+    trace = agent_trace(tmp_path / "t.parquet", sessions=2, turns=2)
+    scn = scenario(
+        tmp_path, trace, cache={"tiers": {"rdma_pool": {"enabled": True, "capacity_gb_per_node": 64}}}
+    )
+    with pytest.raises(InputError, match="cache.tiers.rdma_pool.enabled"):
+        run_scenario(scn)
