@@ -339,6 +339,7 @@ def show_cmd(
             ],
         )
     data.update(
+        forward_check=_forward(profile),
         stacks=stacks,
         composed=stacks[DEFAULT_STACK]["composed"],
         efficiency_curves={s: efficiency_curves(load_stack(REFERENCE_GPU, s)) for s in STACKS},
@@ -347,6 +348,27 @@ def show_cmd(
         typer.echo(json.dumps(data, indent=2))
         return
     _print(data)
+
+
+def _forward(profile) -> dict:
+    """The forward-pass check (reference GPU) and the term this GPU's steps carry."""
+    from dataclasses import asdict
+
+    from sim.timing.forward import forward_term, reference_check
+
+    ref = reference_check()
+    term = forward_term(profile) if profile is not None else None
+    if ref is None:
+        return {"file": None, "term": asdict(term) if term else None, "summary": None, "points": []}
+    return {
+        "file": str(ref.path),
+        "provenance": dict(ref.provenance),
+        "term": asdict(term) if term else asdict(ref.term),
+        "reference_term": asdict(ref.term),
+        "summary": ref.summary(),
+        "points_without_measurement": ref.skipped,
+        "points": list(ref.rows),
+    }
 
 
 def _reference_rows(ref, carried_tables) -> list:
@@ -383,6 +405,7 @@ def _print(data: dict) -> None:
         _print_carried(console, data)
     else:
         _print_measured(console, data)
+    _print_forward(console, data["forward_check"])
     _print_curves(console, data)
     _print_stacks(console, data)
     comp = data["composed"]
@@ -406,6 +429,7 @@ def _print(data: dict) -> None:
         "dense GEMM",
         "MoE",
         "mHC",
+        "term",
         "comm",
     ):
         dec.add_column(col, justify="left" if col == "model" else "right")
@@ -419,7 +443,17 @@ def _print(data: dict) -> None:
             f"{o['calibrated_ms']:.2f}",
             f"{d['roofline_ms']:.2f}",
             f"{d['ratio']:.2f}",
-            *(f"{p[k]:.2f}" for k in ("attention_ms", "dense_gemm_ms", "moe_gemm_ms", "mhc_ms", "comm_ms")),
+            *(
+                f"{p[k]:.2f}"
+                for k in (
+                    "attention_ms",
+                    "dense_gemm_ms",
+                    "moe_gemm_ms",
+                    "mhc_ms",
+                    "forward_term_ms",
+                    "comm_ms",
+                )
+            ),
         )
     console.print(dec)
     pre = Table(
@@ -593,3 +627,43 @@ def _print_curves(console: Console, data: dict) -> None:
                 str(p["bandwidth_bound_rows"]),
             )
     console.print(curves)
+
+
+def _print_forward(console: Console, fwd: dict) -> None:
+    """Predicted vs measured forward passes, and the term the steps carry."""
+    term = fwd["term"]
+    if term is not None:
+        console.print(
+            f"Forward-pass term (sim/timing/forward.py): {term['per_layer_s'] * 1e6:+.2f} µs per layer "
+            f"{term['per_layer_row_s'] * 1e9:+.3f} ns per layer and row; {term['source']}"
+        )
+    if not fwd["points"]:
+        return
+    table = Table(
+        title=f"Real forward pass vs the composed step, one GPU, production kernels ({fwd['file']}): "
+        "predicted = kernels + term; leave-one-out: the term fitted without that point"
+    )
+    cols = ("stack", "mode", "batch", "context", "chunk", "measured µs", "kernel sum µs", "kernels µs")
+    for col in (*cols, "predicted µs", "error", "leave-one-out"):
+        table.add_column(col, justify="left" if col in ("stack", "mode") else "right")
+    for r in fwd["points"]:
+        table.add_row(
+            r["stack"],
+            r["mode"],
+            str(r["batch"]),
+            _tokens(r["context_tokens"]),
+            _tokens(r["chunk_tokens"]),
+            f"{r['measured_us']:,.1f}",
+            f"{r['measured_kernel_sum_us']:,.1f}",
+            f"{r['predicted_kernels_us']:,.1f}",
+            f"{r['predicted_us']:,.1f}",
+            f"{r['error']:+.1%}",
+            f"{r['loo_error']:+.1%}",
+        )
+    console.print(table)
+    s = fwd["summary"]
+    console.print(
+        f"{s['points']} points: max |error| {s['max_abs_error']:.1%}, median {s['median_abs_error']:.1%}, "
+        f"{s['within_10pct']} within 10 %; leave-one-out max {s['loo_max_abs_error']:.1%}, median "
+        f"{s['loo_median_abs_error']:.1%}. Target ({s['target']}): {'met' if s['target_met'] else 'NOT met'}."
+    )

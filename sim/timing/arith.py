@@ -104,7 +104,11 @@ class ModelArith:
 def build_arith(
     model_name: str, *, prefill_mode: str | None = None, kv_layout: str | None = None
 ) -> ModelArith:
-    spec = m.load_model(model_name)
+    return arith_of(m.load_model(model_name), prefill_mode=prefill_mode, kv_layout=kv_layout)
+
+
+def arith_of(spec, *, prefill_mode: str | None = None, kv_layout: str | None = None) -> ModelArith:
+    """The tables of one model spec (a spec file's, or a variant such as a reduced-depth stack)."""
     mode = m.resolve_prefill_mode(spec, prefill_mode)
     xs = _decode_grid()
     dc = m.decode_cost(spec, xs, layout=kv_layout)
@@ -143,7 +147,7 @@ def build_arith(
         * m.expert_bytes(spec)
     )
     return ModelArith(
-        name=model_name,
+        name=spec.name,
         max_context_tokens=spec.max_context_tokens,
         hidden=spec.hidden,
         layers=len(spec.layers),

@@ -289,6 +289,8 @@ class CalibratedTiming(RooflineTiming):
         verify_rows: int = 0,
         engram_in_dram: bool = False,
         vision_on_instance: bool = True,
+        layer_overhead_s: float = 0.0,
+        layer_row_overhead_s: float = 0.0,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -306,8 +308,18 @@ class CalibratedTiming(RooflineTiming):
             vision_on_instance=vision_on_instance,
         )
         self.tables = tables
+        # what a step costs beyond the sum of its kernels, per layer and per layer and row on the
+        # busiest GPU: measured against a real forward pass (sim.timing.forward)
+        self.layer_overhead_s = layer_overhead_s
+        self.layer_row_overhead_s = layer_row_overhead_s
         spec = arith.spec
-        self.mt: ModelTables = tables.derived(("model_tables", spec.name), lambda: model_tables(tables, spec))
+        # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name
+        shape = (
+            spec.name,
+            spec.moe.routed_experts,
+            tuple((x.attention, x.mlp, x.ratio) for x in spec.layers),
+        )
+        self.mt: ModelTables = tables.derived(("model_tables", shape), lambda: model_tables(tables, spec))
         self._f_total = arith.dense_flops_per_token
         # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
         self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
@@ -352,17 +364,20 @@ class CalibratedTiming(RooflineTiming):
             self._experts_cache[rows] = v
         return v
 
-    def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float]:
-        """(dense GEMMs, routed experts, mHC) seconds of `rows` token rows through one class of
-        layers on the busiest GPU; the GEMMs scaled up for the work the tables lack (module doc)."""
+    def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float, float]:
+        """(dense GEMMs, routed experts, mHC, forward-pass term) seconds of `rows` token rows
+        through one class of layers on the busiest GPU; the GEMMs scaled up for the work the tables
+        lack (module doc)."""
         mt = self.mt
         cls = mt.every if every else mt.tail
         if rows <= 0 or cls.layers == 0:
-            return 0.0, 0.0, 0.0
-        dense, mhc = self._gemm_mhc(every, math.ceil(rows / self.par.dp))  # the straggler's DP group
+            return 0.0, 0.0, 0.0, 0.0
+        m = math.ceil(rows / self.par.dp)  # the straggler's DP group
+        dense, mhc = self._gemm_mhc(every, m)
         share, experts = self._experts(rows)
         scale = self._f_total / mt.covered_flops_per_token
-        return dense, cls.moe_layers * share * experts * scale, mhc
+        overhead = cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m)
+        return dense, cls.moe_layers * share * experts * scale, mhc, overhead
 
     def _class_s(self, every: bool, rows: int) -> float:
         """Sum of `_class_parts`, memoised by (class, rows)."""
@@ -471,25 +486,33 @@ class CalibratedTiming(RooflineTiming):
             "dense_gemm_s": parts[0] * work,
             "moe_gemm_s": parts[1] * work,
             "mhc_s": parts[2] * work,
+            "forward_term_s": parts[3] * work,
             "comm_s": self._comm_s(rows),
         }
 
 
-def _timing_kwargs(ctx) -> dict:
-    return dict(
+def build_calibrated(ctx) -> CalibratedTiming:
+    """The factory's builder: the tables of the context's GPU and kernel stack, measured on it or
+    carried from the H200 (sim.timing.carry), and the term a real forward pass measured beyond
+    the kernels (sim.timing.forward)."""
+    from sim.timing.forward import forward_term
+
+    tables = tables_for(ctx.hw_profile, ctx.kernels)
+    term = forward_term(ctx.hw_profile)
+    return CalibratedTiming(
+        ctx.arith,
+        ctx.hw,
+        ctx.par,
+        ctx.eff,
+        tables,
         accepted_tokens_per_step=ctx.accepted_tokens_per_step,
         draft_tokens=ctx.draft_tokens,
         verify_rows=ctx.verify_rows,
         engram_in_dram=ctx.engram_in_dram,
         vision_on_instance=ctx.vision_on_instance,
+        layer_overhead_s=term.per_layer_s,
+        layer_row_overhead_s=term.per_layer_row_s,
     )
-
-
-def build_calibrated(ctx) -> CalibratedTiming:
-    """The factory's builder: the tables of the context's GPU and kernel stack, measured on it or
-    carried from the H200 (sim.timing.carry)."""
-    tables = tables_for(ctx.hw_profile, ctx.kernels)
-    return CalibratedTiming(ctx.arith, ctx.hw, ctx.par, ctx.eff, tables, **_timing_kwargs(ctx))
 
 
 def _register() -> None:

@@ -1,0 +1,144 @@
+"""The forward-pass check (sim.timing.forward): the reduced spec is the measured stack, the term is
+recovered from measurements that carry a known one, the check reports per point, the term is
+carried to other GPUs by its rule, and a broken table is a clean input error."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from sim.errors import InputError
+from sim.hardware import load_hw
+from sim.timing.forward import (
+    REQUIRED,
+    ForwardPoint,
+    check,
+    fit_term,
+    forward_term,
+    kernels_s,
+    load_points,
+    reduced_spec,
+)
+from sim.timing.stacks import load_stack
+
+LABELS = {"swa": "SWA", "csa": "CSA4", "hca": "HCA128"}
+STACKS = (("csa",), ("swa", "csa", "hca", "csa", "hca"))
+A_S, B_S = 4e-6, 3e-9  # the known term: per layer, per layer and row
+
+
+def _points():
+    out = []
+    for kinds in STACKS:
+        for context in (8192, 131072):
+            for batch in (1, 8, 64, 256):
+                out.append(("decode", kinds, batch, context, 0))
+        for chunk in (512, 4096):
+            out.append(("prefill", kinds, 1, 8192, chunk))
+    return out
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        f.write("# gpu_name: fixture (tests)\n")
+        w = csv.DictWriter(f, fieldnames=[*REQUIRED, "note"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return load_hw("nvidia-h200-hgx8")
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory, h200, h200_tables):
+    """A forward-pass table whose measurements are our kernels plus the known term."""
+    tables = load_stack("h200", "production")
+    rows = []
+    for mode, kinds, batch, context, chunk in _points():
+        p = ForwardPoint(
+            0, "deepseek-v4-flash", mode, "deepseek-v4-flash", kinds, 32, 6, batch, context, chunk, 1, 1
+        )
+        k = kernels_s(p, tables, h200)
+        measured = k + len(kinds) * (A_S + B_S * p.rows)
+        rows.append(
+            dict(
+                model="deepseek-v4-flash",
+                mode=mode,
+                spec="deepseek-v4-flash",
+                n_layers=len(kinds),
+                layer_kinds=";".join(LABELS[x] for x in kinds),
+                n_routed_experts=32,
+                experts_per_token=6,
+                batch=batch,
+                context_tokens=context,
+                chunk_tokens=chunk,
+                measured_us_p50=measured * 1e6,
+                kernel_sum_us=k * 1e6,
+            )
+        )
+    rows.append({**rows[0], "measured_us_p50": "", "note": "RuntimeError: a failed point"})
+    path = tmp_path_factory.mktemp("fwd") / "forward_pass_results.csv"
+    _write(path, rows)
+    return path, tables
+
+
+def test_the_reduced_spec_is_the_measured_stack():
+    spec = reduced_spec("deepseek-v4-flash", ("swa", "csa", "hca"), 32, 6)
+    assert [x.attention for x in spec.layers] == ["swa", "csa", "hca"]
+    assert all(x.mlp == "moe" for x in spec.layers) and spec.moe.routed_experts == 32 and spec.vocab == 1
+    assert spec.name == "deepseek-v4-flash" and spec.layers[1].top_k == 512
+
+
+def test_the_term_is_recovered_and_every_point_predicted(synthetic, h200):
+    path, tables = synthetic
+    result = check(path, tables, h200)
+    assert result.term.per_layer_s == pytest.approx(A_S, rel=1e-6)
+    assert result.term.per_layer_row_s == pytest.approx(B_S, rel=1e-6)
+    assert result.skipped == 1 and len(result.rows) == len(_points())
+    for r in result.rows:
+        assert abs(r["error"]) < 1e-9 and abs(r["loo_error"]) < 1e-6
+    summary = result.summary()
+    assert summary["target_met"] and summary["within_10pct"] == len(_points())
+
+
+def test_fit_without_row_variation_takes_a_constant():
+    p = ForwardPoint(0, "m", "decode", "s", ("csa",), 32, 6, 8, 8192, 0, 2e-4, 0.0)
+    a, b = fit_term([p, p], [1e-4, 1e-4])
+    assert a == pytest.approx(1e-4) and b == 0.0
+
+
+def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monkeypatch, tmp_path):
+    """With a forward table in place, H200 steps carry the fitted term; B200 the per-row part x 4.8/8."""
+    from sim.timing import forward
+
+    path, tables = synthetic
+    result = check(path, tables, h200)
+    monkeypatch.setattr(forward, "reference_check", lambda: result)
+    assert forward_term(h200) == result.term
+    b200 = forward_term(load_hw("nvidia-b200-hgx8"))
+    assert b200.per_layer_s == result.term.per_layer_s
+    assert b200.per_layer_row_s == pytest.approx(result.term.per_layer_row_s * 4.8 / 8.0)
+    from sim.timing.calibrated import build_calibrated
+
+    with_term = build_calibrated(context("deepseek-v4-flash"))
+    parts = with_term.decode_breakdown(64, 8192)
+    assert parts["forward_term_s"] == pytest.approx(
+        43 * (A_S + B_S * 8), rel=1e-6
+    )  # 64 on DP 8: 8 rows a GPU
+
+
+def test_a_broken_table_is_a_clean_input_error(tmp_path):
+    path = tmp_path / "forward_pass_results.csv"
+    row = dict.fromkeys(REQUIRED, "1")
+    row.update(mode="decode", layer_kinds="CSA4;MLA9", model="m", spec="deepseek-v4-flash")
+    _write(path, [row])
+    with pytest.raises(InputError, match="unknown layer kind") as err:
+        load_points(path)
+    assert "line 3" in str(err.value) and str(path) in str(err.value)
+    row.update(layer_kinds="CSA4", batch="many")
+    _write(path, [row])
+    with pytest.raises(InputError, match="not a number"):
+        load_points(path)
