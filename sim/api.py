@@ -8,12 +8,21 @@ each in its own SimPy environment. Outputs (when `out_dir` is given):
     out_dir/<model>/timeseries/<pool>.parquet sim.metrics.schema.POOL_SCHEMA
     out_dir/<model>/timeseries/_cluster.parquet
 
-Every file is written under a temporary name and renamed when complete.
+The run is written into a fresh folder beside `out_dir` and swapped in whole when every model has
+run (`sim.outputs`): an interrupted or failed run leaves `out_dir` as it was. A non-empty `out_dir`
+is refused unless `force`. Every file carries the run id (summary.json `run_id`, each Parquet file's
+metadata `sim.run_id`), which `sim report` checks: a hash of what the run was asked (the validated
+scenario, the seed, the bytes of the trace or generator spec, the sim version), so the same inputs
+give the same id and the same bytes.
+
+Before any model runs, `sim.preflight` checks what the schema cannot (weights in HBM, the whole
+trace, the measured window, time-series memory), the same checks as `sim scenario check`.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import tempfile
@@ -25,7 +34,10 @@ from sim.cluster.build import build_simulation
 from sim.cluster.events import run_until
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
+from sim.metrics.schema import RUN_FORMAT
 from sim.metrics.summarize import SessionStats, summarize_model
+from sim.outputs import probe_output_dir, staged_output_dir
+from sim.preflight import preflight
 from sim.rng import RngStreams
 from sim.sched.arrivals import Arrivals, BenchmarkArrivals, iter_trace_sessions
 from sim.timing.arith import build_arith
@@ -68,35 +80,82 @@ def _trace_path(scn: Scenario, seed: int, workdir: Path) -> Path | None:
     return out
 
 
+def run_id(scn: Scenario, seed: int) -> str:
+    """The id every output file of a run carries: a hash of the run's inputs (module doc)."""
+    from sim import __version__
+
+    h = hashlib.sha256()
+    h.update(
+        json.dumps([RUN_FORMAT, __version__, seed, scn.model_dump(mode="json")], sort_keys=True).encode()
+    )
+    source = scn.workload.source_path  # None for a benchmark client: the scenario says it all
+    if source is not None:
+        with open(source, "rb") as f:
+            h.update(hashlib.file_digest(f, "sha256").digest())
+    return h.hexdigest()[:16]
+
+
 def run_scenario(
     scenario: Scenario | str | os.PathLike,
     seed: int | None = None,
     out_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    *,
+    force: bool = False,
 ) -> RunResult:
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     seed = scn.seed if seed is None else seed
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    if seed < 0:
+        raise InputError("must be >= 0", where="seed", value=seed, allowed="an integer >= 0")
+    target = probe_output_dir(Path(out_dir), force=force) if out_dir is not None else None
+    workload = preflight(scn)
+    rid = run_id(scn, seed)
+    result = {
+        "format": RUN_FORMAT,
+        "run_id": rid,
+        "scenario": scn.model_dump(mode="json"),  # all of it: the outputs (and the page) stand alone
+        "seed": seed,
+        "seed_affects": workload.seed_affects,
+        "models": {},
+    }
+    if target is None:
+        _run_models(scn, seed, None, rid, progress, result["models"])
+        return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=None)
+    with staged_output_dir(target, run_id=rid, command="sim run") as stage:
+        written = _run_models(scn, seed, stage, rid, progress, result["models"])
+        (stage / "summary.json").write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+        written.append(stage / "summary.json")
+    files = [target.path / path.relative_to(stage) for path in written]
+    return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=target.path, files=files)
+
+
+def _require_measured(scn: Scenario, model: str, summary: dict) -> None:
+    """A run whose window measured no request answers nothing: an error, not a summary of zeros."""
+    if summary["requests_arrived"] == 0:
+        raise InputError(
+            f"no request of {model} arrived after the warm-up (all {summary['requests_arrived_incl_warmup']:,} "
+            "arrived before it): nothing was measured",
+            file=scn.source_file,
+            where="workload.warmup_s",
+            value=scn.workload.warmup_s,
+            allowed="a warm-up that ends before the last arrival",
+        )
+
+
+def _run_models(
+    scn: Scenario, seed: int, out: Path | None, rid: str, progress: Progress | None, models: dict
+) -> list[Path]:
+    """Each model in turn; its summary into `models`; the files written."""
     files: list[Path] = []
-    models: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="sim-run-") as tmp:
         trace = _trace_path(scn, seed, Path(tmp))
         expected = _expected_requests(scn, trace)
         for index, ref in enumerate(scn.models):
-            summary, written = _run_model(scn, ref, trace, seed, out, index, expected, progress)
+            summary, written = _run_model(scn, ref, trace, seed, out, rid, index, expected, progress)
+            _require_measured(scn, ref.name, summary)
             models[ref.name] = summary
             files += written
-    # The whole validated scenario, so the outputs (and the report page) stand alone.
-    result = {"format": "sim.run/v1", "scenario": scn.model_dump(mode="json"), "seed": seed, "models": models}
-    if out is not None:
-        path = out / "summary.json"
-        tmp_path = path.with_name(path.name + ".tmp")
-        tmp_path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp_path, path)
-        files.append(path)
-    return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=out, files=files)
+    return files
 
 
 def _expected_requests(scn: Scenario, trace: Path | None) -> int:
@@ -151,6 +210,7 @@ def _run_model(
     trace: Path | None,
     seed: int,
     out: Path | None,
+    rid: str,
     index: int,
     expected: int,
     progress: Progress | None,
@@ -162,7 +222,7 @@ def _run_model(
         def hook(now: float, ended: int) -> None:
             progress(ref.name, index, len(scn.models), now, ended, expected)
 
-    sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook)
+    sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook, run_id=rid)
     w = scn.workload
     sessions = SessionStats(w.warmup_s, w.horizon_s)
     env = sim.env
@@ -212,7 +272,7 @@ def _run_model(
     if out is not None:
         if sim.recorder.out_path is not None:
             written.append(sim.recorder.out_path)
-        written += sim.sampler.write(out / ref.name / "timeseries")
+        written += sim.sampler.write(out / ref.name / "timeseries", rid)
     summary = summarize_model(
         sim,
         sessions=sessions,
@@ -225,9 +285,3 @@ def _run_model(
         tpot_slo_s=scn.slo.tpot_s,
     )
     return summary, written
-
-
-def check_outputs_dir(out_dir: Path) -> None:
-    """`out_dir` must be a folder (or not exist yet)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("output path exists and is not a folder", where="--out", value=str(out_dir))

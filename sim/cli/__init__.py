@@ -10,6 +10,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sim.errors import InputError
 
@@ -22,6 +23,7 @@ from . import (
     report_cmd,
     run_cmd,
     scenario_cmd,
+    signals,
     sweep_cmd,
     trace_cmd,
     validate_cmd,
@@ -66,9 +68,18 @@ for _module in (
 
 
 def main() -> None:
-    """Entry point: bad input becomes one clear message on stderr and exit code 2, never a traceback."""
+    """Entry point: bad input becomes one clear message on stderr and exit code 2, never a traceback;
+    SIGINT and SIGTERM end the command cleanly (sim.cli.signals) with exit code 130 or 143."""
+    signals.install()
+    err_console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         app()
     except InputError as err:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {err}", markup=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}", markup=True)
         sys.exit(2)
+    except (KeyboardInterrupt, SystemExit) as err:
+        interrupt = signals.interrupt_behind(err)  # typer turns an interrupt into exit 130
+        if interrupt is None:
+            raise
+        err_console.print(f"interrupted by {signals.name(interrupt)}", markup=False)
+        sys.exit(signals.exit_code(interrupt))

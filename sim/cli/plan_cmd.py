@@ -47,11 +47,11 @@ def plan(
     ] = False,
 ) -> None:
     """Find the cheapest configuration per model that meets the plan's constraints."""
-    from sim.api import check_outputs_dir
+    from sim.outputs import probe_writable_dir
     from sim.plan.backend import SimBackend
     from sim.plan.runner import run_plan
 
-    check_outputs_dir(out)
+    probe_writable_dir(out)
 
     err = Console(stderr=True)
     columns = (
@@ -69,9 +69,17 @@ def plan(
         def on_progress(done: int, total: int, resumed: int) -> None:
             bar.update(task, completed=done, total=total, description=f"plan ({resumed} resumed)")
 
-        outcome = run_plan(
-            plan_file, out, backend=SimBackend(), workers=workers, ray=ray, progress=on_progress
-        )
+        try:
+            outcome = run_plan(
+                plan_file, out, backend=SimBackend(), workers=workers, ray=ray, progress=on_progress
+            )
+        except KeyboardInterrupt:
+            err.print(
+                f"workers stopped; the candidates finished so far are kept in {out} "
+                "(the same command resumes from them)",
+                markup=False,
+            )
+            raise
 
     rec = outcome.recommendation
     if json_output:

@@ -10,23 +10,16 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.errors import InputError
-
 REPORT_FILE = "report.html"
 COMPARE_FILE = "compare.html"
 
 
 def _make_page(run_dirs: list[Path], out: Path, as_json: bool) -> None:
+    from sim.outputs import probe_output_file
     from sim.report.build import build_page, unique_labels, write_atomic
     from sim.report.rundata import load_run
 
-    if out.is_dir():
-        raise InputError(
-            "output must be a file, not a folder",
-            where="-o/--out",
-            value=str(out),
-            allowed="a path ending in .html",
-        )
+    probe_output_file(out, flag="-o/--out")  # before reading the runs: one line, no work lost
     labels = unique_labels(run_dirs)
     err = Console(stderr=True)
     with Progress(

@@ -1,6 +1,6 @@
-"""`sim run SCENARIO [--out DIR] [--seed N] [--json]`: simulate every model of a scenario on the
-same cluster and trace, write the outputs, print the models side by side (ratio last/first)
-next to the DeepSeek API list prices."""
+"""`sim run SCENARIO [--out DIR] [--force] [--seed N] [--json]`: simulate every model of a scenario
+on the same cluster and trace, write the outputs (whole or not at all: sim.outputs), print the models
+side by side (ratio last/first) next to the DeepSeek API list prices."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from sim import native, units
-from sim.api import check_outputs_dir, run_scenario
+from sim.api import run_scenario
 from sim.cli.capacity_view import capacity_lines, capacity_table
 from sim.config.scenario import load_scenario
 
@@ -44,7 +44,15 @@ def run(
     out: Annotated[
         Path | None, typer.Option("--out", help="output folder (default: runs/<scenario name>)")
     ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="override the scenario's seed")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace an earlier run in the output folder (whole)")
+    ] = False,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", min=0, help="override the scenario's seed (it drives a workload generator only)"
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="print summary.json to stdout, nothing else")
     ] = False,
@@ -52,33 +60,15 @@ def run(
     """Replay the scenario's trace on its cluster for each model; write Parquet + summary.json."""
     scn = load_scenario(scenario)
     out_dir = out if out is not None else Path("runs") / scn.name
-    check_outputs_dir(out_dir)
-    err = Console(stderr=True)
+    err = Console(stderr=True, highlight=False)
     started = time.perf_counter()
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("sim {task.fields[sim_time]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=as_json,
-    ) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(model: str, index: int, models: int, now_s: float, ended: int, expected: int) -> None:
-            if model not in tasks:
-                tasks[model] = bar.add_task(f"{model} ({index + 1}/{models})", total=expected, sim_time="")
-            bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
-
-        result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress)
-        for model, task in tasks.items():
-            s = result.summary["models"][model]
-            bar.update(
-                task, completed=bar.tasks[task].total, sim_time=_fmt_sim_time(s["window_s"] + s["warmup_s"])
-            )
+    try:
+        result = _run(scn, seed, out_dir, force, as_json, err)
+    except KeyboardInterrupt:
+        err.print(f"nothing of this run was written; {out_dir} is as it was", markup=False)
+        raise
+    if seed is not None and scn.workload.trace is not None:
+        err.print(f"note: --seed {seed} changes nothing here: {result.summary['seed_affects']}", markup=False)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
         return
@@ -89,9 +79,47 @@ def run(
     for line in capacity_lines(result.summary):
         console.print(line, markup=False)
     console.print(
-        f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet); "
-        f"wall {time.perf_counter() - started:.1f} s, simulator core {native.describe()}"
+        f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet), "
+        f"run id {result.summary['run_id']}; the seed ({result.seed}) affects {result.summary['seed_affects']}; "
+        f"wall {time.perf_counter() - started:.1f} s, simulator core {native.describe()}",
+        markup=False,
     )
+
+
+def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: Console):
+    """The simulation under a progress bar per model (shown from the first model on: the checks
+    before it print only errors)."""
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("sim {task.fields[sim_time]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=as_json,
+    )
+    tasks: dict[str, int] = {}
+
+    def progress(model: str, index: int, models: int, now_s: float, ended: int, expected: int) -> None:
+        if not tasks:
+            bar.start()
+        if model not in tasks:
+            tasks[model] = bar.add_task(f"{model} ({index + 1}/{models})", total=expected, sim_time="")
+        bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
+
+    try:
+        result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force)
+        for model, task in tasks.items():
+            s = result.summary["models"][model]
+            bar.update(
+                task, completed=bar.tasks[task].total, sim_time=_fmt_sim_time(s["window_s"] + s["warmup_s"])
+            )
+    finally:
+        if tasks:
+            bar.stop()
+    return result
 
 
 # --- tables ---
@@ -183,31 +211,31 @@ def summary_table(summary: dict) -> Table:
 
 
 def cost_table(summary: dict) -> Table:
-    table = Table(
-        title="$ per 1M tokens and per task: simulated cluster vs DeepSeek API list price "
-        "(peak hours, hardware.md §4)"
-    )
-    for col in (
-        "model",
-        "sim input",
-        "sim output",
-        "API hit",
-        "API miss",
-        "API output",
-        "API per task",
-        "sim per task",
-    ):
-        table.add_column(col, justify="right" if col != "model" else "left")
+    rows = []
     for name, s in summary["models"].items():
         api = s.get("api") or {}
-        table.add_row(
-            _label(name),
-            _num(s["usd_per_mtok_input"], ".4f"),
-            _num(s["usd_per_mtok_output"], ".4f"),
-            _num(api.get("cache_hit_usd_per_mtok"), ".4f"),
-            _num(api.get("cache_miss_usd_per_mtok"), ".2f"),
-            _num(api.get("output_usd_per_mtok"), ".2f"),
-            _num(api.get("bill_usd_per_task"), ".4f"),
-            _num(s["cost_per_task_usd"], ".4f"),
+        rows.append(
+            (
+                _label(name),
+                _num(s["usd_per_mtok_input"], ".4f"),
+                _num(s["usd_per_mtok_output"], ".4f"),
+                _num(api.get("cache_hit_usd_per_mtok"), ".4f"),
+                _num(api.get("cache_miss_usd_per_mtok"), ".2f"),
+                _num(api.get("output_usd_per_mtok"), ".2f"),
+                _num(api.get("bill_usd_per_task"), ".4f"),
+                _num(s["cost_per_task_usd"], ".4f"),
+            )
         )
+    # Two-line headers and no outer edge: model names and $ figures stay whole at 80 columns.
+    table = Table(
+        title="$ per 1M tokens and per task: simulated cluster vs DeepSeek API list price "
+        "(peak hours, hardware.md §4)",
+        show_edge=False,
+    )
+    headers = ("model", "sim\ninput", "sim\noutput", "API\nhit", "API\nmiss", "API\noutput", "API\nper task",
+               "sim\nper task")  # fmt: skip
+    for i, col in enumerate(headers):
+        table.add_column(col, justify="right" if i else "left")
+    for row in rows:
+        table.add_row(*row)
     return table

@@ -17,6 +17,7 @@ from rich.table import Table
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.errors import InputError
+from sim.preflight import preflight
 
 scenario_app = typer.Typer(help="Scenario files: validate and summarise.", no_args_is_help=True)
 
@@ -79,15 +80,20 @@ def check_cmd(
         bool, typer.Option("--json", help="Print JSON only: {valid, errors | summary}.")
     ] = False,
 ) -> None:
-    """Exit 0 with a short summary when FILE is valid; otherwise one line per problem and exit 2."""
+    """Exit 0 with a short summary when FILE is valid; otherwise one line per problem and exit 2.
+    Runs the same preflight as `sim run` (weights in HBM, the whole trace, the measured window)."""
     try:
         scn = load_scenario(file)
+        workload = preflight(scn)
     except InputError as err:
         if as_json:
             typer.echo(json.dumps({"valid": False, "file": str(file), "errors": err.lines}, indent=2))
             raise typer.Exit(2) from None
         raise
     summary = _summary(scn)
+    summary["workload"].update(
+        requests=workload.requests, last_arrival_s=workload.last_arrival_s, seed_affects=workload.seed_affects
+    )
     if as_json:
         typer.echo(json.dumps({"valid": True, "file": str(file), "summary": summary}, indent=2))
         return
@@ -103,11 +109,14 @@ def check_cmd(
         )
     wl = summary["workload"]
     horizon = "end of input" if wl["horizon_s"] is None else f"{wl['horizon_s']:g} s"
+    requests = "" if wl["requests"] is None else f"{wl['requests']:,} requests, "
+    last = "" if wl["last_arrival_s"] is None else f"last arrival {wl['last_arrival_s']:,.0f} s, "
     console.print(
-        f"  workload: {wl['source']} {wl['path'] or ''}, {wl['replay']}, warmup {wl['warmup_s']:g} s, "
-        f"horizon {horizon}",
+        f"  workload: {wl['source']} {wl['path'] or ''}, {wl['replay']}, {requests}{last}"
+        f"warmup {wl['warmup_s']:g} s, horizon {horizon}",
         markup=False,
     )
+    console.print(f"  seed {scn.seed} affects {wl['seed_affects']}", markup=False)
 
 
 def _field_rows(model: type[BaseModel], prefix: str = "", defaults: BaseModel | None = None):

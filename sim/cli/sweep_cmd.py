@@ -60,11 +60,11 @@ def sweep(
     json_output: Annotated[bool, typer.Option("--json", help="print only sweep.json on stdout")] = False,
 ) -> None:
     """Run a benchmark scenario at each concurrency for each model and draw the frontier."""
-    from sim.api import check_outputs_dir
     from sim.config.scenario import load_scenario
+    from sim.outputs import probe_writable_dir
     from sim.sweep.runner import load_benchmark_template, run_sweep, write_outputs
 
-    check_outputs_dir(out)
+    probe_writable_dir(out)
     if (concurrency is None) == (not auto):
         raise InputError("give --concurrency LIST or --auto (one of them)", where="--concurrency",
                          value=concurrency, allowed="--concurrency 1,2,4,... | --auto")  # fmt: skip

@@ -13,6 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from sim.config.base import MAX_DURATION_S
+from sim.outputs import probe_output_file
+
 trace_app = typer.Typer(
     help="Agent traces: import public traces, generate, fit, describe.", no_args_is_help=True
 )
@@ -69,12 +72,13 @@ def import_cmd(
             "or spread:HOURS (sim.workload.starts)",
         ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="weka only: seed of the session starts")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="weka only: seed of the session starts")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON only")] = False,
 ) -> None:
     """Convert a public trace into the canonical Parquet format (ServeGen: an arrival envelope)."""
     from sim.workload.importers import import_trace
 
+    probe_output_file(out, flag="-o/--out")
     given = {"select": select, "session_start": session_start, "seed": seed}
     options = {k: v for k, v in given.items() if v is not None}
     with _progress(f"importing {src.name}", as_json) as progress:
@@ -82,17 +86,26 @@ def import_cmd(
     _emit(summary, as_json, f"{fmt} -> {out}")
 
 
+def _days(value: float | None) -> float | None:
+    if value is not None and not 0 < value <= MAX_DURATION_S / 86_400:  # NaN fails too
+        raise typer.BadParameter(f"{value} is not a number of days in (0, {MAX_DURATION_S // 86_400}]")
+    return value
+
+
 @trace_app.command("gen")
 def gen_cmd(
     spec: Annotated[Path, typer.Argument(help="generator spec (YAML), e.g. traces/agent_2w.yaml")],
     out: Annotated[Path, typer.Option("-o", "--out", help="output Parquet file")],
-    seed: Annotated[int | None, typer.Option(help="random seed (default: the spec's)")] = None,
-    days: Annotated[float | None, typer.Option(help="horizon in days (default: the spec's)")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="random seed (default: the spec's)")] = None,
+    days: Annotated[
+        float | None, typer.Option(callback=_days, help="horizon in days (default: the spec's)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON only")] = False,
 ) -> None:
     """Generate a synthetic agent trace from a spec; same spec and seed give identical bytes."""
     from sim.workload.generator import generate_trace
 
+    probe_output_file(out, flag="-o/--out")
     with _progress("generating sessions", as_json) as progress:
         summary = generate_trace(spec, out, seed=seed, days=days, progress=progress)
     _emit(summary, as_json, f"{spec} -> {out}")
@@ -108,6 +121,7 @@ def fit_cmd(
     from sim.workload.fit import fit_spec, write_spec
     from sim.workload.io import trace_info
 
+    probe_output_file(out, flag="-o/--out")
     spec = fit_spec(file, name=name)
     info = trace_info(file)
     header = (f"Fitted by `sim trace fit {file.name}`: {info['sessions']:,} sessions, {info['requests']:,} requests.\n"
@@ -134,6 +148,8 @@ def stats_cmd(
     from sim.workload.schema import ENVELOPE_FORMAT_VERSION
     from sim.workload.stats import trace_stats
 
+    if html_out is not None:
+        probe_output_file(html_out, flag="--html")
     if file_format(open_parquet(file)) == ENVELOPE_FORMAT_VERSION:
         summary = summarize(read_envelope_table(file))
         if as_json:

@@ -184,7 +184,32 @@ def instance_weight_bytes(spec, gpus: int, ep: int, dp: int, engram_in_hbm: bool
     return gpus / ep * experts + dp * rest + (engram if engram_in_hbm else 0.0)
 
 
-def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None) -> Simulation:
+@dataclass(frozen=True)
+class HbmBudget:
+    """HBM of one instance of a pool: what the weights take, what the activation reserve leaves."""
+
+    weights_bytes: float
+    usable_bytes: float  # all GPUs of the instance, after cluster.activation_reserve_frac
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.usable_bytes - self.weights_bytes
+
+
+def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
+    """The rule every consumer shares (the build, the preflight, the planner's pruning): weights plus
+    the activation reserve must leave HBM for KV."""
+    hw = scn.pool_profile(pool)
+    gpi = pool.gpus_per_instance
+    return HbmBudget(
+        weights_bytes=instance_weight_bytes(spec, gpi, pool.ep, pool.dp, engram_in_hbm),
+        usable_bytes=gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac),
+    )
+
+
+def build_simulation(
+    scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None, run_id: str = ""
+) -> Simulation:
     env = simpy.Environment()
     spec = arith.spec
     family = model_ref.family
@@ -231,16 +256,11 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
         )
         timing = make_timing(scn.timing.model, ctx)
         node_timing.extend([timing] * layout.nodes)
-        weights = instance_weight_bytes(spec, gpi, pool.ep, pool.dp, not engram_in_dram)
-        hbm_total = gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac)
-        kv_cap = hbm_total - weights
-        if kv_cap <= 0.0:
+        budget = hbm_budget(scn, pool, spec, engram_in_hbm=not engram_in_dram)
+        weights, kv_cap = budget.weights_bytes, budget.kv_bytes
+        if kv_cap <= 0.0:  # sim.preflight reports this, with the file, before any model runs
             raise InputError(
-                f"{arith.name} weights ({weights / units.GB:.0f} GB per instance) leave no HBM for KV "
-                f"({hbm_total / units.GB:.0f} GB after the activation reserve)",
-                where=f"cluster.pools[{pool.name}].gpus_per_instance",
-                value=gpi,
-                allowed="more GPUs per instance, a larger EP, or engram_placement: host_dram",
+                f"{arith.name} weights leave no HBM for KV in pool {pool.name}", where="cluster.pools"
             )
         per_node = max(1, gpn // gpi)
         nodes_per_inst = max(1, gpi // gpn)
@@ -337,6 +357,7 @@ def build_simulation(scn, model_ref, arith: ModelArith, *, out_dir: Path | None,
         model_dir / "requests.parquet" if model_dir is not None and scn.outputs.write_requests else None,
         slo_ttft_s=scn.slo.ttft_s,
         slo_tpot_s=scn.slo.tpot_s,
+        run_id=run_id,
     )
     router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, store)
     sch = scn.scheduler

@@ -174,6 +174,8 @@ def _lines_for(item: dict, root: type[BaseModel]) -> list[str]:
         ]
     if kind == _FIELD:
         return [problem_line(path, ctx["message"], value, ctx.get("allowed"))]
+    if kind == "finite_number":
+        return [problem_line(path, "not a finite number", value, "a finite number")]
     if kind == "missing":
         return [problem_line(path, "required field is missing")]
     if kind == "extra_forbidden":

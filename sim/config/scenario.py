@@ -133,6 +133,8 @@ class Scenario(StrictModel):
 
     # Hardware profiles of the pools, read once during validation (not a field; not serialised).
     _profiles: dict[str, HwProfile] = PrivateAttr(default_factory=dict)
+    # The file it was read from (`load_scenario`), for messages about the scenario as a whole.
+    _file: str | None = PrivateAttr(None)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -167,6 +169,11 @@ class Scenario(StrictModel):
         problems += _pricing_problems(self.pricing, profiles)
         raise_problems(problems)
         return self
+
+    @property
+    def source_file(self) -> str | None:
+        """The YAML file this scenario was read from, or None when built in code."""
+        return self._file
 
     def pool_hardware(self, pool: Pool) -> str:
         """The hardware profile id a pool runs on (its own, or the scenario default)."""
@@ -269,7 +276,9 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML; paths inside it are relative to its folder."""
     path = Path(path)
     data = read_yaml_mapping(path)
-    return validate_or_raise(Scenario, data, file=str(path), context={"base_dir": path.parent.resolve()})
+    scn = validate_or_raise(Scenario, data, file=str(path), context={"base_dir": path.parent.resolve()})
+    scn._file = str(path)
+    return scn
 
 
 # --- helpers (the model and hardware packages are imported lazily: they import config helpers) ---

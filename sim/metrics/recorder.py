@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sim.metrics.schema import REQUEST_SCHEMA
+from sim.metrics.schema import REQUEST_SCHEMA, stamped
 
 ROWS_PER_GROUP = 65_536
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
@@ -95,8 +95,11 @@ class Totals:
 
 
 class Recorder:
-    def __init__(self, out_path: Path | None, *, slo_ttft_s: float, slo_tpot_s: float) -> None:
+    def __init__(
+        self, out_path: Path | None, *, slo_ttft_s: float, slo_tpot_s: float, run_id: str = ""
+    ) -> None:
         self.out_path = out_path
+        self._schema = stamped(REQUEST_SCHEMA, run_id)
         self._tmp = out_path.with_name(out_path.name + ".tmp") if out_path is not None else None
         self._writer: pq.ParquetWriter | None = None
         self._buf: list = []
@@ -167,10 +170,10 @@ class Recorder:
         source = pa.array(swa, type=pa.string())
         data = {**cols, "swa_source": pc.if_else(pc.equal(source, ""), pa.scalar(None, pa.string()), source)}
         arrays = [pa.array(data[f.name], type=f.type) for f in REQUEST_SCHEMA]
-        table = pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
+        table = pa.Table.from_arrays(arrays, schema=self._schema)
         if self._writer is None:
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self._tmp, REQUEST_SCHEMA, **PARQUET_OPTIONS)
+            self._writer = pq.ParquetWriter(self._tmp, self._schema, **PARQUET_OPTIONS)
         self._writer.write_table(table, row_group_size=ROWS_PER_GROUP)
 
     def _accumulate(self, cols: dict, completed, tier, swa) -> None:
@@ -218,7 +221,7 @@ class Recorder:
             return
         if self._writer is None:  # no request at all: still write an empty, typed file
             self._tmp.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self._tmp, REQUEST_SCHEMA, **PARQUET_OPTIONS)
+            self._writer = pq.ParquetWriter(self._tmp, self._schema, **PARQUET_OPTIONS)
         self._writer.close()
         os.replace(self._tmp, self.out_path)
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-RUN_FORMAT = "sim.run/v1"
+RUN_FORMAT = "sim.run/v2"  # v2: every file carries the run id (summary.json `run_id`, Parquet metadata)
+RUN_ID_KEY = "sim.run_id"
+
+
+def stamped(schema: pa.Schema, run_id: str) -> pa.Schema:
+    """`schema` with the run id in its metadata, so `sim report` can tell files of two runs apart."""
+    return schema.with_metadata({**(schema.metadata or {}), RUN_ID_KEY.encode(): run_id.encode()})
+
 
 REQUEST_SCHEMA = pa.schema(
     [

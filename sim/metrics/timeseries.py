@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.metrics.recorder import PARQUET_OPTIONS
-from sim.metrics.schema import CLUSTER_SCHEMA, POOL_SCHEMA
+from sim.metrics.schema import CLUSTER_SCHEMA, POOL_SCHEMA, stamped
 
 
 @dataclass
@@ -142,8 +142,9 @@ class Sampler:
         if self.progress is not None:
             self.progress(now, cl.completed + cl.rejected)
 
-    def write(self, folder: Path) -> list[Path]:
-        """One Parquet file per pool plus cluster.parquet under `folder` (temp name, then rename)."""
+    def write(self, folder: Path, run_id: str) -> list[Path]:
+        """One Parquet file per pool plus cluster.parquet under `folder` (temp name, then rename),
+        each stamped with `run_id`."""
         folder.mkdir(parents=True, exist_ok=True)
         out = []
         items = [(p.name, self.pool_rows[p.name], POOL_SCHEMA) for p in self.pools]
@@ -151,7 +152,7 @@ class Sampler:
         for name, rows, schema in items:
             path = folder / f"{name}.parquet"
             tmp = path.with_name(path.name + ".tmp")
-            pq.write_table(pa.table(rows, schema=schema), tmp, **PARQUET_OPTIONS)
+            pq.write_table(pa.table(rows, schema=stamped(schema, run_id)), tmp, **PARQUET_OPTIONS)
             tmp.replace(path)
             out.append(path)
         return out

@@ -122,7 +122,7 @@ class SimBackend:
     def inspect(self, scenario: dict[str, Any], model: str, *, file: str) -> Inspection:
         """Validate; per pool GPUs per node, $/node-hour (the simulator's `pool_node_cost`) and node
         step; prune a model whose weights leave no HBM for KV (sim.cluster.build refuses to build it)."""
-        from sim.cluster.build import instance_weight_bytes
+        from sim.cluster.build import hbm_budget
         from sim.model import load_model
 
         scn = validate_or_raise(Scenario, scenario, file=file)
@@ -137,14 +137,11 @@ class SimBackend:
                 usd_per_node_hour=scn.pool_node_cost(pool).total_usd_per_hour,
                 nodes_per_instance=max(1, pool.gpus_per_instance // hw.gpus_per_node),
             )
-            # the rule of sim.cluster.build: weights plus activation reserve must leave HBM for KV
-            weights = instance_weight_bytes(
-                spec, pool.gpus_per_instance, pool.ep, pool.dp, scn.cluster.engram_placement == "hbm"
-            )
-            hbm = pool.gpus_per_instance * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac)
-            if weights >= hbm:
+            budget = hbm_budget(scn, pool, spec, engram_in_hbm=scn.cluster.engram_placement == "hbm")
+            if budget.kv_bytes <= 0:
                 reasons.append(
-                    f"{model} weights ({weights / units.GB:.0f} GB per instance) fill the {hbm / units.GB:.0f} GB "
-                    f"of HBM of a {pool.gpus_per_instance}-GPU {hw.id} instance in pool {pool.name}"
+                    f"{model} weights ({budget.weights_bytes / units.GB:.0f} GB per instance) fill the "
+                    f"{budget.usable_bytes / units.GB:.0f} GB of HBM of a {pool.gpus_per_instance}-GPU "
+                    f"{hw.id} instance in pool {pool.name}"
                 )
         return Inspection(pools, "; ".join(reasons) or None)

@@ -10,7 +10,13 @@ worker whose simulator or files differ refuses to run: see `sim.plan.backend.eva
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
@@ -30,12 +36,36 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Worker initialiser: end this process when its parent ends, however the parent ends (SIGKILL
+    included), so no simulation runs on orphaned. Linux: the kernel's parent-death signal; elsewhere
+    a thread that watches the parent id."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    else:  # pragma: no cover - CI runs Linux
+
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent ended before the signal was armed
+        os._exit(1)
+
+
 class LocalExecutor:
     """`workers` local processes. Spawned, not forked: the parent runs a progress thread."""
 
     def __init__(self, fn: Callable[[Any], Any], workers: int) -> None:
         self._fn = fn
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=die_with_parent,
+            initargs=(os.getpid(),),
+        )
         self._running: dict[Future, str] = {}
 
     def submit(self, key: str, task: Any) -> None:
@@ -51,6 +81,11 @@ class LocalExecutor:
         return len(self._running)
 
     def close(self) -> None:
+        """Shut the pool down; simulations still running are abandoned (an error or an interrupt in
+        the parent): stop them rather than wait for them."""
+        if self._running:
+            for proc in list(getattr(self._pool, "_processes", {}).values()):  # no public handle
+                proc.terminate()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 

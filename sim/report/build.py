@@ -73,7 +73,8 @@ def build_page(runs: list[RunData]) -> tuple[str, int]:
     for panel in (p for s in sections for p in s.panels if p.figure is not None):
         fit_legend(panel.figure, WIDE_PX if panel.wide else HALF_PX)
     title, subtitle = page_title(runs)
-    return render_page(title, subtitle, sections), len(figures_of(sections))
+    run_ids = tuple(str(run.summary.get("run_id", "")) for run in runs)
+    return render_page(title, subtitle, sections, run_ids), len(figures_of(sections))
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -204,8 +204,9 @@ def figures_of(sections: list[Section]) -> list[go.Figure]:
     return [p.figure for s in sections for p in s.panels if p.figure is not None]
 
 
-def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
-    """The whole page as one string. Deterministic: the same sections give the same bytes."""
+def render_page(title: str, subtitle: str, sections: list[Section], run_ids: tuple[str, ...] = ()) -> str:
+    """The whole page as one string. Deterministic: the same sections give the same bytes. `run_ids`
+    (of the runs drawn) go into a `sim-run-ids` meta tag."""
     body: list[str] = []
     data: list[str] = []
     n = 0
@@ -230,6 +231,7 @@ def render_page(title: str, subtitle: str, sections: list[Section]) -> str:
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f'<meta name="sim-run-ids" content="{html.escape(" ".join(run_ids))}">',
             f"<title>{html.escape(title)}</title>",
             f"<style>{_CSS}</style>",
             f"<script>{_ERROR_CAPTURE_JS}</script>",

@@ -6,6 +6,9 @@ Layout (sim.metrics.schema documents every column; the report reads, never recom
     DIR/<model>/timeseries/<pool>.parquet   samples per pool
     DIR/<model>/timeseries/_cluster.parquet samples cluster-wide (KV bytes per tier; "_" never starts a pool)
 
+Every file carries the run's id (summary.json `run_id`, each Parquet file's metadata `sim.run_id`, the
+`.sim-output` marker): a folder whose files belong to different runs is refused, file by file.
+
 Only the columns the page uses are read: about 55 bytes per request in memory (1M requests: 55 MB). A file that is absent is an empty frame, and the page says "not in this run".
 """
 
@@ -22,6 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sim.errors import InputError
+from sim.metrics.schema import RUN_ID_KEY
+from sim.outputs import MARKER, read_marker
 
 SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.parquet"
@@ -110,30 +115,42 @@ def _rows_of(frame: pd.DataFrame, model: str) -> pd.DataFrame:
     return frame[frame["model"] == model]
 
 
-def _read_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """Columns present in the file (a missing column is simply absent)."""
+def _read_table(path: Path, run_id: str, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """Columns present in the file (a missing column is simply absent); the file must carry `run_id`."""
     try:
-        names = pq.read_schema(path).names
+        schema = pq.read_schema(path)
+        _check_run_id(path, (schema.metadata or {}).get(RUN_ID_KEY.encode(), b"").decode(), run_id)
+        names = schema.names
         return pq.read_table(path, columns=[c for c in columns if c in names] if columns else None)
     except (OSError, ValueError, pa.ArrowException) as err:
         raise InputError(f"cannot read Parquet file ({err})", file=str(path)) from None
 
 
-def _read_requests(path: Path) -> pd.DataFrame:
+def _check_run_id(path: Path, found: str | None, run_id: str) -> None:
+    if found != run_id:
+        raise InputError(
+            f"belongs to {f'run {found}' if found else 'no run (it carries no run id)'}, not to run {run_id} "
+            "of summary.json: this folder mixes runs",
+            file=str(path),
+            allowed="a folder written whole by one `sim run` (run it again with --out NEW_DIR or --force)",
+        )
+
+
+def _read_requests(path: Path, run_id: str) -> pd.DataFrame:
     """The request log, as compact as the page allows (a multi-week log has millions of rows)."""
-    table = _read_table(path, REQUEST_COLUMNS)
+    table = _read_table(path, run_id, REQUEST_COLUMNS)
     if "status" in table.column_names:
         completed = pc.equal(table["status"], COMPLETED)
         table = table.drop_columns(["status"]).append_column(COMPLETED, completed)
     return table.to_pandas(split_blocks=True, self_destruct=True)
 
 
-def _time_series(root: Path, models: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _time_series(root: Path, models: list[str], run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     pools, cluster = [], []
     for model in models:
         folder = root / model / TIMESERIES_DIR
         for path in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
-            df = _read_table(path).to_pandas()
+            df = _read_table(path, run_id).to_pandas()
             df.insert(0, "model", model)
             if path.name.startswith(CLUSTER_PREFIX):
                 cluster.append(df)
@@ -142,6 +159,10 @@ def _time_series(root: Path, models: list[str]) -> tuple[pd.DataFrame, pd.DataFr
                 pools.append(df)
     join = lambda frames: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()  # noqa: E731
     return join(pools), join(cluster)
+
+
+def _data_files(root: Path, models: list[str]) -> list[Path]:
+    return [p for m in models for p in (root / m).rglob("*.parquet")] if root.is_dir() else []
 
 
 def load_run(path: str | Path, label: str | None = None) -> RunData:
@@ -163,10 +184,23 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     if not isinstance(summary, dict) or not isinstance(summary.get("models"), dict):
         raise InputError("summary.json has no `models` block", file=str(summary_path))
     models = list(summary["models"])
+    run_id = summary.get("run_id")
+    if not (isinstance(run_id, str) and run_id) and _data_files(root, models):  # alone, a summary cannot mix
+        raise InputError(
+            "summary.json has no run id: written by a sim older than sim.run/v2, so its files cannot be "
+            "told from another run's",
+            file=str(summary_path),
+            allowed="a folder written by this sim's `sim run` (run it again)",
+        )
+    marker = read_marker(root)
+    if marker is not None:  # absent where a copy skipped hidden files; the files' own ids still count
+        _check_run_id(root / MARKER, marker.get("run_id"), run_id)
     requests = {
-        m: _read_requests(root / m / REQUESTS_FILE) for m in models if (root / m / REQUESTS_FILE).is_file()
+        m: _read_requests(root / m / REQUESTS_FILE, run_id)
+        for m in models
+        if (root / m / REQUESTS_FILE).is_file()
     }
-    pools, cluster = _time_series(root, models)
+    pools, cluster = _time_series(root, models, run_id)
     return RunData(
         label=label or root.resolve().name,
         path=root,

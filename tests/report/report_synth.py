@@ -11,16 +11,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.metrics.schema import CLUSTER_SCHEMA, POOL_SCHEMA, REQUEST_SCHEMA
+from sim.metrics.schema import CLUSTER_SCHEMA, POOL_SCHEMA, REQUEST_SCHEMA, RUN_FORMAT, stamped
 from sim.rng import RngStreams
 
 V4, V41 = "deepseek-v4-flash", "deepseek-v4.1-flash"
 SOURCES = np.array(["hbm", "dram", "ssd", "none"])
 
 
-def _write(path: Path, columns: dict, schema: pa.Schema) -> None:
+def _write(path: Path, columns: dict, schema: pa.Schema, run_id: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({n: columns[n] for n in schema.names}, schema=schema), path)
+    pq.write_table(pa.table({n: columns[n] for n in schema.names}, schema=stamped(schema, run_id)), path)
 
 
 def request_columns(rng: np.random.Generator, n: int, span_s: float, slow: float, warmup_s: float) -> dict:
@@ -129,19 +129,23 @@ def write_run(
 ) -> Path:
     """A run folder in the layout of `sim run --out`: summary.json, requests and time series per model."""
     streams = RngStreams(seed)
-    summary = {"format": "sim.run/v1", "scenario": root.name, "seed": seed, "models": {}}
+    run_id = f"synth-{seed}"
+    summary = {"format": RUN_FORMAT, "run_id": run_id, "scenario": root.name, "seed": seed, "models": {}}
     t = np.arange(dt_s, span_s + dt_s / 2, dt_s)
     for model in models:
         rng = streams.get(model)
         v41 = "4.1" in model
         slow = 1.0 if v41 else 1.6
         cols = request_columns(rng, n_requests, span_s, slow, warmup_s)
-        _write(root / model / "requests.parquet", cols, REQUEST_SCHEMA)
+        _write(root / model / "requests.parquet", cols, REQUEST_SCHEMA, run_id)
         pools = [pool_columns(rng, t, slow) for _ in ("prefill", "decode")]
         for name, p in zip(("prefill", "decode"), pools, strict=True):
-            _write(root / model / "timeseries" / f"{name}.parquet", p, POOL_SCHEMA)
+            _write(root / model / "timeseries" / f"{name}.parquet", p, POOL_SCHEMA, run_id)
         _write(
-            root / model / "timeseries" / "_cluster.parquet", cluster_columns(pools, t, v41), CLUSTER_SCHEMA
+            root / model / "timeseries" / "_cluster.parquet",
+            cluster_columns(pools, t, v41),
+            CLUSTER_SCHEMA,
+            run_id,
         )
         summary["models"][model] = model_summary(cols, span_s, slow, v41, warmup_s)
     (root / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -102,7 +102,8 @@ def test_same_seed_gives_byte_identical_outputs(tmp_path):
     run_scenario(scn, out_dir=tmp_path / "a")
     run_scenario(scn, out_dir=tmp_path / "b")
     a, b = _digest(tmp_path / "a"), _digest(tmp_path / "b")
-    assert a == b and "summary.json" in a and len(a) == 1 + 2 * 4  # summary + per model: log + 3 series
+    # summary.json and the .sim-output marker, and per model the request log and 3 series
+    assert a == b and "summary.json" in a and len(a) == 2 + 2 * 4
 
 
 class _StepByStep(SummedDecodeSpans, RooflineTiming):
