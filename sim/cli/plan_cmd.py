@@ -78,6 +78,7 @@ def plan(
                 f"workers stopped; the candidates finished so far are kept in {out} "
                 "(the same command resumes from them)",
                 markup=False,
+                soft_wrap=True,
             )
             raise
 

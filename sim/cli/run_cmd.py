@@ -65,10 +65,11 @@ def run(
     try:
         result = _run(scn, seed, out_dir, force, as_json, err)
     except KeyboardInterrupt:
-        err.print(f"nothing of this run was written; {out_dir} is as it was", markup=False)
+        err.print(f"nothing of this run was written; {out_dir} is as it was", markup=False, soft_wrap=True)
         raise
     if seed is not None and scn.workload.trace is not None:
-        err.print(f"note: --seed {seed} changes nothing here: {result.summary['seed_affects']}", markup=False)
+        note = f"note: --seed {seed} changes nothing here: {result.summary['seed_affects']}"
+        err.print(note, markup=False, soft_wrap=True)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
         return
@@ -232,7 +233,7 @@ def cost_table(summary: dict) -> Table:
         "(peak hours, hardware.md §4)",
         show_edge=False,
     )
-    headers = ("model", "sim\ninput", "sim\noutput", "API\nhit", "API\nmiss", "API\noutput", "API\nper task",
+    headers = ("model", "sim\ninput", "sim\noutput", "API hit", "API\nmiss", "API\noutput", "API\nper task",
                "sim\nper task")  # fmt: skip
     for i, col in enumerate(headers):
         table.add_column(col, justify="right" if i else "left")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pydantic
 import pytest
 import yaml
+from simulator.traces import agent_trace
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -47,7 +48,7 @@ VALID = {
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     (tmp_path / "traces").mkdir()
-    (tmp_path / "traces" / "t.parquet").write_bytes(b"")  # existence is all the schema checks
+    agent_trace(tmp_path / "traces" / "t.parquet", sessions=3, turns=2)  # `scenario check` reads it whole
     (tmp_path / "gen.yaml").write_text("days: 1\n")
     return tmp_path
 

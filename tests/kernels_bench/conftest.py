@@ -20,7 +20,7 @@ def _gpu_ready() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _gpu_ready():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU and Triton (run on the device machine)")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU and Triton (kernels_bench; README, Kernels)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

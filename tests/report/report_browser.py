@@ -34,7 +34,7 @@ def chromium_or_skip() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if path := shutil.which(name):
             return path
-    pytest.skip("chromium not installed (Debian: apt-get install chromium; .ci/run installs it)")
+    pytest.skip("Chromium not found on PATH: the report-page browser tests need it (README, Set-up)")
 
 
 @dataclass(frozen=True)
