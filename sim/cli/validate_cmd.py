@@ -41,14 +41,14 @@ def validate(
 ) -> None:
     """Run each case's deployment to its operating point and print published vs simulated (exit 0:
     the error is a measurement, not a verdict)."""
-    from sim.api import check_outputs_dir
+    from sim.outputs import probe_writable_dir
     from sim.validate.cases import load_cases
     from sim.validate.page import validate_page
     from sim.validate.runner import run_cases
 
     folder = cases if cases is not None else project_root() / "scenarios" / "validation"
     if out is not None:
-        check_outputs_dir(out)
+        probe_writable_dir(out)
     loaded = load_cases(folder)  # every case file is checked before anything runs
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
