@@ -37,7 +37,7 @@ def test_non_finite_numbers_are_refused_everywhere(folder, dotted, text):  # noq
 
 
 @pytest.mark.parametrize(
-    "dotted", ["workload.warmup_s", "workload.drain_limit_s", "cache.ssd_ttl_s", "slo.tpot_s"]
+    "dotted", ["workload.warmup_s", "workload.drain_limit_s", "cache.v41.swa_ttl_s", "slo.tpot_s"]
 )
 def test_durations_beyond_a_year_are_refused_naming_the_bound(folder, dotted):  # noqa: F811
     lines = errors_of(folder, variant(dotted, 1e308))
