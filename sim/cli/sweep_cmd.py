@@ -113,6 +113,13 @@ def sweep(
             )
         else:
             console.print(f"{model} at TPOT p50 = {target_s * 1e3:g} ms: not found: {data['note']}")
+        best = data["floor_pick"]
+        if best is not None:
+            console.print(
+                f"{model} best point run with TPOT p50 <= {target_s * 1e3:g} ms: "
+                f"{best['output_tokens_per_s_per_gpu']:.1f} output tok/s/GPU at concurrency {best['concurrency']} "
+                f"(TPOT p50 {best['tpot_p50_s'] * 1e3:.1f} ms, TTFT p50 {best['ttft_p50_s']:.2f} s)"
+            )
     console.print(f"outputs: {', '.join(str(f) for f in files)}")
 
 

@@ -88,6 +88,15 @@ def at_tpot(
     return None
 
 
+def floor_pick(points: list[dict[str, Any]], target_s: float) -> dict[str, Any] | None:
+    """The point with the most output tokens/s per GPU among those whose TPOT p50 meets `target_s`
+    (the "floor-pick" of the NVIDIA Dynamo recipes: best tok/s/GPU at user p50 >= 1 / target). It
+    answers where TPOT never reaches the target (a prefill-bound cluster) and the interpolation can't."""
+    ok = [p for p in points if p.get("tpot_p50_s") is not None and p["tpot_p50_s"] <= target_s
+          and p.get("output_tokens_per_s_per_gpu") is not None]  # fmt: skip
+    return max(ok, key=lambda p: (p["output_tokens_per_s_per_gpu"], -p["concurrency"])) if ok else None
+
+
 def unbracketed_reason(points: list[dict[str, Any]], target_s: float) -> str:
     """Why `at_tpot` found no point: every TPOT p50 under the target, or every one over it."""
     tpots = [p["tpot_p50_s"] for p in points if p.get("tpot_p50_s") is not None]

@@ -3,10 +3,12 @@ executors (local processes or Ray, sim.plan.executors), and the outputs of `sim 
 
 `--auto` doubles the concurrency from 1, a round of `AUTO_ROUND` points at a time, until TPOT p50
 passes the target (`--at-tpot-ms`, else the scenario's SLO TPOT), requests are rejected, or
-`AUTO_MAX` is reached. Points are collected in whatever order they finish and then sorted by
+`AUTO_MAX` is reached; then it runs `REFINE_POINTS` concurrencies evenly inside the pair that
+brackets the target, so the interpolation spans a short stretch of the curve. Points are collected in whatever order they finish and then sorted by
 (model, concurrency), so every executor writes the same files.
 
-Outputs in `out_dir`: `sweep.json` (`models.<name>.points[]` and `models.<name>.at_tpot`) and
+Outputs in `out_dir`: `sweep.json` (`models.<name>.points[]`, `models.<name>.at_tpot` and
+`models.<name>.floor_pick`: the best point run whose TPOT p50 meets the target) and
 `sweep.html` (the frontier, TTFT and TPOT against load, load per pool), each written whole.
 """
 
@@ -23,10 +25,18 @@ from sim.errors import InputError
 from sim.plan.backend import SimBackend
 from sim.plan.executors import make_executor
 from sim.plan.overrides import apply_overrides
-from sim.sweep.points import SweepTask, at_tpot, evaluate, point_record, unbracketed_reason
+from sim.sweep.points import SweepTask, at_tpot, evaluate, floor_pick, point_record, unbracketed_reason
 
 AUTO_ROUND = 6  # concurrencies per round of --auto (1, 2, 4, ... 32 first)
 AUTO_MAX = 4096
+REFINE_POINTS = 4
+FLOOR_KEYS = (
+    "concurrency",
+    "output_tokens_per_s_per_gpu",
+    "tokens_per_s_per_user",
+    "ttft_p50_s",
+    "tpot_p50_s",
+)
 SWEEP_JSON = "sweep.json"
 SWEEP_HTML = "sweep.html"
 
@@ -126,6 +136,10 @@ def run_sweep(
                             nxt[model] *= 2
                 drain()
                 active = {m for m in active if nxt[m] <= AUTO_MAX and not _saturated(done[m], target_tpot_s)}
+            for model in names:
+                for c in _refinement(done[model], target_tpot_s):
+                    submit(model, c)
+            drain()
     finally:
         executor.close()
 
@@ -133,13 +147,26 @@ def run_sweep(
     for model in names:
         points = [point_record(c, r["summary"], r["wall_s"]) for c, r in sorted(done[model].items())]
         point = at_tpot(points, target_tpot_s)
+        best = floor_pick(points, target_tpot_s)
         out[model] = {
             "points": points,
             "at_tpot": point,
+            "floor_pick": None if best is None else {k: best.get(k) for k in FLOOR_KEYS},
             "note": None if point is not None else unbracketed_reason(points, target_tpot_s),
         }
     summaries = {m: {c: r["summary"] for c, r in done[m].items()} for m in names}
     return SweepResult(str(template.get("name", "")), target_tpot_s, out, summaries)
+
+
+def _refinement(results: dict[int, dict[str, Any]], target_tpot_s: float) -> list[int]:
+    """Concurrencies not yet run, evenly inside the pair whose TPOT p50 brackets the target."""
+    points = [{"concurrency": c, "tpot_p50_s": r["summary"].get("tpot_p50_s")} for c, r in results.items()]
+    point = at_tpot(points, target_tpot_s, ("concurrency",))
+    if point is None:
+        return []
+    lo, hi = point["between_concurrency"]
+    inside = {lo + round((hi - lo) * k / (REFINE_POINTS + 1)) for k in range(1, REFINE_POINTS + 1)}
+    return sorted(c for c in inside if c not in results)
 
 
 def _saturated(results: dict[int, dict[str, Any]], target_tpot_s: float) -> bool:

@@ -1,6 +1,6 @@
-"""Run validation cases: each case's scenario, serving its model, through `sim sweep`'s machinery
-(--auto doubling from concurrency 1, then `REFINE_POINTS` concurrencies inside the bracket around
-the target), and the case's metric interpolated at the operating point.
+"""Run validation cases: each case's scenario, serving its model, through `sim sweep --auto` (doubling
+from concurrency 1, then refined inside the bracket around the target), and the case's metric
+interpolated at the operating point.
 
 error_frac = (simulated - published) / published. A case whose target is never bracketed (TPOT p50
 stays under it up to the highest load, or is over it at concurrency 1) reports simulated None and
@@ -16,8 +16,6 @@ from typing import Any
 from sim.sweep.points import at_tpot, point_record, unbracketed_reason
 from sim.sweep.runner import run_sweep
 from sim.validate.cases import LoadedCase
-
-REFINE_POINTS = 4  # extra concurrencies run inside the bracketing pair
 
 Progress = Callable[[str, int, int], None]  # (case name, points finished, points planned)
 
@@ -76,18 +74,9 @@ def run_case(
             progress(case.name, done, planned)
 
     common = dict(target_tpot_s=target_s, workers=workers, ray=ray, models=[case.model], progress=hook)
-    first = run_sweep(loaded.scenario, concurrencies=None, **common)
-    records = _records(first, case.model, case.metric)
+    result = run_sweep(loaded.scenario, concurrencies=None, **common)
+    records = _records(result, case.model, case.metric)
     point = at_tpot(list(records.values()), target_s, keys)
-    if point is not None:
-        lo, hi = point["between_concurrency"]
-        extra = sorted({lo + round((hi - lo) * k / (REFINE_POINTS + 1)) for k in range(1, REFINE_POINTS + 1)})
-        extra = [c for c in extra if c not in records]
-        if extra:
-            records.update(
-                _records(run_sweep(loaded.scenario, concurrencies=extra, **common), case.model, case.metric)
-            )
-            point = at_tpot(list(records.values()), target_s, keys)
     points = [records[c] for c in sorted(records)]
     simulated = point.get(case.metric) if point is not None else None
     if case.metric == "tokens_per_s_per_user" and point is not None:

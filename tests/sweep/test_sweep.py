@@ -51,7 +51,7 @@ def test_sweep_json_shape(tmp_path):
     for key in ("output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_p50_s", "tpot_p50_s"):
         assert all(isinstance(p[key], float) for p in points), key
     assert points[1]["output_tokens_per_s_per_gpu"] > points[0]["output_tokens_per_s_per_gpu"]
-    assert "at_tpot" in data["models"]["deepseek-v4-flash"]
+    assert {"at_tpot", "floor_pick"} <= set(data["models"]["deepseek-v4-flash"])
     assert (out / "sweep.html").read_text().startswith("<!DOCTYPE html>")
 
 
@@ -75,3 +75,16 @@ def test_sweep_refuses_a_scenario_without_a_benchmark(tmp_path):
         app, ["sweep", str(smoke), "--out", str(tmp_path / "o"), "--concurrency", "1"]
     )
     assert "workload.benchmark" in str(result.exception)
+
+
+def test_floor_pick_is_the_best_point_meeting_the_target():
+    from sim.sweep.points import floor_pick
+
+    points = [
+        {"concurrency": 8, "tpot_p50_s": 0.010, "output_tokens_per_s_per_gpu": 50.0},
+        {"concurrency": 16, "tpot_p50_s": 0.012, "output_tokens_per_s_per_gpu": 80.0},
+        {"concurrency": 32, "tpot_p50_s": 0.012, "output_tokens_per_s_per_gpu": 70.0},  # prefill-bound
+        {"concurrency": 64, "tpot_p50_s": 0.030, "output_tokens_per_s_per_gpu": 90.0},
+    ]
+    assert floor_pick(points, 0.020)["concurrency"] == 16
+    assert floor_pick(points, 0.005) is None
