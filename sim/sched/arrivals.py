@@ -81,7 +81,9 @@ def iter_trace_sessions(path: str | Path, batch_rows: int = BATCH_ROWS) -> Itera
         raise InputError(
             "not a request trace", file=str(path), where="metadata format", allowed=FORMAT_VERSION
         )
-    schema = pa.schema([f for f in REQUEST_SCHEMA if f.name != "block_hashes" and f.name not in OPTIONAL_COLUMNS])
+    schema = pa.schema(
+        [f for f in REQUEST_SCHEMA if f.name != "block_hashes" and f.name not in OPTIONAL_COLUMNS]
+    )
     missing = [n for n in schema.names if n not in pf.schema_arrow.names]
     if missing:
         raise InputError("missing column", file=str(path), where=f"column {missing[0]}",

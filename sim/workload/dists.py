@@ -4,7 +4,10 @@ A distribution is exactly one of
 - `constant: v`
 - `lognormal: {median: m, sigma: s}`
 - `quantiles: [v0, v1, ..., vk]`: values at evenly spaced probabilities 0, 1/k, ..., 1 (an
-  empirical inverse CDF, interpolated in log(1 + v) so heavy tails stay heavy); what `fit` writes
+  empirical inverse CDF, interpolated in log(1 + v) so heavy tails stay heavy); what `fit` writes,
+  with the data's `mean`: the last segment (up to the maximum, where one extreme value would
+  otherwise stretch a log-uniform stretch of 1/k of the draws) is then shaped, v = lo + (hi - lo) t^k
+  in log(1 + v) for t uniform in it, with k set so that the distribution's mean is `mean`
 - `choice: {values: [...], weights: [...]}`
 with optional `min` / `max` bounds applied after sampling. Values are >= 0 (token counts and
 seconds).
@@ -51,6 +54,7 @@ class Dist(BaseModel):
     lognormal: LogNormal | None = None
     quantiles: list[float] | None = Field(default=None, min_length=2)
     choice: Choice | None = None
+    mean: float | None = Field(default=None, ge=0)  # quantiles only: the mean to match (see above)
     min: float | None = Field(default=None, ge=0)
     max: float | None = Field(default=None, ge=0)
 
@@ -65,9 +69,43 @@ class Dist(BaseModel):
             q = np.asarray(self.quantiles)
             if (q < 0).any() or (np.diff(q) < 0).any():
                 raise ValueError("quantiles must be >= 0 and non-decreasing")
+        if self.mean is not None and self.quantiles is None:
+            raise ValueError("mean is given only with quantiles")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError("min must be <= max")
         return self
+
+    @property
+    def tail_power(self) -> float:
+        """The exponent k of the last quantile segment (1 = log-uniform; see the module docstring)."""
+        if self.mean is None or self.quantiles is None:
+            return 1.0
+        return _tail_power(np.log1p(np.asarray(self.quantiles)), self.mean)
+
+    def _levels(self, u: np.ndarray) -> np.ndarray:
+        """log(1 + v) at probabilities u of a quantiles distribution."""
+        levels = np.log1p(np.asarray(self.quantiles))
+        probs = np.linspace(0.0, 1.0, len(levels))
+        out = np.interp(u, probs, levels)
+        k = self.tail_power
+        if k != 1.0:
+            last = u > probs[-2]
+            t = (u[last] - probs[-2]) / (1.0 - probs[-2])
+            out[last] = levels[-2] + (levels[-1] - levels[-2]) * t**k
+        return out
+
+    def _probability(self, level: np.ndarray) -> np.ndarray:
+        """The inverse of `_levels`: the probability below log(1 + v) = level."""
+        levels = np.log1p(np.asarray(self.quantiles))
+        probs = np.linspace(0.0, 1.0, len(levels))
+        out = np.interp(level, levels, probs)
+        k = self.tail_power
+        span = levels[-1] - levels[-2]
+        if k != 1.0 and span > 0:
+            last = level > levels[-2]
+            t = np.clip((level[last] - levels[-2]) / span, 0.0, 1.0) ** (1.0 / k)
+            out[last] = probs[-2] + t * (1.0 - probs[-2])
+        return out
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n draws as float64."""
@@ -85,8 +123,7 @@ class Dist(BaseModel):
                 self.lognormal.sigma * _normal_ppf(np.clip(u, 1e-12, 1 - 1e-12))
             )
         elif self.quantiles is not None:
-            levels = np.log1p(np.asarray(self.quantiles))
-            out = np.expm1(np.interp(u, np.linspace(0.0, 1.0, len(levels)), levels))
+            out = np.expm1(self._levels(u))
         else:
             weights = np.asarray(
                 self.choice.weights if self.choice.weights else [1.0] * len(self.choice.values)
@@ -110,10 +147,8 @@ class Dist(BaseModel):
         low = np.asarray(low, dtype=np.float64)
         u = rng.random(len(low))
         if self.quantiles is not None:
-            levels = np.log1p(np.asarray(self.quantiles))
-            probs = np.linspace(0.0, 1.0, len(levels))
-            floor = np.interp(np.log1p(np.maximum(low, 0)), levels, probs)
-            out = np.expm1(np.interp(floor + u * (1 - floor), probs, levels))
+            floor = self._probability(np.log1p(np.maximum(low, 0)))
+            out = np.expm1(self._levels(floor + u * (1 - floor)))
         elif self.lognormal is not None:
             z_low = np.log(np.maximum(low, 1e-300) / self.lognormal.median) / max(self.lognormal.sigma, 1e-12)
             floor = normal_cdf(z_low)
@@ -174,9 +209,42 @@ def _normal_ppf(p: np.ndarray) -> np.ndarray:
     return np.where(tail < _P_LOW, x_tail, x_mid)
 
 
+def _segment_mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Mean of expm1(level) for level uniform between a and b (elementwise)."""
+    d = b - a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.abs(d) > 1e-12, (np.exp(b) - np.exp(a)) / d, np.exp(a)) - 1.0
+
+
+_TAIL_GRID = (np.arange(4096) + 0.5) / 4096  # midpoints for the shaped last segment's mean
+
+
+def _tail_power(levels: np.ndarray, mean: float) -> float:
+    """k in [1/64, 4096] such that the quantile distribution over `levels` has mean `mean` (the
+    closest bound when none does); bisection in log k, deterministic."""
+    m = len(levels) - 1
+    body = float(_segment_mean(levels[:-2], levels[1:-1]).sum()) / m
+    a, b = levels[-2], levels[-1]
+    if b <= a:
+        return 1.0
+
+    def total(k: float) -> float:
+        return body + float(np.mean(np.expm1(a + (b - a) * _TAIL_GRID**k))) / m
+
+    lo, hi = math.log(1 / 64), math.log(4096.0)
+    if total(math.exp(hi)) >= mean:
+        return 4096.0
+    if total(math.exp(lo)) <= mean:
+        return 1 / 64
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if total(math.exp(mid)) > mean else (lo, mid)
+    return round(math.exp(0.5 * (lo + hi)), 6)
+
+
 def fit_quantiles(values: np.ndarray, points: int = 101, digits: int = 4) -> Dist | None:
     """An empirical distribution of `values` (None when there are none), rounded to `digits`
-    significant digits so the YAML stays readable."""
+    significant digits so the YAML stays readable, with their mean (module docstring)."""
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
     if not len(values):
@@ -185,7 +253,7 @@ def fit_quantiles(values: np.ndarray, points: int = 101, digits: int = 4) -> Dis
     q = np.maximum.accumulate(np.array([_round_sig(v, digits) for v in q]))
     if q[0] == q[-1]:
         return Dist(constant=float(q[0]))
-    return Dist(quantiles=[float(v) for v in q])
+    return Dist(quantiles=[float(v) for v in q], mean=_round_sig(float(np.maximum(values, 0).mean()), digits))
 
 
 def _round_sig(value: float, digits: int) -> float:

@@ -47,6 +47,7 @@ from .spec import (
     Images,
     NominalService,
     ParametricSessions,
+    PrefixReuse,
     SessionCorrelation,
     SessionProfiles,
     SharedPrefix,
@@ -59,7 +60,7 @@ from .turns import ends_turn
 _COLUMNS = ["session_id", "session_start_s", "tenant", "source", "request_id", "agent_id", "arrival", "arrival_time_s",
             "think_time_s", "depends_on_request_id", "input_tokens", "output_tokens", "prefix_tokens",
             "shared_prefix_id", "shared_prefix_tokens", "stop_reason", "image_count", "image_tokens",
-            "reasoning_effort"]  # fmt: skip
+            "reasoning_effort", "block_size_tokens"]  # fmt: skip
 RESET_KEPT_FRACTION = 0.5  # README §3 (Weka): "reset (< 50 % of the previous prefix kept)"
 COMPACTION_KEPT_CONTEXT = 0.9  # a reset that keeps less of the context than this compacted it
 MIN_SESSIONS_FOR_SCALE = 3  # tool transitions a session needs before its mean counts
@@ -96,7 +97,11 @@ def fit_spec(path: str | os.PathLike, name: str | None = None) -> GeneratorSpec:
     subs = df[df["agent_id"] > 0]
     per_session_series = main.groupby("session_id", sort=False).size()
     per_session = per_session_series.to_numpy()
-    ends = pd.Series(ends_turn(main["stop_reason"]), index=main.index).groupby(main["session_id"], sort=False).mean()
+    ends = (
+        pd.Series(ends_turn(main["stop_reason"]), index=main.index)
+        .groupby(main["session_id"], sort=False)
+        .mean()
+    )
     end_probability = np.repeat(ends.to_numpy(), per_session)  # weighted by requests
 
     steady = main.groupby("session_id").cumcount() > EARLY_POSITIONS
@@ -154,6 +159,7 @@ def fit_spec(path: str | os.PathLike, name: str | None = None) -> GeneratorSpec:
             keep_fraction=_dist(keep[compacted].clip(0, 1), Dist(constant=0.1)),
         ),  # fmt: skip
         cache_break_probability=float((~compacted).sum() / transitions) if transitions else 0.0,
+        prefix_reuse=_fit_prefix_reuse(df[trans & ~df["reset"] & (df["prefix_tokens"] > 0)]),
         subagents=_fit_subagents(df, main, subs),
         images=_fit_images(main),
         reasoning_effort=_fit_effort(first),
@@ -211,6 +217,22 @@ def _session_limits(main: pd.DataFrame, compactions: pd.DataFrame) -> tuple[pd.S
     return limit, manual
 
 
+def _fit_prefix_reuse(moves: pd.DataFrame) -> PrefixReuse:
+    """The block size, whether the parent's output counts, and the whole blocks of the parent's
+    repeated part that are not repeated, on requests continuing their parent (no reset)."""
+    blocks = moves["block_size_tokens"].to_numpy()
+    if not len(moves) or blocks.max() <= 0:  # no hashes: prefixes exact to the token, as written
+        return PrefixReuse(block_tokens=1, output_reused=True)
+    block = int(np.bincount(blocks[blocks > 0]).argmax())
+    past_input = moves["prefix_tokens"] > moves["prev_in"]
+    output_reused = bool(past_input.mean() > 0.5)
+    repeated = moves["prev_in"] + (moves["prev_out"] if output_reused else 0)
+    rewind = (repeated // block - moves["prefix_tokens"] // block).clip(lower=0)
+    return PrefixReuse(
+        block_tokens=block, output_reused=output_reused, rewind_blocks=_dist(rewind, Dist(constant=0))
+    )
+
+
 def _fit_profiles(main: pd.DataFrame, first: pd.DataFrame, scale: pd.Series, limit: pd.Series,
                   manual: pd.Series) -> SessionProfiles:  # fmt: skip
     """One row per source session: its own length, turn-end share, initial context, scale,
@@ -222,7 +244,9 @@ def _fit_profiles(main: pd.DataFrame, first: pd.DataFrame, scale: pd.Series, lim
         requests=[int(x) for x in sessions.size()],
         turn_end_probability=[
             round(float(x), 4)
-            for x in pd.Series(ends_turn(main["stop_reason"]), index=main.index).groupby(main["session_id"]).mean()
+            for x in pd.Series(ends_turn(main["stop_reason"]), index=main.index)
+            .groupby(main["session_id"])
+            .mean()
         ],
         initial_context_tokens=[
             int(x) for x in (first["input_tokens"] - first["shared_prefix_tokens"]).loc[ids]

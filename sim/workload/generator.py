@@ -7,8 +7,9 @@ per request) and streams each batch to Parquet, so memory is bounded by one batc
 
 A parametric session (see spec.py): `requests_per_session` requests of the main agent (agent 0),
 cut into user turns by tool loops, each ending with `end_turn`; every request appends the previous output plus a tool result or a
-user message to the context, so its prefix parent is the previous request of the same agent with
-prefix_tokens = that request's input + output. Compaction (when input + output would pass the
+user message to the context, so its prefix parent is the previous request of the same agent; the
+prefix a block-hashing cache finds there is whole blocks of that request's input (and output), less
+a drawn rewind (spec.PrefixReuse: real sessions repeat the parent's input to its last 64-token block). Compaction (when input + output would pass the
 session's context limit, or at random) restarts the context from keep_fraction of it. Sub-agents are extra
 agents launched by a tool_use request; the main agent's next request waits for the last of them.
 Arrivals are closed loop ("think" after the request waited for); `arrival_time_s` lays them out
@@ -304,8 +305,14 @@ class _ParametricSampler:
             limit[:R] = np.where(drawn > first_context + 1, np.minimum(drawn, cap), cap)[main_session]
         inputs, reset = _contexts(chain_start, first_input, appended, out, random_reset, keep, shared, limit)
         cache_break = rng.random(n) < p.cache_break_probability
-        prefix_parent = np.where(chain_start | reset | cache_break, -1, np.arange(n) - 1)
-        prefix = np.where(prefix_parent >= 0, np.roll(inputs + out, 1), 0)
+        # what a block-hashing cache finds of the parent's context (spec.PrefixReuse)
+        reuse = p.prefix_reuse
+        block = reuse.block_tokens
+        repeated = np.roll(inputs + out if reuse.output_reused else inputs, 1)
+        rewind = reuse.rewind_blocks.counts(rng, n)
+        prefix = np.minimum(np.maximum(repeated // block - rewind, 0) * block, inputs)
+        prefix_parent = np.where(chain_start | reset | cache_break | (prefix == 0), -1, np.arange(n) - 1)
+        prefix = np.where(prefix_parent >= 0, prefix, 0)
         shared_tokens = np.minimum(shared, inputs)
         shared_id = np.concatenate([self.prefix_ids[variant[main_session]], np.full(Rs, self.sub_prefix_id)])
         shared_id = np.where(shared_tokens > 0, shared_id, -1)

@@ -95,6 +95,7 @@ def complete_columns(table: pa.Table) -> pa.Table:
             arrays.append(pa.array([OPTIONAL_COLUMNS[field.name]] * n, field.type))
     return pa.Table.from_arrays(arrays, schema=REQUEST_SCHEMA)
 
+
 ENVELOPE_FORMAT_VERSION = "sim.envelope/v1"
 
 # A rate envelope (e.g. imported ServeGen client series): one row per (client, window).

@@ -193,6 +193,20 @@ class SessionProfiles(BaseModel):
         return self
 
 
+class PrefixReuse(BaseModel):
+    """How much of its parent's context a request repeats, as a block-hashing prefix cache sees it:
+    whole `block_tokens` blocks of the parent's input (and of its output when `output_reused`),
+    less `rewind_blocks` whole blocks (partial rewrites of the tail). The defaults are what the Weka
+    dev trace shows (`sim trace fit` measures them): 64-token blocks, the output not repeated as
+    hashed (95 % of hits end in the last block of the parent's input), no rewind in 95 % of requests.
+    `block_tokens: 1, output_reused: true` is the old exact-to-the-token rule."""
+
+    model_config = STRICT
+    block_tokens: int = Field(default=64, ge=1)
+    output_reused: bool = False
+    rewind_blocks: Dist = Field(default_factory=lambda: Dist(constant=0))
+
+
 class ParametricSessions(BaseModel):
     """Sessions drawn from distributions: `requests_per_session` main-agent requests; each ends the
     user turn (end_turn) with the session's `turn_end_probability`, else calls a tool (tool_use),
@@ -215,6 +229,7 @@ class ParametricSessions(BaseModel):
     profiles: SessionProfiles | None = None
     compaction: Compaction = Field(default_factory=Compaction)
     cache_break_probability: float = Field(default=0.0, ge=0, le=1)
+    prefix_reuse: PrefixReuse = Field(default_factory=PrefixReuse)
     subagents: SubAgents | None = None
     images: Images = Field(default_factory=Images)
     reasoning_effort: Dist = Field(default_factory=lambda: Dist(constant=0))  # 1..100, 0 = unknown

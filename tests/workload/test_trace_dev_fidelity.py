@@ -43,7 +43,9 @@ def test_percentiles_are_numpy_linear(dev_stats, dev_rows):
     by_session = dev_rows.groupby("session_id")
     exact = {
         ("session", "requests"): by_session.size().to_numpy(),
-        ("session", "duration_s"): (by_session.arrival_time_s.max() - by_session.arrival_time_s.min()).to_numpy(),
+        ("session", "duration_s"): (
+            by_session.arrival_time_s.max() - by_session.arrival_time_s.min()
+        ).to_numpy(),
     }
     top = dev_rows[dev_rows.agent_id == 0]
     exact[("top_level", "output_tokens")] = top.output_tokens.to_numpy()

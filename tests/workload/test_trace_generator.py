@@ -106,8 +106,8 @@ def _check_invariants(t: dict[str, np.ndarray], cap: int) -> None:
         assert t["arrival_time_s"][d] < t["arrival_time_s"][i]  # causality: after the request it waits for
     for i in np.flatnonzero(t["prefix_parent_request_id"] >= 0):
         p = pos[t["prefix_parent_request_id"][i]]
-        # appending: the parent's whole context is the prefix
-        assert t["prefix_tokens"][i] == t["input_tokens"][p] + t["output_tokens"][p]
+        # appending: whole 64-token blocks of the parent's input (spec.PrefixReuse defaults)
+        assert t["prefix_tokens"][i] == t["input_tokens"][p] // 64 * 64 > 0
         assert t["agent_id"][p] == t["agent_id"][i]
     first = np.concatenate([[True], t["session_id"][1:] != t["session_id"][:-1]])
     assert (t["arrival"][first] == "absolute").all() and (t["arrival"][~first] == "think").all()

@@ -37,7 +37,9 @@ def import_trace(fmt: str, src: str | os.PathLike, out: str | os.PathLike,
         raise InputError("option not supported by this format", where=fmt, value=sorted(extra)[0])
     kwargs: dict = {}
     if fmt == "weka":
-        kwargs["starts"] = SessionStarts.parse(options.get("session_start") or "zero", options.get("seed") or 0)
+        kwargs["starts"] = SessionStarts.parse(
+            options.get("session_start") or "zero", options.get("seed") or 0
+        )
         kwargs["notes"] = {}
     with TraceWriter(out, metadata={"sim.source": fmt, "sim.source_file": Path(src).name}) as writer:
         for table in TRACE_READERS[fmt](src, progress=progress, **kwargs):

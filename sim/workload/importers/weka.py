@@ -287,7 +287,9 @@ def _hashes(session: _Session, value: object, w: Where) -> np.ndarray:
     return ids
 
 
-def _session_table(parsed: tuple[_Session, dict], ordinal: int, first_request_id: int, start_s: float) -> pa.Table:
+def _session_table(
+    parsed: tuple[_Session, dict], ordinal: int, first_request_id: int, start_s: float
+) -> pa.Table:
     session, info = parsed
     rows = session.rows
     order = sorted(range(len(rows)), key=lambda j: (rows[j].time_s, rows[j].order))
