@@ -349,9 +349,10 @@ class CalibratedTiming(RooflineTiming):
         return v
 
     def _experts(self, rows: int) -> tuple[float, float]:
-        """(share, seconds) of one MoE layer's routed experts over `rows` token rows: the measured
-        grouped GEMMs times the share of the fewest measured local experts (6) when fewer are
-        touched (the time shrinks with the experts). The same in both classes of layers."""
+        """(share, seconds) of one MoE layer's routed experts over `rows` token rows on one GPU: the
+        measured grouped GEMMs over its EP rank's touched experts, split over the expert-TP GPUs,
+        times the share of the fewest measured local experts (6) when fewer are touched (the time
+        shrinks with the experts). The same in both classes of layers."""
         v = self._experts_cache.get(rows)
         if v is None:
             mt, par = self.mt, self.par
@@ -360,7 +361,11 @@ class CalibratedTiming(RooflineTiming):
             groups, per_expert = touched / par.ep, rows * k / touched
             g0 = mt.moe_gate_up.outer[0]
             share, groups = min(1.0, groups / g0), max(groups, g0)
-            v = (share, mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert))
+            # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
+            # rank's experts and runs every row routed to them on that slice, timed as the full
+            # grouped GEMM / expert_tp, as the dense projections are / TP
+            expert_tp = par.gpus / par.ep
+            v = (share, (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp)
             self._experts_cache[rows] = v
         return v
 

@@ -3,9 +3,9 @@ gathers + a fixed per-step overhead.
 
 - compute = GEMM FLOPs / (GPUs x FP8 peak x MFU) + attention FLOPs / (GPUs x BF16 peak x MFU)
   (MFU: `mfu_prefill` for prefill rows, `mfu_decode` for decode rows);
-- HBM traffic per GPU = dense weights / TP + routed experts touched / EP + KV read / DP, at
-  `hbm_bw_frac` of the peak (the KV latent is replicated across attention-TP ranks, so each DP
-  group's GPUs all read their sequences' KV, model.md §9);
+- HBM traffic per GPU = dense weights / TP + routed experts touched / GPUs (EP ranks x expert
+  TP) + KV read / DP, at `hbm_bw_frac` of the peak (the KV latent is replicated across
+  attention-TP ranks, so each DP group's GPUs all read their sequences' KV, model.md §9);
 - communication = EP all-to-all (dispatch FP8, combine BF16) for every MoE layer plus TP
   all-reduces of the activations, over NVLink inside the scale-up domain and RDMA beyond it,
   of which `1 - comm_overlap_frac` is exposed;
@@ -189,7 +189,9 @@ class RooflineTiming:
         """Seconds to read the weights a step of `rows` rows touches, per GPU."""
         v = self._expert_cache.get(rows)
         if v is None:
-            experts = self.arith.expert_bytes_touched(rows) / self.par.ep
+            # EP ranks split the experts, expert TP (GPUs / EP, sim/config/cluster.py) splits each
+            # expert: every GPU reads 1/GPUs of the touched experts' bytes
+            experts = self.arith.expert_bytes_touched(rows) / self.par.gpus
             v = (self._dense_weight_bytes_per_gpu + experts) / self._hbm_rate
             self._expert_cache[rows] = v
         return v

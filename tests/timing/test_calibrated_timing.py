@@ -167,3 +167,23 @@ def test_models_without_tables_are_an_input_error(context, arith):
     ctx = replace(context(), model_name="deepseek-v3.2", arith=arith("deepseek-v3.2"))
     with pytest.raises(InputError, match="no measured kernel tables for this model"):
         build_calibrated(ctx)
+
+
+def test_experts_split_over_expert_tp(context, h200_tables):
+    """Expert TP = GPUs / EP (sim/config/cluster.py): with TP 4 and no EP every GPU runs a quarter
+    of every touched expert; with EP 4 a quarter of the experts whole. The roofline reads 1/GPUs."""
+    tp = build_calibrated(context(tp=4, ep=1, dp=1))
+    mt, rows = tp.mt, 38
+    e, k = tp.arith.routed_experts, tp.arith.top_k
+    touched = e * (1.0 - (1.0 - k / e) ** rows)
+    full = mt.moe_gate_up.at(touched, rows * k / touched) + mt.moe_down.at(touched, rows * k / touched)
+    assert tp._experts(rows)[1] == pytest.approx(full / 4)
+    ep = build_calibrated(context(tp=1, ep=4, dp=4))
+    g = touched / 4
+    want = mt.moe_gate_up.at(g, rows * k / touched) + mt.moe_down.at(g, rows * k / touched)
+    assert ep._experts(rows)[1] == pytest.approx(want)
+    roof = make_timing("roofline", context(tp=4, ep=1, dp=1))
+    dense = roof.arith.dense_weight_bytes / 4
+    assert roof._weights_s(rows) * roof._hbm_rate == pytest.approx(
+        dense + roof.arith.expert_bytes_touched(rows) / 4
+    )
