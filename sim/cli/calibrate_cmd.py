@@ -37,6 +37,7 @@ KEY_SHAPES = {
 DECODE_POINTS = tuple((b, L) for b in (8, 64, 512, 2048) for L in (8 * K, 128 * K, 1024 * K))  # per instance
 PREFILL_POINTS = tuple((t, L) for t in (512, 2048, 8192) for L in (0, 128 * K))
 MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
+STEP_COLUMNS = ("calibrated ms", "kernels_bench ms", "roofline ms", "ratio")
 
 
 def register(app: typer.Typer) -> None:
@@ -271,6 +272,14 @@ def _stacks(key: str, profile, every_row: bool) -> dict:
     return out
 
 
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] | None = None) -> Table:
+    """A rich table with `columns`: those in `left` (all when None) left-aligned, the rest right."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if left is None or col in left else "right")
+    return table
+
+
 def _tokens(x: float) -> str:
     x = int(x)
     if x >= K * K and x % (K * K) == 0:
@@ -414,25 +423,11 @@ def _print(data: dict) -> None:
     other = data["stacks"]["kernels_bench"]["composed"]
     inst = comp["instance"]
     where = f"{inst['hardware']}, {inst['gpus']} GPUs, TP {inst['tp']} / EP {inst['ep']} / DP {inst['dp']}"
-    dec = Table(
-        title=f"Decode step, calibrated ({data['default_stack']} stack, parts) vs kernels_bench vs roofline ({where})"
+    dec = _table(
+        f"Decode step, calibrated ({data['default_stack']} stack, parts) vs kernels_bench vs roofline ({where})",
+        ("model", "batch", "context", *STEP_COLUMNS, "attention", "dense GEMM", "MoE", "mHC", "term", "comm"),
+        left=("model",),
     )
-    for col in (
-        "model",
-        "batch",
-        "context",
-        "calibrated ms",
-        "kernels_bench ms",
-        "roofline ms",
-        "ratio",
-        "attention",
-        "dense GEMM",
-        "MoE",
-        "mHC",
-        "term",
-        "comm",
-    ):
-        dec.add_column(col, justify="left" if col == "model" else "right")
     for d, o in zip(comp["decode"], other["decode"], strict=True):
         p = d["calibrated_parts"]
         dec.add_row(
@@ -456,19 +451,11 @@ def _print(data: dict) -> None:
             ),
         )
     console.print(dec)
-    pre = Table(
-        title=f"Prefill chunk (one request, last chunk), calibrated vs kernels_bench vs roofline ({where})"
+    pre = _table(
+        f"Prefill chunk (one request, last chunk), calibrated vs kernels_bench vs roofline ({where})",
+        ("model", "chunk", "context before", *STEP_COLUMNS),
+        left=("model",),
     )
-    for col in (
-        "model",
-        "chunk",
-        "context before",
-        "calibrated ms",
-        "kernels_bench ms",
-        "roofline ms",
-        "ratio",
-    ):
-        pre.add_column(col, justify="left" if col == "model" else "right")
     for d, o in zip(comp["prefill"], other["prefill"], strict=True):
         pre.add_row(
             d["model"],
@@ -485,9 +472,11 @@ def _print(data: dict) -> None:
 def _print_stacks(console: Console, data: dict) -> None:
     """Where the production stack's operations come from, and its kernels next to ours."""
     prod = data["stacks"]["production"]
-    src = Table(title=f"Production stack: where each operation comes from ({prod['file']})")
-    for col in ("family", "kernel", "model", "kind", "origin", "impl", "note"):
-        src.add_column(col)
+    src = _table(
+        f"Production stack: where each operation comes from ({prod['file']})",
+        ("family", "kernel", "model", "kind", "origin", "impl", "note"),
+        left=None,
+    )
     for s in prod["sources"]:
         if s["origin"] != "kernels_bench" or s["family"] in (
             "attention",
@@ -501,19 +490,12 @@ def _print_stacks(console: Console, data: dict) -> None:
     console.print(src)
     if not prod["kernels"]:
         return
-    side = Table(title="Production kernels next to ours at key shapes (--all for every row)")
-    for col in (
-        "family",
-        "kernel",
-        "model",
-        "kind",
-        "shape",
-        "production",
-        "production µs",
-        "ours µs",
-        "speed-up",
-    ):
-        side.add_column(col, justify="right" if col.endswith(("µs", "up")) else "left")
+    text = ("family", "kernel", "model", "kind", "shape", "production")
+    side = _table(
+        "Production kernels next to ours at key shapes (--all for every row)",
+        (*text, "production µs", "ours µs", "speed-up"),
+        left=text,
+    )
     for r in prod["kernels"]:
         own = r["kernels_bench_us"]
         side.add_row(
@@ -538,9 +520,11 @@ def _print_measured(console: Console, data: dict) -> None:
         f"triton {prov.get('triton', '?')}; {data['rows_used']} rows used, {data['rows_dropped']} without a "
         "passed check dropped. Floors: kernels.md §1 ceilings (4.2 TB/s, 790 BF16, 1440 FP8 TFLOP/s)."
     )
-    fam = Table(title="Efficiency = roofline floor / measured, per family (all rows)")
-    for col in ("family", "rows", "min", "median", "max"):
-        fam.add_column(col, justify="left" if col == "family" else "right")
+    fam = _table(
+        "Efficiency = roofline floor / measured, per family (all rows)",
+        ("family", "rows", "min", "median", "max"),
+        left=("family",),
+    )
     for f in data["families"]:
         fam.add_row(
             f["family"],
@@ -548,10 +532,9 @@ def _print_measured(console: Console, data: dict) -> None:
             *(f"{f[k]:.1%}" for k in ("efficiency_min", "efficiency_median", "efficiency_max")),
         )
     console.print(fam)
-    rows = Table(title="Kernels at key shapes (--all for every row)")
+    text = ("family", "kernel", "model", "kind", "fmt", "shape")
     numeric = ("measured µs", "floor µs", "eff.", "TFLOP/s", "TB/s")
-    for col in ("family", "kernel", "model", "kind", "fmt", "shape", *numeric):
-        rows.add_column(col, justify="right" if col in numeric else "left")
+    rows = _table("Kernels at key shapes (--all for every row)", (*text, *numeric), left=text)
     for r in data["kernels"]:
         rows.add_row(
             r["family"],
@@ -577,17 +560,22 @@ def _print_carried(console: Console, data: dict) -> None:
         f"Peaks ({peaks['src']}): HBM {peaks['hbm_bw_TBps']} TB/s, BF16 {peaks['bf16_tflops']}, "
         f"FP8 {peaks['fp8_tflops']}, FP4 {peaks['fp4_tflops']} TFLOP/s."
     )
-    anchors = Table(title="Published anchors (bound the carried sparse MLA kernels on Blackwell)")
-    for col in ("anchor", "kernel", "value", "applied", "source"):
-        anchors.add_column(col)
+    anchors = _table(
+        "Published anchors (bound the carried sparse MLA kernels on Blackwell)",
+        ("anchor", "kernel", "value", "applied", "source"),
+        left=None,
+    )
     for a in data["anchors"]:
         value = f"{a['value'] / 1e12:,.0f} TFLOP/s" if a["unit"] == "FLOP/s" else f"{a['value'] * 1e6:.1f} µs"
         anchors.add_row(a["name"], a["applies_to"], value, "yes" if a["applied"] else "no", a["source"])
     console.print(anchors)
-    rows = Table(title=f"Kernels at key shapes, {data['default_stack']} stack (--all for every row)")
+    text = ("family", "kernel", "model", "kind", "shape", "class", "bound")
     numeric = ("comp.", "bw.", "h200 µs", "here µs")
-    for col in ("family", "kernel", "model", "kind", "shape", "class", "bound", *numeric):
-        rows.add_column(col, justify="right" if col in numeric else "left")
+    rows = _table(
+        f"Kernels at key shapes, {data['default_stack']} stack (--all for every row)",
+        (*text, *numeric),
+        left=text,
+    )
     for r in data["kernels"]:
         rows.add_row(
             r["family"],
@@ -607,12 +595,12 @@ def _print_carried(console: Console, data: dict) -> None:
 
 def _print_curves(console: Console, data: dict) -> None:
     """Per op class: median compute / bandwidth fraction of peak over rows (H200, both stacks)."""
-    curves = Table(
-        title="H200 efficiency per op class (fractions of datasheet peaks, latency floor removed; "
-        "sim/timing/carry.py): compute-bound rows / bandwidth-bound rows"
+    curves = _table(
+        "H200 efficiency per op class (fractions of datasheet peaks, latency floor removed; "
+        "sim/timing/carry.py): compute-bound rows / bandwidth-bound rows",
+        ("stack", "op class", "rows", "compute frac", "n", "bandwidth frac", "n"),
+        left=("stack", "op class"),
     )
-    for col in ("stack", "op class", "rows", "compute frac", "n", "bandwidth frac", "n"):
-        curves.add_column(col, justify="left" if col in ("stack", "op class") else "right")
     for stack, points in data["efficiency_curves"].items():
         for p in points:
             if p["rows"] not in (1, 8, 64, 512, 4096):
@@ -639,13 +627,13 @@ def _print_forward(console: Console, fwd: dict) -> None:
         )
     if not fwd["points"]:
         return
-    table = Table(
-        title=f"Real forward pass vs the composed step, one GPU, production kernels ({fwd['file']}): "
-        "predicted = kernels + term; leave-one-out: the term fitted without that point"
-    )
     cols = ("stack", "mode", "batch", "context", "chunk", "measured µs", "kernel sum µs", "kernels µs")
-    for col in (*cols, "predicted µs", "error", "leave-one-out"):
-        table.add_column(col, justify="left" if col in ("stack", "mode") else "right")
+    table = _table(
+        f"Real forward pass vs the composed step, one GPU, production kernels ({fwd['file']}): "
+        "predicted = kernels + term; leave-one-out: the term fitted without that point",
+        (*cols, "predicted µs", "error", "leave-one-out"),
+        left=("stack", "mode"),
+    )
     for r in fwd["points"]:
         table.add_row(
             r["stack"],

@@ -365,7 +365,10 @@ class CalibratedTiming(RooflineTiming):
             # rank's experts and runs every row routed to them on that slice, timed as the full
             # grouped GEMM / expert_tp, as the dense projections are / TP
             expert_tp = par.gpus / par.ep
-            v = (share, (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp)
+            v = (
+                share,
+                (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp,
+            )
             self._experts_cache[rows] = v
         return v
 

@@ -25,9 +25,7 @@ forward-pass table the term is zero and `calibrate show` says so.
 
 from __future__ import annotations
 
-import csv
 import functools
-import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +36,7 @@ from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
 from sim.timing.carry import H200_HBM_BYTES_PER_S, REFERENCE_GPU, GpuPeaks
-from sim.timing.tables import KernelTables, gpu_key
+from sim.timing.tables import KernelTables, gpu_key, parse_number, read_table
 
 FORWARD_FILE = "forward_pass_results.csv"
 FIT_STACK = "production"  # the measured passes run the production kernels
@@ -106,17 +104,7 @@ def forward_path(key: str) -> Path:
 
 def load_points(path: Path) -> tuple[tuple[tuple[str, str], ...], tuple[ForwardPoint, ...], int]:
     """(provenance, measured points, rows without a measurement) of a forward-pass table."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise InputError(f"cannot read forward-pass table: {err.strerror}", file=str(path)) from None
-    prov = []
-    start = 0
-    while start < len(lines) and lines[start].startswith("#"):
-        key, _, value = lines[start][1:].partition(":")
-        prov.append((key.strip(), value.strip()))
-        start += 1
-    reader = csv.DictReader(lines[start:])
+    prov, start, reader = read_table(path, "forward-pass table")
     missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
     if missing:
         raise InputError(
@@ -134,16 +122,13 @@ def load_points(path: Path) -> tuple[tuple[tuple[str, str], ...], tuple[ForwardP
 
 def _point(raw: dict, path: Path, line: int) -> ForwardPoint:
     def number(col: str) -> float:
-        text = (raw.get(col) or "").strip()
-        try:
-            value = float(text)
-        except ValueError:
+        value = parse_number(raw, col, path, line)
+        if value is None or value < 0:
             raise InputError(
-                "not a number", file=str(path), where=f"line {line}, column {col}", value=text
-            ) from None
-        if not math.isfinite(value) or value < 0:
-            raise InputError(
-                "must be a finite number >= 0", file=str(path), where=f"line {line}, column {col}", value=text
+                "must be a finite number >= 0",
+                file=str(path),
+                where=f"line {line}, column {col}",
+                value=raw.get(col),
             )
         return value
 

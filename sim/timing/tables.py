@@ -168,18 +168,7 @@ def load_tables(path: Path) -> KernelTables:
 
 @functools.lru_cache(maxsize=8)
 def _load_tables(path: Path, _stamp: int | None) -> KernelTables:
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InputError(f"cannot read kernel table: {err.strerror}", file=str(path)) from None
-    lines = text.splitlines()
-    provenance = []
-    start = 0
-    while start < len(lines) and lines[start].startswith("#"):
-        key, _, value = lines[start][1:].partition(":")
-        provenance.append((key.strip(), value.strip()))
-        start += 1
-    reader = csv.DictReader(lines[start:])
+    provenance, start, reader = read_table(path, "kernel table")
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
@@ -203,7 +192,25 @@ def _load_tables(path: Path, _stamp: int | None) -> KernelTables:
     return KernelTables(path=path, provenance=tuple(provenance), rows=tuple(rows), dropped=dropped)
 
 
-def _number(raw: dict, col: str, path: Path, line: int) -> float | None:
+def read_table(path: Path, what: str) -> tuple[list[tuple[str, str]], int, csv.DictReader]:
+    """(provenance from the leading `# key: value` lines, their count, a reader of the CSV after
+    them) of a measured table; an InputError naming the file when it cannot be read."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as err:
+        raise InputError(f"cannot read {what}: {err.strerror}", file=str(path)) from None
+    provenance = []
+    start = 0
+    while start < len(lines) and lines[start].startswith("#"):
+        key, _, value = lines[start][1:].partition(":")
+        provenance.append((key.strip(), value.strip()))
+        start += 1
+    return provenance, start, csv.DictReader(lines[start:])
+
+
+def parse_number(raw: dict, col: str, path: Path, line: int) -> float | None:
+    """A number cell of a measured table: None when empty or NaN ("not applicable"), an
+    InputError naming the file, line and column when it is not a number."""
     text = (raw.get(col) or "").strip()
     if text == "":
         return None
@@ -227,7 +234,7 @@ def _parse_row(raw: dict, path: Path, line: int) -> KernelRow | None:
             where=f"line {line}, column check_passed",
             value=check,
         )
-    nums = {c: _number(raw, c, path, line) for c in _NUMBER_COLUMNS}
+    nums = {c: parse_number(raw, c, path, line) for c in _NUMBER_COLUMNS}
     if check != "True":
         return None  # failed check (no time) or a timing-only control: never used
     med = nums["median_us"]
