@@ -108,6 +108,7 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         hbm_keep_s=max(c.tier("hbm").ttl_s, eps),
         demote_to_dram=True,
         dram_ttl_s=max(c.tier("dram").ttl_s, eps),
+        pool_ttl_s=max(c.tier("rdma_pool").ttl_s, eps),
     )
     if family == "v4":
         v4 = c.v4
@@ -207,6 +208,29 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     )
 
 
+def _rdma_pool_tier(cache):
+    """The enabled RDMA pool tier, or None. The store holds it between host DRAM and SSD (copies
+    leaving DRAM go there); shared by all nodes (scope cluster) or by the nodes of one cluster pool."""
+    tier = cache.tier("rdma_pool")
+    if not tier.enabled:
+        return None
+    dram, ssd = cache.tier("dram"), cache.tier("ssd")
+    problems = []
+    if not dram.rank < tier.rank < ssd.rank:
+        problems.append(("rank", tier.rank, f"between dram ({dram.rank}) and ssd ({ssd.rank})"))
+    if tier.scope not in ("pool", "cluster"):
+        problems.append(("scope", tier.scope, "pool, cluster"))
+    if problems:
+        field_, value, allowed = problems[0]
+        raise InputError(
+            "the RDMA pool sits between host DRAM and SSD, shared by nodes",
+            where=f"cache.tiers.rdma_pool.{field_}",
+            value=value,
+            allowed=allowed,
+        )
+    return tier
+
+
 def build_simulation(
     scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None, run_id: str = ""
 ) -> Simulation:
@@ -300,14 +324,7 @@ def build_simulation(
 
     # per-node memory and links; the tiers' capacities and paths come from the chain (sim.config.cache)
     dram_tier, ssd_tier = scn.cache.tier("dram"), scn.cache.tier("ssd")
-    if scn.cache.tier("rdma_pool").enabled:
-        raise InputError(
-            "the simulator's store holds the hbm, dram and ssd tiers; the RDMA pool is modelled by "
-            "`sim calibrate tiers` only",
-            where="cache.tiers.rdma_pool.enabled",
-            value=True,
-            allowed="false",
-        )
+    pool_tier = _rdma_pool_tier(scn.cache)
     dram_caps, swa_caps, ssd_total = [], [], 0.0
     ssd_read, ssd_write, net_out = [], [], []
     for n, hw in enumerate(node_hw):
@@ -332,6 +349,23 @@ def build_simulation(
         net_out.append(
             SharedLink(env, f"net_out[{n}]", t.link_bw_bytes_per_s("net", 1), t.link_latency_s("net"))
         )
+    # the RDMA pool: units by scope, each the sum of its nodes' contributions, reached over the nodes' NICs
+    pool_caps: list[float] = []
+    pool_unit_of_node: list[int] = []
+    pool_read: list[SharedLink] = []
+    pool_write: list[FifoLink] = []
+    if pool_tier is not None:
+        assert pool_tier.read is not None and pool_tier.write is not None and pool_tier.capacity_gb_per_node
+        node_pool = [i for i, (_p, nodes, _i) in enumerate(views_meta) for _n in nodes]
+        pool_unit_of_node = node_pool if pool_tier.scope == "pool" else [0] * len(node_hw)
+        pool_caps = [0.0] * (max(pool_unit_of_node) + 1)
+        for n, hw in enumerate(node_hw):
+            pool_caps[pool_unit_of_node[n]] += pool_tier.capacity_gb_per_node * units.GB * node_share[n]
+            nics = path_rates(pool_tier.read, hw, node_ach[n], hw.gpus_per_node).bw_bytes_per_s
+            lat = node_timing[n].link_latency_s("net")
+            pool_read.append(SharedLink(env, f"pool_read[{n}]", nics, lat))
+            nics = path_rates(pool_tier.write, hw, node_ach[n], hw.gpus_per_node).bw_bytes_per_s
+            pool_write.append(FifoLink(f"pool_write[{n}]", nics, lat))
     h2d, d2h = [], []
     assert dram_tier.read is not None and dram_tier.write is not None
     for i, (_pool, _role, node, gpus, _timing, _cap, _rep) in enumerate(inst_specs):
@@ -351,6 +385,9 @@ def build_simulation(
         swa_pool_capacity_bytes=swa_caps,
         ssd_capacity_bytes=ssd_total,
         ssd_write_links=ssd_write,
+        pool_capacity_bytes=pool_caps,
+        pool_unit_of_node=pool_unit_of_node,
+        pool_write_links=pool_write,
     )
     model_dir = out_dir / arith.name if out_dir is not None else None
     recorder = Recorder(
@@ -379,6 +416,7 @@ def build_simulation(
                 kv_replication=rep,
                 h2d=h2d[i],
                 ssd_read=ssd_read[node],
+                pool_read=pool_read[node] if pool_read else None,
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )
         )

@@ -64,6 +64,7 @@ class Instance:
         h2d: SharedLink,
         ssd_read: SharedLink,
         max_queue_wait_s: float | None,
+        pool_read: SharedLink | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -81,6 +82,7 @@ class Instance:
         self.kv_replication = kv_replication
         self.h2d = h2d
         self.ssd_read = ssd_read
+        self.pool_read = pool_read  # the node's NICs, for loads from the RDMA pool (None: no pool)
         self.max_queue_wait_s = max_queue_wait_s
         self._colocated = role == "colocated"
         self._verify: int = timing.verified_tokens_per_step
@@ -228,7 +230,13 @@ class Instance:
                     req.loads_pending = 1
                     policy = store.policy
                     overhead_s = policy.move_extra_s(policy.read_cost, tier, tokens - hbm_tokens)
-                    (self.h2d if tier == "dram" else self.ssd_read).submit(nbytes, self._loaded, req, overhead_s)
+                    pool_read = self.pool_read
+                    if tier == "dram":
+                        self.h2d.submit(nbytes, self._loaded, req, overhead_s)
+                    elif tier == "rdma_pool" and pool_read is not None:
+                        pool_read.submit(nbytes, self._loaded, req, overhead_s)
+                    else:
+                        self.ssd_read.submit(nbytes, self._loaded, req, overhead_s)
             store.reserve_hbm(self.index, need - pinned, now)
             req.reserved_p_bytes = need
             if req.loads_pending:

@@ -1,6 +1,7 @@
 """Prefix lookup across the tiers for one request on one instance -> a load plan.
 
-Order: the instance's own HBM, its node's host DRAM, the SSD tier, else recompute. The hit is
+Order: the instance's own HBM, its node's host DRAM, the RDMA pool unit its node reaches (when the
+chain has one), the SSD tier, else recompute. The hit is
 the longest usable prefix over all tiers (each tier holds a prefix of the same lineage); the
 part already in HBM is used in place, the rest is loaded from the fastest tier that covers it.
 The last prompt token is always computed (its logits start the output). A cross-session shared
@@ -33,7 +34,7 @@ from sim.kvcache.store import KVStore
 # (key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay_tokens, shared)
 Plan = tuple[int, int, str, int, float, int, int, bool]
 
-TIER_OF = ("hbm", "dram", "ssd")
+TIER_OF = ("hbm", "dram", "rdma_pool", "ssd")
 
 
 def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int) -> bool:
@@ -48,15 +49,23 @@ def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, bloc
     return max(hit_tokens - window_tokens, 0) >= kept_from
 
 
-def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float) -> tuple[int, int, int] | None:
-    """(hbm, dram, ssd) tokens of `key` usable from instance `inst` on `node`, or None."""
+def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float) -> tuple[int, int, int, int] | None:
+    """(hbm, dram, rdma pool, ssd) tokens of `key` usable from instance `inst` on `node`, or None."""
     e = store.entries.get(key)
     if e is None:
         return None
     hbm = e.hbm.get(inst, 0)
     dram = e.dram_tokens if e.dram_node == node and e.dram_ready_s <= now_s else 0
+    pool = 0
+    if e.pool_unit >= 0 and e.pool_unit == store.pool_unit_of_node[node] and e.pool_ready_s <= now_s:
+        pool = e.pool_tokens
     ssd = e.ssd_tokens if e.ssd_ready_s <= now_s else 0
-    return hbm, dram, ssd
+    return hbm, dram, pool, ssd
+
+
+def _fastest(hbm: int, dram: int, pool: int, tokens: int) -> int:
+    """Index in TIER_OF of the fastest tier holding `tokens`."""
+    return 0 if hbm >= tokens else 1 if dram >= tokens else 2 if pool >= tokens else 3
 
 
 def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float) -> Plan | None:
@@ -69,8 +78,8 @@ def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float
     if key is not None and req.prefix_tokens > 0:
         hit = _hit(store, key, inst, node, now_s)
         if hit is not None:
-            hbm, dram, ssd = hit
-            cached = max(hbm, dram, ssd)
+            hbm, dram, pool, ssd = hit
+            cached = max(hbm, dram, pool, ssd)
             prefix = req.prefix_tokens
             if prefix >= cached:
                 tokens = cached
@@ -79,18 +88,16 @@ def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float
             if tokens > limit:
                 tokens = limit
             if tokens > 0:
-                tier = 0 if hbm >= tokens else 1 if dram >= tokens else 2
-                best = (key, tokens, tier, hbm, cached, False)
+                best = (key, tokens, _fastest(hbm, dram, pool, tokens), hbm, cached, False)
     skey = req.shared_key
     if skey is not None and req.shared_tokens > (best[1] if best else 0):
         hit = _hit(store, skey, inst, node, now_s)
         if hit is not None:
-            hbm, dram, ssd = hit
-            cached = max(hbm, dram, ssd)
+            hbm, dram, pool, ssd = hit
+            cached = max(hbm, dram, pool, ssd)
             tokens = min(req.shared_tokens, limit)
             if cached >= req.shared_tokens and tokens > (best[1] if best else 0):
-                tier = 0 if hbm >= tokens else 1 if dram >= tokens else 2
-                best = (skey, tokens, tier, hbm, cached, True)
+                best = (skey, tokens, _fastest(hbm, dram, pool, tokens), hbm, cached, True)
     if best is None:
         return None
     key, tokens, tier, hbm, cached, shared = best

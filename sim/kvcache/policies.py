@@ -46,6 +46,7 @@ class CachePolicy:
     persist_to_ssd: bool
     ssd_retention_s: float  # guaranteed retention; evicting earlier is counted as a violation
     ssd_ttl_s: float  # dropped after this long without use
+    pool_ttl_s: float = 1.0  # the RDMA pool's TTL (a pool exists only when the store is given units)
     kv_regions_per_block: int = 1  # contiguous KV regions per block, all layers (sim.kvcache.paths)
     read_cost: dict[str, TierCost] = field(default_factory=dict)  # by tier name; absent = free
     write_cost: dict[str, TierCost] = field(default_factory=dict)

@@ -1,11 +1,13 @@
 """Where every session's KV is: one `Entry` per lineage (a session's main agent or one of its
 sub-agents) or shared prompt prefix, with copies in instances' HBM (cached, LRU + keep-TTL),
-a node's host DRAM (LRU + TTL), the cluster's SSD tier (LRU + retention) and, for V4.1, the
-SWA ring in a node's host-DRAM pool (TTL).
+a node's host DRAM (LRU + TTL), an RDMA-attached DRAM pool shared by nodes (Mooncake-store-like,
+LRU + TTL; only when `cache.tiers.rdma_pool` is enabled), the cluster's SSD tier (LRU + retention)
+and, for V4.1, the SWA ring in a node's host-DRAM pool (TTL).
 
 The store owns the tiers; engines call its methods. Lookup is a pure query
 (sim.kvcache.lookup); using a hit pins the HBM copy or touches the lower tier. Copies leave HBM by keep-TTL or capacity
-pressure and are demoted to the node's DRAM (a PCIe write); completions persist the new part
+pressure and are demoted to the node's DRAM (a PCIe write), copies leaving DRAM to the RDMA pool
+(a NIC write) when there is one; completions persist the new part
 of the context to SSD (an SSD write). Writes go through FIFO links, so they cost bandwidth and
 set when the copy becomes readable, without events.
 
@@ -31,6 +33,9 @@ class Entry:
         "ssd_ready_s",
         "ssd_written_s",
         "swa_node",
+        "pool_unit",
+        "pool_tokens",
+        "pool_ready_s",
         "prompt_tokens",
         "pins",
     )
@@ -45,6 +50,9 @@ class Entry:
         self.ssd_ready_s = 0.0
         self.ssd_written_s = 0.0
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
+        self.pool_unit = -1  # RDMA pool unit holding a copy (-1: none)
+        self.pool_tokens = 0
+        self.pool_ready_s = 0.0
         self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
         self.pins = 0  # running requests using this entry
 
@@ -65,11 +73,11 @@ class Counters:
     )
 
     def __init__(self) -> None:
-        self.hit_tokens = {"hbm": 0, "dram": 0, "ssd": 0}
-        self.loaded_bytes = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.written_bytes = {"dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.evicted_bytes = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.expired_bytes = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.hit_tokens = {"hbm": 0, "dram": 0, "rdma_pool": 0, "ssd": 0}
+        self.loaded_bytes = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.written_bytes = {"dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.evicted_bytes = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.expired_bytes = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
         self.retention_violation_bytes = 0.0
         self.swa_hits = 0
         self.swa_misses = 0
@@ -89,6 +97,9 @@ class KVStore:
         swa_pool_capacity_bytes: list[float],  # per node (V4.1's SWA pool; 0 = none)
         ssd_capacity_bytes: float,  # cluster SSD tier
         ssd_write_links: list[FifoLink],  # per node
+        pool_capacity_bytes: list[float] | None = None,  # per RDMA pool unit (none: no pool)
+        pool_unit_of_node: list[int] | None = None,  # node -> its pool unit
+        pool_write_links: list[FifoLink] | None = None,  # per node (its NICs)
     ) -> None:
         self.policy = policy
         p = policy
@@ -100,6 +111,11 @@ class KVStore:
         self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s) for n, c in enumerate(swa_pool_capacity_bytes)]
         self.ssd = ByteTier("ssd", ssd_capacity_bytes, min(p.ssd_ttl_s, float("inf")))
         self.ssd_write_links = ssd_write_links
+        self.pool = [
+            ByteTier(f"rdma_pool[{u}]", c, p.pool_ttl_s) for u, c in enumerate(pool_capacity_bytes or [])
+        ]
+        self.pool_unit_of_node: list[int] = pool_unit_of_node or []
+        self.pool_write_links: list[FifoLink] = pool_write_links or []
         self.entries: dict[int, Entry] = {}
         self.counters = Counters()
 
@@ -134,6 +150,8 @@ class KVStore:
             self.dram[e.dram_node].touch(key, now_s)
         elif tier == "ssd":
             self.ssd.touch(key, now_s)
+        elif tier == "rdma_pool":
+            self.pool[e.pool_unit].touch(key, now_s)
 
     def use_swa(self, key: int, now_s: float) -> None:
         e = self.entries[key]
@@ -275,7 +293,11 @@ class KVStore:
         for tier in self.dram:
             for k, b in tier.expire(now_s):
                 self.counters.expired_bytes["dram"] += b
-                self._forget_dram(k)
+                self._leave_dram(k, now_s)
+        for tier in self.pool:
+            for k, b in tier.expire(now_s):
+                self.counters.expired_bytes["rdma_pool"] += b
+                self._forget_pool(k)
         for k, b in self.ssd.expire(now_s):
             self._drop_ssd(k, b, now_s, expired=True)
         for tier in self.swa:
@@ -323,7 +345,41 @@ class KVStore:
         self.counters.written_bytes["dram"] += nbytes
         for k, b in tier.put(e.key, nbytes, now_s):
             self.counters.evicted_bytes["dram"] += b
-            self._forget_dram(k)
+            self._leave_dram(k, now_s)
+
+    def _leave_dram(self, key: int, now_s: float) -> None:
+        """A copy leaves host DRAM (evicted or expired): to the RDMA pool when there is one."""
+        e = self.entries[key]
+        if self.pool and e.dram_node >= 0:
+            self._to_pool(e, e.dram_node, e.dram_tokens, now_s)
+        self._forget_dram(key)
+
+    def _to_pool(self, e: Entry, node: int, tokens: int, now_s: float) -> None:
+        """Write `tokens` of `e` from `node` into its RDMA pool unit, unless already there."""
+        p = self.policy
+        unit = self.pool_unit_of_node[node]
+        if e.pool_unit == unit and e.pool_tokens >= tokens:
+            return
+        tier = self.pool[unit]
+        nbytes = p.persist_bytes(tokens)
+        if not tier.can_fit(nbytes):
+            return
+        if e.pool_unit >= 0 and e.pool_unit != unit:
+            self.pool[e.pool_unit].remove(e.key)
+        e.pool_unit = unit
+        e.pool_tokens = tokens
+        extra = p.move_extra_s(p.write_cost, "rdma_pool", tokens)
+        e.pool_ready_s = self.pool_write_links[node].submit(now_s, nbytes, extra)
+        self.counters.written_bytes["rdma_pool"] += nbytes
+        for k, b in tier.put(e.key, nbytes, now_s):
+            self.counters.evicted_bytes["rdma_pool"] += b
+            self._forget_pool(k)
+
+    def _forget_pool(self, key: int) -> None:
+        e = self.entries[key]
+        e.pool_unit = -1
+        e.pool_tokens = 0
+        self._maybe_forget(e)
 
     def _forget_dram(self, key: int) -> None:
         e = self.entries[key]
@@ -345,7 +401,14 @@ class KVStore:
         self._maybe_forget(e)
 
     def _maybe_forget(self, e: Entry) -> None:
-        if not e.hbm and e.dram_node < 0 and e.ssd_tokens == 0 and e.swa_node < 0 and e.pins <= 0:
+        if (
+            not e.hbm
+            and e.dram_node < 0
+            and e.pool_unit < 0
+            and e.ssd_tokens == 0
+            and e.swa_node < 0
+            and e.pins <= 0
+        ):
             del self.entries[e.key]
 
     # --- occupancy (for samples and invariants) ---
@@ -355,13 +418,14 @@ class KVStore:
             "hbm": sum(t.used_bytes for t in self.hbm),
             "hbm_cached": sum(t.cached_bytes for t in self.hbm),
             "dram": sum(t.used_bytes for t in self.dram),
+            "rdma_pool": sum(t.used_bytes for t in self.pool),
             "ssd": self.ssd.used_bytes,
             "swa_pool": sum(t.used_bytes for t in self.swa),
         }
 
     def check_capacities(self) -> None:
         """Raise if any tier holds more than its capacity (an invariant; cheap)."""
-        for tier in (*self.hbm, *self.dram, *self.swa, self.ssd):
+        for tier in (*self.hbm, *self.dram, *self.pool, *self.swa, self.ssd):
             if tier.used_bytes > tier.capacity_bytes * (1 + 1e-9) + 1.0:
                 raise AssertionError(
                     f"{tier.name}: {tier.used_bytes:.0f} B > capacity {tier.capacity_bytes:.0f} B"

@@ -82,10 +82,10 @@ class Totals:
         self.input_tokens = 0
         self.output_tokens = 0
         self.prefix_tokens = 0
-        self.hit_tokens = {"hbm": 0, "dram": 0, "ssd": 0}
+        self.hit_tokens = {"hbm": 0, "dram": 0, "rdma_pool": 0, "ssd": 0}
         self.computed_tokens = 0
         self.replay_tokens = 0
-        self.load_bytes = {"dram": 0.0, "ssd": 0.0}
+        self.load_bytes = {"dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0}
         self.swa_load_bytes = 0.0
         self.kv_transfer_bytes = 0.0
         self.slo_met = 0
@@ -196,7 +196,7 @@ class Recorder:
         in_hbm = cols["hbm_hit_tokens"]
         loaded = cols["hit_tokens"] - in_hbm  # the rest came from the tier named in prefix_source
         t.hit_tokens["hbm"] += int(in_hbm[ok].sum())
-        for name in ("dram", "ssd"):
+        for name in ("dram", "rdma_pool", "ssd"):
             sel = ok & (tier == name)
             t.hit_tokens[name] += int(loaded[sel].sum())
             t.load_bytes[name] += float(cols["load_bytes"][sel].sum())

@@ -50,8 +50,8 @@ class Sampler:
         self.cluster_rows: dict[str, list] = {n: [] for n in CLUSTER_SCHEMA.names}
         self._t_last = env.now
         # time integrals of tier occupancy (for means) and sampled peaks of the cluster-wide sums
-        self.tier_area = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.tier_peak = {"hbm": 0.0, "dram": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.tier_area = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        self.tier_peak = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
         self.sampled_s = 0.0
         for p in pools:
             p._last = self._counters(p, env.now)

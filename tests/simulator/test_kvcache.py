@@ -3,7 +3,9 @@ loads, when V4.1 replays its SWA tail, and where evicted copies go."""
 
 import pytest
 
+from sim.cluster.link import FifoLink
 from sim.kvcache.lookup import plan_prefix, window_restorable
+from sim.kvcache.store import KVStore
 
 from . import objects
 from .objects import GB, request
@@ -120,3 +122,32 @@ def test_capacity_pressure_evicts_the_least_recently_used_session_first():
     assert 1 not in store.entries or 0 not in store.entries[1].hbm
     assert 0 in store.entries[2].hbm and 0 in store.entries[3].hbm
     assert store.entries[1].dram_node == 0  # demoted, not lost
+
+
+def test_a_copy_leaving_host_dram_goes_to_the_rdma_pool_and_serves_another_node():
+    pol = objects.policy("v4", dram_ttl_s=100.0, pool_ttl_s=1000.0)
+    store = KVStore(
+        pol,
+        hbm_capacity_bytes=[10 * objects.GB] * 2,
+        instance_node=[0, 1],
+        kv_replication=[1, 1],
+        d2h_links=[FifoLink(f"d2h{i}", 1e15) for i in range(2)],
+        dram_capacity_bytes=[100 * objects.GB] * 2,
+        swa_pool_capacity_bytes=[0.0, 0.0],
+        ssd_capacity_bytes=1000 * objects.GB,
+        ssd_write_links=[FifoLink(f"w{i}", 1e15) for i in range(2)],
+        pool_capacity_bytes=[50 * objects.GB],  # one unit shared by both nodes
+        pool_unit_of_node=[0, 0],
+        pool_write_links=[FifoLink(f"nic{i}", 1e15) for i in range(2)],
+    )
+    store.finish(7, 0, 10_000, 0.0, None, 0.0, False)
+    store.sweep(31.0)  # HBM keep over: to node 0's DRAM
+    assert plan_prefix(store, request(10_000, 12_000), 1, 1, 32.0) is None  # node 1 cannot reach it
+    store.sweep(200.0)  # DRAM TTL over: to the pool
+    e = store.entries[7]
+    assert e.dram_node == -1 and e.pool_unit == 0 and e.pool_tokens == 10_000
+    assert store.counters.written_bytes["rdma_pool"] == pol.persist_bytes(10_000)
+    plan = plan_prefix(store, request(10_000, 12_000), 1, 1, 201.0)  # instance 1 on node 1
+    assert plan is not None and plan[2] == "rdma_pool" and plan[1] == 10_000
+    store.sweep(1300.0)  # pool TTL over: gone
+    assert 7 not in store.entries

@@ -7,7 +7,7 @@ import pytest
 from sim.api import run_scenario
 from sim.errors import InputError
 
-from .helpers import scenario
+from .helpers import DISAGG, scenario
 from .traces import agent_trace
 
 V4 = "deepseek-v4-flash"
@@ -36,10 +36,23 @@ def test_a_path_bandwidth_share_slows_its_loads(tmp_path):
     assert slow.median() > 10 * fast.median()
 
 
-def test_the_rdma_pool_is_not_yet_a_store_tier(tmp_path):
+def test_copies_leaving_host_dram_go_to_the_rdma_pool_and_load_over_the_nics(tmp_path):
+    pool = {"enabled": True, "capacity_gb_per_node": 64.0, "read": {"per_request_s": 0.05}}
+    trace = agent_trace(tmp_path / "t.parquet", sessions=24, turns=5, gap_s=0.3, think_s=6.0)
+    scn = scenario(tmp_path, trace, models=(V4,), pools=DISAGG, cluster={"node": {"dram_gb": 2.2}},
+                   cache={"tiers": {"hbm": {"ttl_s": 1.0}, "dram": {"ttl_s": 2.0}, "rdma_pool": pool}})  # fmt: skip
+    result = run_scenario(scn, out_dir=tmp_path / "out")
+    s = result.summary["models"][V4]
+    assert s["bytes_written_rdma_pool"] > 0 and s["hit_tokens_rdma_pool"] > 0
+    assert s["tiers"]["rdma_pool"]["capacity_bytes"] == pytest.approx(3 * 64e9)  # one unit: all nodes
+    log = pq.read_table(tmp_path / "out" / V4 / "requests.parquet").to_pandas()
+    pooled = log[log.prefix_source == "rdma_pool"]
+    assert (pooled.load_end_s - pooled.load_start_s >= 0.05).all()
+
+
+def test_the_rdma_pool_sits_between_dram_and_ssd(tmp_path):
     trace = agent_trace(tmp_path / "t.parquet", sessions=2, turns=2)
-    scn = scenario(
-        tmp_path, trace, cache={"tiers": {"rdma_pool": {"enabled": True, "capacity_gb_per_node": 64}}}
-    )
-    with pytest.raises(InputError, match="cache.tiers.rdma_pool.enabled"):
+    pool = {"enabled": True, "capacity_gb_per_node": 64.0, "rank": 40}
+    scn = scenario(tmp_path, trace, cache={"tiers": {"rdma_pool": pool}})
+    with pytest.raises(InputError, match="cache.tiers.rdma_pool.rank"):
         run_scenario(scn)
