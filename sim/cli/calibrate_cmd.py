@@ -374,6 +374,7 @@ def _forward(profile) -> dict:
         "provenance": dict(ref.provenance),
         "term": asdict(term) if term else asdict(ref.term),
         "reference_term": asdict(ref.term),
+        "glue_term": asdict(ref.glue),
         "summary": ref.summary(),
         "points_without_measurement": ref.skipped,
         "points": list(ref.rows),
@@ -627,7 +628,22 @@ def _print_forward(console: Console, fwd: dict) -> None:
         )
     if not fwd["points"]:
         return
-    cols = ("stack", "mode", "batch", "context", "chunk", "measured µs", "kernel sum µs", "kernels µs")
+    glue = fwd["glue_term"]
+    console.print(
+        f"  of which the pass's glue ops ({glue['source']}): {glue['per_layer_s'] * 1e6:+.2f} µs per layer "
+        f"{glue['per_layer_row_s'] * 1e9:+.3f} ns per layer and row (timing.forward_term: none drops the term)"
+    )
+    cols = (
+        "stack",
+        "mode",
+        "batch",
+        "context",
+        "chunk",
+        "measured µs",
+        "kernel sum µs",
+        "glue µs",
+        "kernels µs",
+    )
     table = _table(
         f"Real forward pass vs the composed step, one GPU, production kernels ({fwd['file']}): "
         "predicted = kernels + term; leave-one-out: the term fitted without that point",
@@ -643,6 +659,7 @@ def _print_forward(console: Console, fwd: dict) -> None:
             _tokens(r["chunk_tokens"]),
             f"{r['measured_us']:,.1f}",
             f"{r['measured_kernel_sum_us']:,.1f}",
+            f"{r['measured_glue_us']:,.1f}",
             f"{r['predicted_kernels_us']:,.1f}",
             f"{r['predicted_us']:,.1f}",
             f"{r['error']:+.1%}",

@@ -277,6 +277,7 @@ def build_simulation(
             engram_in_dram=engram_in_dram,
             vision_on_instance=True,
             kernels=scn.timing.kernels,
+            forward_term=scn.timing.forward_term,
         )
         timing = make_timing(scn.timing.model, ctx)
         node_timing.extend([timing] * layout.nodes)

@@ -17,7 +17,11 @@ with rows the token rows on the busiest GPU (decode: its sequences x verified ro
 its chunk tokens). The two constants are fitted by least squares on the relative error of all
 measured points (`fit_term`); `check` reports every point predicted with the term next to the
 measurement, and the leave-one-out error (each point predicted by a term fitted without it),
-which is the honest out-of-sample figure. The term is carried to other GPUs by one stated
+which is the honest out-of-sample figure. The part of the term that the pass's own glue ops take
+(activation quantisation, routing, norms, RoPE, SwiGLU, as separate ops; columns `act_quant_us`,
+`routing_us`, `other_us`) is fitted alike and reported beside it: a serving engine that fuses
+them into neighbouring kernels pays less, so `timing.forward_term: none` gives the kernel sum
+alone for comparison. The term is carried to other GPUs by one stated
 rule: the per-layer constant (launch and synchronisation, a software cost) unchanged, the
 per-row part (elementwise work on the rows) scaled by the HBM bandwidth ratio. Without a
 forward-pass table the term is zero and `calibrate show` says so.
@@ -42,6 +46,9 @@ FORWARD_FILE = "forward_pass_results.csv"
 FIT_STACK = "production"  # the measured passes run the production kernels
 # kernels_bench.production.forward's layer labels -> the spec's attention kinds
 KIND_LABELS = {"SWA": "swa", "CSA4": "csa", "HCA128": "hca"}
+# glue the measured pass runs as separate ops (optional columns): activation quantisation, routing
+# (router, top-6, sort, gather, combine), other (norms, RoPE, SwiGLU, KV write)
+GLUE_COLUMNS = ("act_quant_us", "routing_us", "other_us")
 REQUIRED = (
     "model",
     "mode",
@@ -74,6 +81,7 @@ class ForwardPoint:
     chunk_tokens: int
     measured_s: float
     kernel_sum_s: float
+    glue_s: float  # the pass's own activation quantisation, routing and other glue ops (0: not given)
 
     @property
     def rows(self) -> int:
@@ -164,6 +172,7 @@ def _point(raw: dict, path: Path, line: int) -> ForwardPoint:
         chunk_tokens=int(number("chunk_tokens")),
         measured_s=number("measured_us_p50") * units.US,
         kernel_sum_s=number("kernel_sum_us") * units.US,
+        glue_s=sum((number(c) for c in GLUE_COLUMNS if (raw.get(c) or "").strip()), 0.0) * units.US,
     )
 
 
@@ -245,6 +254,7 @@ class ForwardCheck:
     path: Path
     provenance: tuple[tuple[str, str], ...]
     term: Term
+    glue: Term  # the part of the term the pass's own glue ops take, fitted alike
     rows: tuple[dict, ...]
     skipped: int
 
@@ -272,6 +282,8 @@ def check(path: Path, tables: KernelTables, profile) -> ForwardCheck:
     kern = [kernels_s(p, tables, profile) for p in pts]
     a, b = fit_term(pts, kern)
     term = Term(a, b, len(pts), f"fitted to {len(pts)} forward passes in {path.name} ({FIT_STACK} kernels)")
+    ga, gb = fit_term(pts, [p.measured_s - p.glue_s for p in pts])  # fits layers x (a + b rows) to the glue
+    glue = Term(ga, gb, len(pts), "the pass's activation quantisation, routing, norms / RoPE / SwiGLU ops")
     rows = []
     for i, (p, k) in enumerate(zip(pts, kern, strict=True)):
         n = len(p.layer_kinds)
@@ -288,13 +300,14 @@ def check(path: Path, tables: KernelTables, profile) -> ForwardCheck:
                 "chunk_tokens": p.chunk_tokens,
                 "measured_us": p.measured_s * 1e6,
                 "measured_kernel_sum_us": p.kernel_sum_s * 1e6,
+                "measured_glue_us": p.glue_s * 1e6,
                 "predicted_kernels_us": k * 1e6,
                 "predicted_us": pred * 1e6,
                 "error": pred / p.measured_s - 1.0,
                 "loo_error": loo / p.measured_s - 1.0,
             }
         )
-    return ForwardCheck(path, prov, term, tuple(rows), skipped)
+    return ForwardCheck(path, prov, term, glue, tuple(rows), skipped)
 
 
 @functools.lru_cache(maxsize=4)

@@ -42,7 +42,7 @@ def _points():
 def _write(path: Path, rows: list[dict]) -> None:
     with path.open("w", newline="") as f:
         f.write("# gpu_name: fixture (tests)\n")
-        w = csv.DictWriter(f, fieldnames=[*REQUIRED, "note"])
+        w = csv.DictWriter(f, fieldnames=[*REQUIRED, "routing_us", "note"])
         w.writeheader()
         w.writerows(rows)
 
@@ -59,7 +59,7 @@ def synthetic(tmp_path_factory, h200, h200_tables):
     rows = []
     for mode, kinds, batch, context, chunk in _points():
         p = ForwardPoint(
-            0, "deepseek-v4-flash", mode, "deepseek-v4-flash", kinds, 32, 6, batch, context, chunk, 1, 1
+            0, "deepseek-v4-flash", mode, "deepseek-v4-flash", kinds, 32, 6, batch, context, chunk, 1, 1, 0
         )
         k = kernels_s(p, tables, h200)
         measured = k + len(kinds) * (A_S + B_S * p.rows)
@@ -77,6 +77,7 @@ def synthetic(tmp_path_factory, h200, h200_tables):
                 chunk_tokens=chunk,
                 measured_us_p50=measured * 1e6,
                 kernel_sum_us=k * 1e6,
+                routing_us=len(kinds) * (A_S + B_S * p.rows) / 2 * 1e6,  # half the term is glue
             )
         )
     rows.append({**rows[0], "measured_us_p50": "", "note": "RuntimeError: a failed point"})
@@ -97,6 +98,8 @@ def test_the_term_is_recovered_and_every_point_predicted(synthetic, h200):
     result = check(path, tables, h200)
     assert result.term.per_layer_s == pytest.approx(A_S, rel=1e-6)
     assert result.term.per_layer_row_s == pytest.approx(B_S, rel=1e-6)
+    assert result.glue.per_layer_s == pytest.approx(A_S / 2, rel=1e-6)
+    assert result.glue.per_layer_row_s == pytest.approx(B_S / 2, rel=1e-6)
     assert result.skipped == 1 and len(result.rows) == len(_points())
     for r in result.rows:
         assert abs(r["error"]) < 1e-9 and abs(r["loo_error"]) < 1e-6
@@ -105,7 +108,7 @@ def test_the_term_is_recovered_and_every_point_predicted(synthetic, h200):
 
 
 def test_fit_without_row_variation_takes_a_constant():
-    p = ForwardPoint(0, "m", "decode", "s", ("csa",), 32, 6, 8, 8192, 0, 2e-4, 0.0)
+    p = ForwardPoint(0, "m", "decode", "s", ("csa",), 32, 6, 8, 8192, 0, 2e-4, 0.0, 0.0)
     a, b = fit_term([p, p], [1e-4, 1e-4])
     assert a == pytest.approx(1e-4) and b == 0.0
 
