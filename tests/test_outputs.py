@@ -167,3 +167,34 @@ def test_an_immutable_folder_is_found_by_the_probe(tmp_path):
             probe_output_dir(folder, force=True)  # empty, but it cannot be swapped away
     finally:
         subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_every_float_option_of_the_cli_refuses_inf_and_nan():
+    """click's float ranges let `inf` and `nan` through; every float option carries a callback
+    (sim.cli.numbers.finite, or a range check of its own)."""
+    import typing
+
+    import typer
+
+    from sim.cli import app
+
+    def leaves(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                yield from leaves(sub, f"{path} {name}")
+        else:
+            yield path, command.callback
+
+    floats = []
+    for path, func in leaves(typer.main.get_command(app), "sim"):
+        for name, hint in typing.get_type_hints(func, include_extras=True).items():
+            if typing.get_origin(hint) is not typing.Annotated:
+                continue
+            kind, *extras = typing.get_args(hint)
+            if float in (kind, *typing.get_args(kind)):
+                info = next(e for e in extras if isinstance(e, typer.models.ParameterInfo))
+                floats.append((f"{path} --{name}", info.callback))
+    assert len(floats) >= 4
+    assert [name for name, callback in floats if callback is None] == []
+    code, output = _sim("sweep", "x.yaml", "--out", "/tmp/never", "--concurrency", "1", "--at-tpot-ms", "nan")
+    assert code == 2 and "not a finite number" in output

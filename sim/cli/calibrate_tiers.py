@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim import units
+from sim.cli.numbers import finite
 from sim.errors import InputError
 
 REQUEST_OVERHEAD_S = 0.042  # S4 [B]: TTFT of a 1K-token prefix hit in HBM, vLLM 0.18.1 eager on one H20
@@ -162,10 +163,14 @@ def tiers_cmd(
         typer.Option("--block-tokens", min=1, help="engine KV page size (default cache.block_tokens)"),
     ] = None,
     request_overhead_s: Annotated[
-        float, typer.Option("--request-overhead-s", min=0.0, help="engine cost of one request")
+        float,
+        typer.Option("--request-overhead-s", min=0.0, callback=finite, help="engine cost of one request"),
     ] = REQUEST_OVERHEAD_S,
     per_token_s: Annotated[
-        float, typer.Option("--per-token-s", min=0.0, help="engine cost per prompt token (tokenise, hash)")
+        float,
+        typer.Option(
+            "--per-token-s", min=0.0, callback=finite, help="engine cost per prompt token (tokenise, hash)"
+        ),
     ] = PER_TOKEN_S,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.cli.numbers import finite
 from sim.errors import InputError
 
 
@@ -45,7 +46,9 @@ def sweep(
     at_tpot_ms: Annotated[
         float | None,
         typer.Option(
-            "--at-tpot-ms", help="interpolate the point where TPOT p50 equals this (default: SLO TPOT)"
+            "--at-tpot-ms",
+            callback=finite,
+            help="interpolate the point where TPOT p50 equals this (default: SLO TPOT)",
         ),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="simulations run at once")] = os.cpu_count()

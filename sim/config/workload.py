@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sim.config.base import StrictModel
+from sim.config.base import MAX_DURATION_S, StrictModel
 from sim.config.errors import Problem, field_error, raise_problems
 
 
@@ -56,7 +56,10 @@ class Workload(StrictModel):
     generator: str | None = Field(None, description="generator spec YAML, relative path")
     benchmark: Benchmark | None = Field(None, description="fixed-shape benchmark requests, no file")
     days: float | None = Field(
-        None, gt=0, description="days to generate (generator only; default: the spec's)"
+        None,
+        gt=0,
+        le=MAX_DURATION_S / 86_400,
+        description="days to generate (generator only; default: the spec's)",
     )
     replay: Literal["closed_loop", "open_loop"] = Field(
         "closed_loop",

@@ -17,11 +17,12 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim.config.base import MAX_DURATION_S
 from sim.errors import InputError
 
 from .dists import Dist
 
-STRICT = ConfigDict(extra="forbid", frozen=True)
+STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN or infinity (issue 17)
 
 
 class DiurnalEnvelope(BaseModel):
@@ -275,7 +276,7 @@ class NominalService(BaseModel):
 class GeneratorSpec(BaseModel):
     model_config = STRICT
     name: str = Field(min_length=1)
-    days: float = Field(gt=0)
+    days: float = Field(gt=0, le=MAX_DURATION_S / 86_400)  # one year at most (sim.config.base)
     seed: int = 0
     max_context_tokens: int = Field(default=1_000_000, gt=0)
     max_output_tokens: int = Field(default=32_000, gt=0)

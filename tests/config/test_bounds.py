@@ -74,3 +74,19 @@ def test_hardware_profiles_refuse_non_finite_numbers_too():
     data["accelerator"]["hbm_capacity_gb"]["value"] = float("inf")
     with pytest.raises(Exception, match="finite"):
         HwProfile.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    "days, message", [(float("inf"), "finite"), (float("nan"), "finite"), (1e308, "366")]
+)
+def test_a_generator_spec_refuses_non_finite_and_absurd_days(days, message):
+    import yaml
+
+    from sim.errors import InputError
+    from sim.paths import project_root
+    from sim.workload.spec import parse_spec
+
+    raw = yaml.safe_load((project_root() / "traces" / "agent_1M_sample.yaml").read_text())
+    raw["days"] = days
+    with pytest.raises(InputError, match=message):
+        parse_spec(raw, file="spec.yaml")
