@@ -19,8 +19,12 @@ parent's input up to the last block boundary, not its output (Weka dev trace: ev
 inside the parent's input, 95 % in its last 64-token block). A hit elsewhere needs a window the
 engine no longer holds, so it is recomputed: `swa_replay_tokens` cached tokens re-run - V4.1's
 bounded replay of 128 (vLLM #56227), V4's exact rebuild of the window's receptive field (SGLang
-#31713). Assumption [D]: the saved bytes stay one state (`swa_state_bytes`, + compressor state
-for V4), not two, nor the up to block_tokens - 1 extra slots of their blocks.
+#31713). Assumptions [D]: blocks that slid out of the window are freed at once (SGLang's SWA radix
+cache; an engine leaving them cached until evicted, like vLLM's free queue, would serve deeper
+hits); the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two, nor
+the up to block_tokens - 1 extra slots of their blocks. The block size decides a lot: with 256-token
+blocks a hit rounded down from the 64-token blocks of real traces finds its window about half the
+time (the prompt's last 256-block boundary is more than 128 tokens back otherwise); with 64, always.
 
 The plan is a tuple (the lookup runs once per request):
     (key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay_tokens, shared)
