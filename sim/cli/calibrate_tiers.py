@@ -10,7 +10,8 @@ The floor is what a hit in HBM costs (the engine's own work around a request, wh
 hold): defaults from the published H20 measurement (hwprofiles/nvidia-h20-hgx8.yaml S4, vLLM 0.18.1 eager):
 42 ms for a request at a 1K prefix in HBM [B], and 1 us per prompt token for tokenising and hashing the prompt
 into blocks [D] (HF fast tokenizers run at ~1M tokens/s). The published setup's engine pages are 16 tokens
-(vLLM's default block size); `--block-tokens` sets them (default: the scenario default, 256).
+(vLLM's default block size); `--block-tokens` sets them (default: the scenario default, 256). `--scenario FILE` takes the tier chain
+from a scenario (a tier added there, a CXL expander say, is reported like the others: `<name>_s`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from sim.errors import InputError
 
 REQUEST_OVERHEAD_S = 0.042  # S4 [B]: TTFT of a 1K-token prefix hit in HBM, vLLM 0.18.1 eager on one H20
 PER_TOKEN_S = 1e-6  # [D]: tokenising + block hashing of the prompt, ~1M tokens/s
-TIERS = ("dram", "rdma_pool", "ssd")
-KEYS = {"hbm": "hbm_s", "dram": "dram_s", "rdma_pool": "rdma_s", "ssd": "ssd_s"}
+
+
+def tier_key(name: str) -> str:
+    """The JSON key of a tier's time: `<name>_s` (the RDMA pool's is `rdma_s`)."""
+    return "rdma_s" if name == "rdma_pool" else f"{name}_s"
 
 
 def register(app: typer.Typer) -> None:
@@ -63,6 +67,7 @@ def tier_times(
     block_tokens: int | None = None,
     request_overhead_s: float = REQUEST_OVERHEAD_S,
     per_token_s: float = PER_TOKEN_S,
+    cache=None,
 ) -> dict:
     """Seconds to the first token from each tier and by recompute, with their parts (see the module doc)."""
     from sim import model as m
@@ -88,7 +93,7 @@ def tier_times(
             value=prefix_tokens,
             allowed=f"1..{spec.max_context_tokens}",
         )
-    cache, timing_cfg = Cache(), Timing()
+    cache, timing_cfg = cache or Cache(), Timing()
     block = block_tokens or cache.block_tokens
     kv_bytes = prefix_tokens * m.global_kv_bytes_per_token(spec) + (
         m.swa_bytes_per_sequence(spec) + m.compressor_state_bytes_per_sequence(spec)
@@ -134,14 +139,18 @@ def tier_times(
         "hbm_s": floor_s,
         "recompute_s": serve_s + prefill_s,
         "parts": {"hbm": {"floor_s": floor_s, "serve_s": serve_s, "last_token_s": last_token_s}},
+        "tiers": [],
     }
-    for name in TIERS:
-        path = cache.tier(name).read
-        assert path is not None  # every tier below HBM has a read path (Cache validates it)
+    # every tier of the chain below HBM, enabled or not (a path is data whether or not a run uses it)
+    for name, tier in sorted(cache.tiers.items(), key=lambda item: item[1].rank):
+        path = tier.read
+        if path is None:
+            continue
+        out["tiers"].append(name)
         lanes = 1 if path.link.startswith("ssd") else gpus
         rates = path_rates(path, hw, achievable, lanes)
         load_s = rates.transfer_s(kv_bytes, segments)
-        out[KEYS[name]] = floor_s + load_s
+        out[tier_key(name)] = floor_s + load_s
         out["parts"][name] = {
             "link": path.link,
             "bw_GBps": rates.bw_bytes_per_s / units.GB,
@@ -172,6 +181,10 @@ def tiers_cmd(
             "--per-token-s", min=0.0, callback=finite, help="engine cost per prompt token (tokenise, hash)"
         ),
     ] = PER_TOKEN_S,
+    scenario: Annotated[
+        str | None,
+        typer.Option("--scenario", help="take the tier chain (cache.tiers) from this scenario file"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Time to the first token of a request whose prefix is in HBM, host DRAM, the RDMA pool or SSD, or is
@@ -186,6 +199,11 @@ def tiers_cmd(
     hw = hw if hw in known else by_prefix[0]
     if model not in model_names():
         raise InputError("unknown model", where="--model", value=model, allowed=model_names())
+    cache = None
+    if scenario is not None:
+        from sim.config.scenario import load_scenario
+
+        cache = load_scenario(scenario).cache
     data = tier_times(
         hw,
         model,
@@ -193,6 +211,7 @@ def tiers_cmd(
         block_tokens=block_tokens,
         request_overhead_s=request_overhead_s,
         per_token_s=per_token_s,
+        cache=cache,
     )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -207,11 +226,11 @@ def tiers_cmd(
         table.add_column(col, justify="left" if col in ("from", "link") else "right")
     hbm = data["parts"]["hbm"]
     table.add_row("hbm", f"{data['hbm_s']:.3f}", "-", "-", f"{hbm['serve_s']:.3f}", "-", "-")
-    for name in TIERS:
+    for name in data["tiers"]:
         p = data["parts"][name]
         table.add_row(
             name,
-            f"{data[KEYS[name]]:.3f}",
+            f"{data[tier_key(name)]:.3f}",
             p["link"],
             f"{p['bw_GBps']:.1f}",
             f"{p['per_request_s']:.3f}",

@@ -211,6 +211,15 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
 def _rdma_pool_tier(cache):
     """The enabled RDMA pool tier, or None. The store holds it between host DRAM and SSD (copies
     leaving DRAM go there); shared by all nodes (scope cluster) or by the nodes of one cluster pool."""
+    held = ("hbm", "dram", "rdma_pool", "ssd")
+    for name, other in cache.chain():
+        if name not in held:  # `sim calibrate tiers` reports any tier; the store holds these four
+            raise InputError(
+                "the simulator's store holds the tiers hbm, dram, rdma_pool and ssd",
+                where=f"cache.tiers.{name}.enabled",
+                value=other.enabled,
+                allowed="false (sim calibrate tiers --scenario reports the tier's path)",
+            )
     tier = cache.tier("rdma_pool")
     if not tier.enabled:
         return None

@@ -80,3 +80,27 @@ def test_bad_input_is_one_clear_error(args, fragment):
     assert result.exit_code != 0
     assert isinstance(result.exception, InputError)
     assert fragment in str(result.exception)
+
+
+CXL = """
+name: cxl
+models: [deepseek-v4-flash]
+hardware: nvidia-h200-hgx8
+cluster: {pools: [{name: c, role: colocated, nodes: 1, gpus_per_instance: 8, tp: 1, ep: 8, dp: 8}]}
+workload: {trace: t.parquet}
+cache:
+  tiers:   # a CXL memory expander on the host's PCIe Gen5 lanes: a data change
+    cxl: {rank: 15, scope: node, medium: host_dram, capacity_gb_per_node: 1024, ttl_s: 600,
+          read: {link: pcie_h2d, bw_frac: 0.5, per_request_s: 0.002}, write: {link: pcie_d2h, bw_frac: 0.5}}
+"""
+
+
+def test_a_tier_added_as_data_is_reported(tmp_path):
+    (tmp_path / "t.parquet").write_bytes(b"")
+    (tmp_path / "s.yaml").write_text(CXL)
+    data = _cli_json("nvidia-h20", "--model", "qwen3-coder-30b-a3b", "--prefix-tokens", "65536",
+                     "--scenario", str(tmp_path / "s.yaml"))  # fmt: skip
+    assert data["tiers"] == ["dram", "cxl", "rdma_pool", "ssd"]  # by rank
+    cxl = data["parts"]["cxl"]
+    assert cxl["bw_GBps"] == pytest.approx(64 * 0.5) and cxl["per_request_s"] == 0.002
+    assert data["hbm_s"] < data["cxl_s"] < data["dram_s"] + cxl["bytes_s"]

@@ -56,3 +56,12 @@ def test_the_rdma_pool_sits_between_dram_and_ssd(tmp_path):
     scn = scenario(tmp_path, trace, cache={"tiers": {"rdma_pool": pool}})
     with pytest.raises(InputError, match="cache.tiers.rdma_pool.rank"):
         run_scenario(scn)
+
+
+def test_a_tier_the_store_does_not_hold_is_refused_by_name(tmp_path):
+    trace = agent_trace(tmp_path / "t.parquet", sessions=2, turns=2)
+    cxl = {"rank": 15, "scope": "node", "medium": "host_dram", "ttl_s": 600.0, "capacity_gb_per_node": 1024.0,
+           "read": {"link": "pcie_h2d"}, "write": {"link": "pcie_d2h"}}  # fmt: skip
+    scn = scenario(tmp_path, trace, cache={"tiers": {"cxl": cxl}})
+    with pytest.raises(InputError, match="cache.tiers.cxl.enabled"):
+        run_scenario(scn)
