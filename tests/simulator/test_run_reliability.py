@@ -193,3 +193,13 @@ def test_cost_table_keeps_model_names_and_prices_whole_at_80_columns(tmp_path, t
     text = console.export_text()
     assert "V4-Flash" in text and "V4.1-Flash" in text
     assert "…" not in text
+
+
+def test_a_folder_without_run_ids_is_refused_by_report(tmp_path, trace):
+    out = tmp_path / "out"
+    run_scenario(scenario(tmp_path, trace), out_dir=out)
+    summary = json.loads((out / "summary.json").read_text())
+    del summary["run_id"]  # as sim.run/v1 wrote it: its files cannot be told from another run's
+    (out / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(InputError, match="summary.json has no run id"):
+        load_run(out)
