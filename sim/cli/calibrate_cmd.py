@@ -363,10 +363,11 @@ def _forward(profile) -> dict:
     """The forward-pass check (reference GPU) and the term this GPU's steps carry."""
     from dataclasses import asdict
 
+    from sim.config.timing import Timing
     from sim.timing.forward import forward_term, reference_check
 
     ref = reference_check()
-    term = forward_term(profile) if profile is not None else None
+    term = forward_term(profile, Timing().forward_term) if profile is not None else None
     if ref is None:
         return {"file": None, "term": asdict(term) if term else None, "summary": None, "points": []}
     return {
@@ -620,18 +621,21 @@ def _print_curves(console: Console, data: dict) -> None:
 
 def _print_forward(console: Console, fwd: dict) -> None:
     """Predicted vs measured forward passes, and the term the steps carry."""
+
+    def us(t: dict) -> str:
+        return f"{t['per_layer_s'] * 1e6:+.2f} µs per layer {t['per_layer_row_s'] * 1e9:+.3f} ns per layer and row"
+
     term = fwd["term"]
     if term is not None:
         console.print(
-            f"Forward-pass term (sim/timing/forward.py): {term['per_layer_s'] * 1e6:+.2f} µs per layer "
-            f"{term['per_layer_row_s'] * 1e9:+.3f} ns per layer and row; {term['source']}"
+            f"Forward-pass term in this GPU's steps (timing.forward_term default): {us(term)}; {term['source']}"
         )
     if not fwd["points"]:
         return
-    glue = fwd["glue_term"]
+    ref, glue = fwd["reference_term"], fwd["glue_term"]
     console.print(
-        f"  of which the pass's glue ops ({glue['source']}): {glue['per_layer_s'] * 1e6:+.2f} µs per layer "
-        f"{glue['per_layer_row_s'] * 1e9:+.3f} ns per layer and row (timing.forward_term: none drops the term)"
+        f"Measured on the H200 (sim/timing/forward.py): {us(ref)}; of which the pass's glue ops "
+        f"({glue['source']}): {us(glue)}. timing.forward_term: measured keeps the glue, none drops the term."
     )
     cols = (
         "stack",

@@ -33,11 +33,12 @@ class Timing(StrictModel):
         description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
         "vLLM/SGLang run them, ours where production has none) or kernels_bench (the project's own kernels)",
     )  # sim.timing.stacks: the composition rules; `sim calibrate show h200` shows both
-    forward_term: Literal["measured", "none"] = Field(
-        "measured",
-        description="calibrated steps: measured = add what a real forward pass on the H200 took beyond the "
-        "kernel sum (per layer and per layer-row, sim/timing/forward.py; the pass runs its activation quantisation, "
-        "routing, norms and RoPE as separate ops); none = the kernel sum alone",
+    forward_term: Literal["fused_glue", "measured", "none"] = Field(
+        "fused_glue",
+        description="calibrated steps: what a real forward pass on the H200 took beyond the kernel sum "
+        "(per layer and per layer-row, sim/timing/forward.py): fused_glue = less the pass's own activation "
+        "quantisation, routing, norm and RoPE ops, which serving engines fuse [D]; measured = all of it; "
+        "none = the kernel sum alone",
     )
     efficiency: Efficiency = Field(default_factory=Efficiency)
     kernel_overhead_s: float = Field(

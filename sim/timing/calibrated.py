@@ -503,10 +503,10 @@ def build_calibrated(ctx) -> CalibratedTiming:
     """The factory's builder: the tables of the context's GPU and kernel stack, measured on it or
     carried from the H200 (sim.timing.carry), and the term a real forward pass measured beyond
     the kernels (sim.timing.forward)."""
-    from sim.timing.forward import NO_TERM, forward_term
+    from sim.timing.forward import forward_term
 
     tables = tables_for(ctx.hw_profile, ctx.kernels)
-    term = forward_term(ctx.hw_profile) if ctx.forward_term == "measured" else NO_TERM
+    term = forward_term(ctx.hw_profile, ctx.forward_term)
     return CalibratedTiming(
         ctx.arith,
         ctx.hw,

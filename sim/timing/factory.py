@@ -41,7 +41,7 @@ class TimingContext:
     engram_in_dram: bool
     vision_on_instance: bool
     kernels: str = "production"  # kernel stack of the calibrated timing (sim.timing.stacks)
-    forward_term: str = "measured"  # measured | none (sim.timing.forward)
+    forward_term: str = "fused_glue"  # fused_glue | measured | none (sim.timing.forward)
     verify_rows: int = 0  # query rows per decoding sequence per step; 0 = 1 + draft_tokens
 
 

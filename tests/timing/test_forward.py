@@ -120,17 +120,22 @@ def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monke
     path, tables = synthetic
     result = check(path, tables, h200)
     monkeypatch.setattr(forward, "reference_check", lambda: result)
-    assert forward_term(h200) == result.term
-    b200 = forward_term(load_hw("nvidia-b200-hgx8"))
+    assert forward_term(h200, "measured") == result.term and forward_term(h200, "none").per_layer_s == 0.0
+    fused = forward_term(h200)  # the default: less the pass's glue ops (half of the known term here)
+    assert fused.per_layer_s == pytest.approx(A_S / 2) and fused.per_layer_row_s == pytest.approx(B_S / 2)
+    b200 = forward_term(load_hw("nvidia-b200-hgx8"), "measured")
     assert b200.per_layer_s == result.term.per_layer_s
     assert b200.per_layer_row_s == pytest.approx(result.term.per_layer_row_s * 4.8 / 8.0)
     from sim.timing.calibrated import build_calibrated
 
-    with_term = build_calibrated(context("deepseek-v4-flash"))
-    parts = with_term.decode_breakdown(64, 8192)
-    assert parts["forward_term_s"] == pytest.approx(
-        43 * (A_S + B_S * 8), rel=1e-6
-    )  # 64 on DP 8: 8 rows a GPU
+    parts = {
+        which: build_calibrated(context("deepseek-v4-flash", forward_term=which)).decode_breakdown(64, 8192)
+        for which in ("measured", "fused_glue", "none")
+    }
+    # 64 sequences on DP 8: 8 rows a GPU, 43 layers
+    assert parts["measured"]["forward_term_s"] == pytest.approx(43 * (A_S + B_S * 8), rel=1e-6)
+    assert parts["fused_glue"]["forward_term_s"] == pytest.approx(43 * (A_S + B_S * 8) / 2, rel=1e-6)
+    assert parts["none"]["forward_term_s"] == 0.0
 
 
 def test_a_broken_table_is_a_clean_input_error(tmp_path):
