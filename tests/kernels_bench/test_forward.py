@@ -1,0 +1,89 @@
+"""The forward-pass stack (kernels_bench.production.forward) with reference kernels at small shapes (CPU),
+and against the production kernels on the GPU (``gpu``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from kernels_bench.production import forward as fw
+
+SMALL = fw.Dims(
+    heads=8,  # FlashMLA needs 64 (the GPU test); the reference any
+    hidden=512,  # every GEMM K / 128 a multiple of 4 (cuBLASLt blockwise, hwprofiles/h200/README.md)
+    q_lora=512,
+    o_lora=128,
+    index_heads=16,
+    topk=64,
+    window=16,
+    experts=8,
+    inter=128,
+    shared_inter=512,
+    compressor_out={"CSA": 256, "HCA": 128},
+    index_compressor_out=128,
+)
+KINDS = ["SWA", "CSA", "HCA"]
+
+
+@pytest.mark.parametrize("mode,batch,chunk", [("decode", 2, 0), ("prefill", 1, 32)])
+def test_reference_stack_runs_and_is_deterministic(mode, batch, chunk):
+    stack = fw.Stack(
+        KINDS, SMALL, fw.RefKernels(), mode=mode, batch=batch, context=1024, chunk=chunk, device="cpu"
+    )
+    n = stack.layers[0].n
+    y1 = stack.run()[:n].clone()
+    y2 = stack.run()[:n]
+    assert y1.shape == (n, SMALL.hidden) and torch.isfinite(y1).all()
+    assert torch.equal(y1, y2)
+    cats = {c for c, _, _ in stack.op_list}
+    assert cats == set(fw.CATEGORIES)
+    csa = stack.layers[1]
+    if mode == "decode":  # top-k indices stay inside each sequence's compressed rows
+        idx = csa.att.idx_b[:, 0].long()
+        lo = csa.key_base
+        assert ((idx >= lo) & (idx < lo + csa.n_c)).all()
+    else:  # the window then 64 selected compressed entries, none beyond the pool
+        idx = csa.att.idx[:, 0]
+        assert (idx[:, SMALL.window :] >= csa.att.comp_base).all()
+        assert (idx < csa.att.kv.shape[0]).all()
+
+
+def test_moe_routes_every_token_to_six_experts():
+    stack = fw.Stack(
+        ["SWA"], SMALL, fw.RefKernels(), mode="decode", batch=3, context=1024, chunk=0, device="cpu"
+    )
+    stack.run()
+    act = stack.layers[0].act
+    assert int(act["counts"].sum()) == 3 * SMALL.experts_per_token
+    assert sorted(act["tok"].tolist()) == sorted(list(range(3)) * SMALL.experts_per_token)
+    assert torch.allclose(
+        act["wsorted"].view(-1).sum(), torch.tensor(3.0), atol=1e-4
+    )  # weights sum to 1 per token
+    assert act["dn"].shape == (3 * SMALL.experts_per_token, SMALL.hidden)
+
+
+def test_points_cover_the_issue_grid():
+    pts = fw.points("full")
+    dec = {(b, L) for s, m, b, L, _ in pts if m == "decode" and s == "reduced"}
+    assert dec == {(b, L) for b in (1, 8, 64, 256) for L in (8192, 131072)}
+    assert {t for s, m, _, _, t in pts if m == "prefill"} == {512, 4096}
+    assert fw.layer_kinds_label(fw.STACKS["reduced"]) == "SWA;CSA4;HCA128;CSA4;HCA128"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,batch,chunk", [("decode", 4, 0), ("prefill", 1, 64)])
+def test_production_stack_matches_reference_stack(mode, batch, chunk):
+    try:
+        gpu = fw.GpuKernels()
+    except Exception as e:  # noqa: BLE001 - packages missing on this machine
+        pytest.skip(str(e)[:200])
+    kw = dict(mode=mode, batch=batch, context=2048, chunk=chunk, device="cuda", seed=3)
+    dims = replace(SMALL, heads=64)
+    a = fw.Stack(KINDS, dims, gpu, **kw)
+    b = fw.Stack(KINDS, dims, fw.RefKernels(), **kw)
+    n = a.layers[0].n
+    ya, yb = a.run()[:n].float(), b.run()[:n].float()
+    assert torch.isfinite(ya).all()
+    assert ((ya - yb).norm() / yb.norm()).item() < 3e-2
