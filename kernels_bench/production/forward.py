@@ -808,6 +808,9 @@ def main(argv=None) -> int:
             del stack
         except Exception as e:  # noqa: BLE001 - a point that fails is reported, never silent
             row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            import traceback
+
+            traceback.print_exc(file=log)
         torch.cuda.empty_cache()
         rows.append(row)
         msg = " ".join(
