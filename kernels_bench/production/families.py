@@ -254,6 +254,34 @@ def fam_mhc(ctx: Ctx) -> Iterator[dict]:
             )
 
 
+def fam_mhc_parts(ctx: Ctx) -> Iterator[dict]:
+    """Each step of the TileKernels boundary alone (timing only: the composition is checked in mhc_fused)."""
+    from kernels_bench.production import mhc_tk
+
+    H = 4096
+    params = mhc_tk.make_params(H, device=ctx.device, generator=F._gen(ctx, 7))
+    for T in (1, 8, 64, 512, 4096):
+        case = _MhcCase(T, H, 23, ctx.device, params)
+        case.run()
+        for name, fn in case.op.parts(case.x, case.y, case.post, case.comb):
+            base = prod(
+                dict(
+                    family="mhc",
+                    kernel=name,
+                    impl="tilelang" if name in ("mhc_post", "mhc_pre_big_fuse") else "torch",
+                    model="V4",
+                    layer_kind="boundary-part",
+                    fmt="bf16+fp32",
+                    batch=T,
+                    rows=T,
+                    n=H,
+                    note="one step of mhc_fused (tilelang rows) alone; timing only, the composition is checked",
+                ),
+                "tile_kernels",
+            )
+            yield _guard(ctx, base, lambda fn=fn: {"check_passed": "", **_time(ctx, [fn])})
+
+
 # ---- FP8 blockwise dense projections (cuBLASLt, K padded) ------------------------------------------------
 
 
@@ -335,7 +363,12 @@ def fam_gemm_dense(ctx: Ctx) -> Iterator[dict]:
                 )
 
 
-FAMILIES = {"attention": fam_attention, "mhc": fam_mhc, "gemm_dense": fam_gemm_dense}
+FAMILIES = {
+    "attention": fam_attention,
+    "mhc": fam_mhc,
+    "mhc_parts": fam_mhc_parts,
+    "gemm_dense": fam_gemm_dense,
+}
 
 
 def missing_row(family: str, err: MissingPackage) -> dict:

@@ -54,6 +54,7 @@ FWD_COLUMNS = [
     "indexer_us",
     "mhc_us",
     "dense_gemm_us",
+    "act_quant_us",
     "moe_us",
     "other_us",
     "ops_per_pass",
@@ -62,7 +63,7 @@ FWD_COLUMNS = [
     "timing_method",
     "note",
 ]
-CATEGORIES = ("attention", "indexer", "mhc", "dense_gemm", "moe", "other")
+CATEGORIES = ("attention", "indexer", "mhc", "dense_gemm", "act_quant", "moe", "other")
 
 
 @dataclass(frozen=True)
@@ -158,11 +159,18 @@ class RefKernels:
             self._deq[id(q)] = make()
         return self._deq[id(q)]
 
-    def linear(self, x: torch.Tensor, w: BlockwiseWeight) -> torch.Tensor:
-        xq, xs = act_quant_blockwise(x)
-        m, k = x.shape
+    def quant(self, x: torch.Tensor):
+        """Activation quantisation for the FP8 blockwise GEMMs (its own op: shared by several GEMMs)."""
+        return act_quant_blockwise(x)
+
+    def gemm(self, xqs, w: BlockwiseWeight) -> torch.Tensor:
+        xq, xs = xqs
+        m, k = xq.shape
         xd = (xq.float().view(m, k // 128, 128) * xs[:, :, None]).view(m, k)
         return (xd @ self._dequant(w.q, w.dequant).t()).to(torch.bfloat16)
+
+    def linear(self, x: torch.Tensor, w: BlockwiseWeight) -> torch.Tensor:
+        return self.gemm(self.quant(x), w)
 
     def grouped(self, x: torch.Tensor, w: GroupedWeight, counts: torch.Tensor) -> torch.Tensor:
         xq, xs = act_quant_rowwise(x)
@@ -230,12 +238,15 @@ class GpuKernels(RefKernels):
         require("tile_kernels")
         self.flash_mla = flash_mla
 
-    def linear(self, x, w):
+    def quant(self, x):
+        xq, xs = act_quant_blockwise(x)
+        return xq, xs.t().contiguous().t()  # outer-dim-major scales, as cuBLASLt reads them
+
+    def gemm(self, xqs, w):
         from kernels_bench.families import _blockwise_scale_b
 
-        assert (x.shape[1] // 128) % 4 == 0, "cuBLASLt blockwise FP8 is wrong unless K/128 % 4 == 0"
-        xq, xs = act_quant_blockwise(x)
-        xs_t = xs.t().contiguous().t()
+        xq, xs_t = xqs
+        assert (xq.shape[1] // 128) % 4 == 0, "cuBLASLt blockwise FP8 is wrong unless K/128 % 4 == 0"
         if w.sb is None:
             w.sb = _blockwise_scale_b(xq, w.q, xs_t, w.s)
         return torch._scaled_mm(xq, w.q.t(), scale_a=xs_t, scale_b=w.sb, out_dtype=torch.bfloat16)
@@ -488,8 +499,19 @@ class Layer:
                 st["X"], st["y"], st["post"], st["comb"]
             )
 
+        def quant(src: str) -> None:  # activation quantisation, once per tensor (shared by its GEMMs)
+            add("act_quant", f"quant_{src}", lambda: L.__setitem__(src + "_q", k.quant(L[src])))
+
+        def gemm(name: str, src: str, dst: str, shape=None) -> None:
+            def run():
+                y = k.gemm(L[src + "_q"], self.w[name])
+                L[dst] = y if shape is None else y.view(*shape)
+
+            add("dense_gemm", name, run)
+
         add("mhc", "mhc_attn", mhc_attn)
-        add("dense_gemm", "q_a", lambda: L.__setitem__("qa", k.linear(L["x"], self.w["q_a"])))
+        quant("x")
+        gemm("q_a", "x", "qa")
         add(
             "other",
             "q_norm",
@@ -497,13 +519,10 @@ class Layer:
                 "qa", torch.nn.functional.rms_norm(L["qa"], (d.q_lora,), self.norm_w["q"], 1e-6)
             ),
         )
-        add(
-            "dense_gemm",
-            "q_b",
-            lambda: L.__setitem__("q", k.linear(L["qa"], self.w["q_b"]).view(m, d.heads, d.head_dim)),
-        )
+        quant("qa")
+        gemm("q_b", "qa", "q", (m, d.heads, d.head_dim))
         add("other", "q_rope", lambda: self._rope(L["q"]))
-        add("dense_gemm", "kv", lambda: L.__setitem__("kv", k.linear(L["x"], self.w["kv"])))
+        gemm("kv", "x", "kv")
         add(
             "other",
             "kv_norm_rope",
@@ -516,22 +535,10 @@ class Layer:
         )
         add("other", "kv_write", lambda: k.kv_write(L["kv"][:n], self.kv_rows))
         if self.kind != "SWA":
-            add(
-                "dense_gemm", "compressor", lambda: L.__setitem__("c", k.linear(L["x"], self.w["compressor"]))
-            )
+            gemm("compressor", "x", "c")
         if self.kind == "CSA":
-            add(
-                "dense_gemm",
-                "index_compressor",
-                lambda: L.__setitem__("ic", k.linear(L["x"], self.w["index_compressor"])),
-            )
-            add(
-                "dense_gemm",
-                "index_q",
-                lambda: L.__setitem__(
-                    "iq", k.linear(L["qa"], self.w["index_q"]).view(m, d.index_heads, d.index_dim)
-                ),
-            )
+            gemm("index_compressor", "x", "ic")
+            gemm("index_q", "qa", "iq", (m, d.index_heads, d.index_dim))
             scale = 1.0 / math.sqrt(d.index_heads * d.index_dim)
             add(
                 "indexer",
@@ -591,7 +598,8 @@ class Layer:
                 torch.bmm(self.o.view(m, g, -1).transpose(0, 1), self.wo_a).transpose(0, 1).reshape(m, -1),
             ),
         )
-        add("dense_gemm", "wo_b", lambda: st.__setitem__("y", k.linear(L["oa"], self.w["wo_b"])))
+        quant("oa")
+        add("dense_gemm", "wo_b", lambda: st.__setitem__("y", k.gemm(L["oa_q"], self.w["wo_b"])))
 
         def mhc_ffn():
             st["X"], L["x"], st["post"], st["comb"] = st["mhc_ffn"][id(self)](
@@ -625,12 +633,17 @@ class Layer:
         add("moe", "swiglu", swiglu)
         add("moe", "down", lambda: L.__setitem__("dn", k.grouped(L["a"], self.down, L["counts"])))
 
-        def shared():
-            su = k.linear(L["x"], self.w["shared_gate_up"])
-            a = torch.nn.functional.silu(su[:, : d.shared_inter].float()) * su[:, d.shared_inter :].float()
-            L["sh"] = k.linear(a.to(torch.bfloat16), self.w["shared_down"])
+        quant("x")  # the ffn boundary's output
+        gemm("shared_gate_up", "x", "su")
 
-        add("dense_gemm", "shared_expert", shared)
+        def shared_swiglu():
+            su = L["su"]
+            a = torch.nn.functional.silu(su[:, : d.shared_inter].float()) * su[:, d.shared_inter :].float()
+            L["sa"] = a.to(torch.bfloat16)
+
+        add("other", "shared_swiglu", shared_swiglu)
+        quant("sa")
+        gemm("shared_down", "sa", "sh")
 
         def combine():
             y = L["sh"].float()
@@ -722,9 +735,11 @@ def measure(stack: Stack) -> dict:
     for cat, name, fn in stack.op_list:
         names.setdefault((cat, name), []).append(fn)
     cats = dict.fromkeys(CATEGORIES, 0.0)
-    for (cat, _name), fns in names.items():
+    ops_us = {}
+    for (cat, name), fns in names.items():
         t = time_calls([lambda fns=fns: [f() for f in fns]], samples=10, max_seconds=0.5)
         cats[cat] += t.median_us
+        ops_us[name] = t.median_us
     return {
         "measured_us_p50": full.median_us,
         "measured_us_p10": full.p10_us,
@@ -735,6 +750,7 @@ def measure(stack: Stack) -> dict:
         "output_finite": finite,
         "graph_vs_eager_rel": rel,
         "timing_method": full.method,
+        "ops_us": ops_us,  # each op alone, summed over the stack's layers (JSON only)
     }
 
 

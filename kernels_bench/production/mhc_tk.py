@@ -87,6 +87,53 @@ class TkBoundary:
         self.comb_o = torch.empty(T, STREAMS * STREAMS, dtype=torch.float32, device=device)
         self.li = torch.empty(T, H, dtype=torch.bfloat16, device=device)
 
+    def parts(self, x, y, post, comb) -> list[tuple[str, object]]:
+        """The boundary's steps as separate callables (for timing each alone; __call__ runs them all)."""
+        T, H = self.T, self.H
+        xf = self.xn.view(T, STREAMS * H)
+        st: dict = {}
+
+        def post_step():
+            self._post(
+                y.view(1, T, H),
+                x.view(1, T, STREAMS, H),
+                post.view(1, T, STREAMS, 1),
+                comb.view(1, T, STREAMS, STREAMS),
+                out=self.xn,
+            )
+
+        def gemm_step():
+            st["mul"] = torch.mm(xf, self.fn_t).float().view(1, T, 24)
+            st["sq"] = torch.linalg.vector_norm(xf, dim=1, dtype=torch.float32).square().view(1, T)
+
+        def fuse_step():
+            self._fuse(
+                st["mul"],
+                st["sq"],
+                self.p.scale,
+                self.p.base,
+                self.xn.view(T, STREAMS, H),
+                self.post_o,
+                self.comb_o,
+                self.li,
+                RMS_EPS,
+                PRE_EPS,
+                SINKHORN_EPS,
+                POST_MULT,
+                SINKHORN_REPEAT,
+                n_splits=1,
+            )
+
+        def norm_step():
+            st["out"] = torch.nn.functional.rms_norm(self.li, (H,), self.p.gamma.to(torch.bfloat16), RMS_EPS)
+
+        return [
+            ("mhc_post", post_step),
+            ("mhc_prenorm_gemm", gemm_step),
+            ("mhc_pre_big_fuse", fuse_step),
+            ("rmsnorm", norm_step),
+        ]
+
     def __call__(self, x, y, post, comb):
         T, H = self.T, self.H
         self._post(

@@ -19,7 +19,7 @@ from pathlib import Path
 from kernels_bench.production import PACKAGES, MissingPackage, package_version, require
 
 ORDER = ("attention", "mhc", "gemm_dense")
-NEEDS = {"attention": "flash_mla", "mhc": "tile_kernels", "gemm_dense": None}
+NEEDS = {"attention": "flash_mla", "mhc": "tile_kernels", "mhc_parts": "tile_kernels", "gemm_dense": None}
 
 
 def _parse(argv):
