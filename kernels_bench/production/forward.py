@@ -56,6 +56,7 @@ FWD_COLUMNS = [
     "dense_gemm_us",
     "act_quant_us",
     "moe_us",
+    "routing_us",
     "other_us",
     "ops_per_pass",
     "output_finite",
@@ -63,7 +64,11 @@ FWD_COLUMNS = [
     "timing_method",
     "note",
 ]
-CATEGORIES = ("attention", "indexer", "mhc", "dense_gemm", "act_quant", "moe", "other")
+# attention: FlashMLA; indexer: index weights, FP8 scores, top-k; mhc: both boundaries; dense_gemm: FP8
+# blockwise GEMMs and wo_a; act_quant: their activation quantisation; moe: the two grouped GEMMs (with their
+# rowwise quantisation); routing: router, top-6, sort, dispatch gather and the weighted combine; other:
+# norms, RoPE, SwiGLU, quantise-on-write
+CATEGORIES = ("attention", "indexer", "mhc", "dense_gemm", "act_quant", "moe", "routing", "other")
 
 
 @dataclass(frozen=True)
@@ -463,7 +468,7 @@ class Layer:
         if self.kind == "CSA":
             extra = d.topk
         elif self.kind == "HCA":
-            extra = ceil_to(n_c, 64)
+            extra = ceil_to(n_c, 128)  # FlashMLA prefill: top-k a multiple of 128
         idx = torch.full((T, 1, W + extra), -1, dtype=torch.int32, device=device)
         idx[:, 0, :W] = win.int()
         if self.kind == "HCA":
@@ -621,7 +626,7 @@ class Layer:
             )
             L["xs"] = L["x"][:n][L["tok"]]
 
-        add("moe", "route_dispatch", route)
+        add("routing", "route_dispatch", route)
         add("moe", "gate_up", lambda: L.__setitem__("gu", k.grouped(L["xs"], self.gate_up, L["counts"])))
 
         def swiglu():
@@ -630,7 +635,7 @@ class Layer:
                 torch.bfloat16
             )
 
-        add("moe", "swiglu", swiglu)
+        add("other", "swiglu", swiglu)
         add("moe", "down", lambda: L.__setitem__("dn", k.grouped(L["a"], self.down, L["counts"])))
 
         quant("x")  # the ffn boundary's output
@@ -651,7 +656,7 @@ class Layer:
             self.y.copy_(y)
             st["y"] = self.y
 
-        add("moe", "combine", combine)
+        add("routing", "combine", combine)
         return out
 
 

@@ -79,8 +79,8 @@ def test_production_stack_matches_reference_stack(mode, batch, chunk):
         gpu = fw.GpuKernels()
     except Exception as e:  # noqa: BLE001 - packages missing on this machine
         pytest.skip(str(e)[:200])
-    kw = dict(mode=mode, batch=batch, context=2048, chunk=chunk, device="cuda", seed=3)
-    dims = replace(SMALL, heads=64)
+    kw = dict(mode=mode, batch=batch, context=8192, chunk=chunk, device="cuda", seed=3)
+    dims = replace(SMALL, heads=64, window=128, topk=128)  # FlashMLA: top-k blocks of 64 (prefill 128)
     a = fw.Stack(KINDS, dims, gpu, **kw)
     b = fw.Stack(KINDS, dims, fw.RefKernels(), **kw)
     n = a.layers[0].n
