@@ -79,8 +79,13 @@ def test_production_stack_matches_reference_stack(mode, batch, chunk):
         gpu = fw.GpuKernels()
     except Exception as e:  # noqa: BLE001 - packages missing on this machine
         pytest.skip(str(e)[:200])
+    """Same weights and inputs through both stacks. The discrete choices (router top-6, indexer top-k) are
+    made total here (6 of 6 experts, every compressed entry), because a 1e-3 difference upstream flips a
+    near-tie and then whole expert outputs differ (seen: 10 % with 8 experts); every continuous op is compared.
+    """
     kw = dict(mode=mode, batch=batch, context=8192, chunk=chunk, device="cuda", seed=3)
-    dims = replace(SMALL, heads=64, window=128, topk=128)  # FlashMLA: top-k blocks of 64 (prefill 128)
+    # FlashMLA: 64 heads, top-k in blocks of 64 (prefill 128); 2048 = all CSA entries at 8K
+    dims = replace(SMALL, heads=64, window=128, topk=2048, experts=6)
     a = fw.Stack(KINDS, dims, gpu, **kw)
     b = fw.Stack(KINDS, dims, fw.RefKernels(), **kw)
     n = a.layers[0].n
