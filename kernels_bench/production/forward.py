@@ -719,6 +719,32 @@ class Stack:
         return self.st["y"]
 
 
+COMPONENTS = {  # backend methods swapped together, per production component
+    "gemm": ("quant", "gemm", "linear"),
+    "grouped": ("grouped",),
+    "mhc": ("make_mhc",),
+    "attention": ("prep_attention_decode", "attention_decode", "attention_prefill"),
+    "indexer": ("index_scores",),
+    "kv_write": ("kv_write",),
+}
+
+
+def component_errors(kinds, d: Dims, gpu: RefKernels, **kw) -> dict[str, float]:
+    """Relative error of the stack's output when one component runs on ``gpu`` and the rest on the reference.
+
+    Locates a disagreement between the production stack and the reference one component at a time.
+    """
+    ref = Stack(kinds, d, RefKernels(), **kw).run().float()
+    out = {}
+    for comp, methods in COMPONENTS.items():
+        hyb = RefKernels()
+        for meth in methods:
+            setattr(hyb, meth, getattr(gpu, meth))
+        y = Stack(kinds, d, hyb, **kw).run().float()
+        out[comp] = ((y - ref).norm() / ref.norm()).item()
+    return out
+
+
 def layer_kinds_label(kinds: list[str]) -> str:
     return ";".join(KIND_LABEL[k] for k in kinds)
 

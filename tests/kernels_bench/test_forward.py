@@ -86,6 +86,9 @@ def test_production_stack_matches_reference_stack(mode, batch, chunk):
     kw = dict(mode=mode, batch=batch, context=8192 - chunk, chunk=chunk, device="cuda", seed=3)
     # FlashMLA: 64 heads, top-k in blocks of 64 (prefill 128); 2048 = all CSA entries at 8K
     dims = replace(SMALL, heads=64, window=128, topk=2048, experts=6)
+    errs = fw.component_errors(KINDS, dims, gpu, **kw)
+    print("component errors", errs)
+    assert max(errs.values()) < 2e-2, errs
     a = fw.Stack(KINDS, dims, gpu, **kw)
     b = fw.Stack(KINDS, dims, fw.RefKernels(), **kw)
     n = a.layers[0].n
