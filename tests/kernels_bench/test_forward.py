@@ -80,18 +80,20 @@ def test_production_stack_matches_reference_stack(mode, batch, chunk):
     except Exception as e:  # noqa: BLE001 - packages missing on this machine
         pytest.skip(str(e)[:200])
     """Same weights and inputs through both stacks. The discrete choices (router top-6, indexer top-k) are
-    made total here (6 of 6 experts, every compressed entry), because a 1e-3 difference upstream flips a
-    near-tie and then whole expert outputs differ (seen: 10 % with 8 experts); every continuous op is compared.
-    """
+    made total here (6 of 6 experts, every compressed entry). Each production component swapped into the
+    reference stack must move the output no more than twice what a 0.1 % change of the input does (FP8
+    activation rounding makes the stack rough; see forward.component_errors); each kernel is checked to
+    ~2e-3 on its own in the production tables."""
     kw = dict(mode=mode, batch=batch, context=8192 - chunk, chunk=chunk, device="cuda", seed=3)
     # FlashMLA: 64 heads, top-k in blocks of 64 (prefill 128); 2048 = all CSA entries at 8K
     dims = replace(SMALL, heads=64, window=128, topk=2048, experts=6)
     errs = fw.component_errors(KINDS, dims, gpu, **kw)
     print("component errors", errs)
-    assert max(errs.values()) < 2e-2, errs
+    sens = errs.pop("sensitivity")
+    assert 0 < sens < 0.2
+    assert max(errs.values()) < 2 * sens, (sens, errs)
     a = fw.Stack(KINDS, dims, gpu, **kw)
     b = fw.Stack(KINDS, dims, fw.RefKernels(), **kw)
-    n = a.layers[0].n
-    ya, yb = a.run()[:n].float(), b.run()[:n].float()
+    ya, yb = a.run().float(), b.run().float()
     assert torch.isfinite(ya).all()
-    assert ((ya - yb).norm() / yb.norm()).item() < 3e-2
+    assert ((ya - yb).norm() / yb.norm()).item() < 3 * sens
