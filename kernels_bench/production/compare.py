@@ -66,9 +66,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="append the derived V4.1 CSA2 rows to the production tables",
     )
+    ap.add_argument(
+        "--add-run", type=Path, default=None, help="with --write-derived: a later run's JSON to append"
+    )
     args = ap.parse_args(argv)
     if args.write_derived:
-        print(f"{write_with_derived(args.production.parent)} derived rows written")
+        print(f"{write_with_derived(args.production.parent, args.add_run)} derived rows written")
         return 0
     rows = compare(read_rows(args.production), read_rows(args.ours))
     if args.family:
@@ -137,8 +140,10 @@ def derived_csa2_rows(prod: list[dict], ours: list[dict]) -> list[dict]:
     return out
 
 
-def write_with_derived(hw: Path = HW) -> int:
-    """Rewrite production_results.{csv,json,md} with the derived rows appended (idempotent)."""
+def write_with_derived(hw: Path = HW, add_run: Path | None = None) -> int:
+    """Rewrite production_results.{csv,json,md} with the derived rows appended (idempotent); ``add_run``: a
+    later run's production_results.json whose rows are appended (``note`` ends with ``[run N]``, its
+    provenance recorded as ``run N``)."""
     import json
 
     from kernels_bench import report
@@ -148,6 +153,13 @@ def write_with_derived(hw: Path = HW) -> int:
     doc = json.loads((hw / "production_results.json").read_text())
     rows = [r for r in doc["rows"] if r.get("impl") != "derived"]
     prov = doc["provenance"]
+    if add_run is not None:
+        new = json.loads(add_run.read_text())
+        n = 2 + sum(1 for k in prov if k.startswith("run "))
+        prov[f"run {n}"] = new["provenance"]
+        for r in new["rows"]:
+            r["note"] = f"{r.get('note') or ''} [run {n}]".strip()
+        rows += new["rows"]
     as_str = [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in rows]
     derived = derived_csa2_rows(as_str, read_rows(hw / "kernels_bench_results.csv"))
     prov["derived_rows"] = (
