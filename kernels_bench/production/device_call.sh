@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 python3 -c "import flash_mla,torch; print('flash_mla', flash_mla.__version__, 'legacy', flash_mla.has_legacy(), 'torch', torch.__version__)"
 python3 -c "import tilelang, tile_kernels; print('tilelang', tilelang.__version__)" 2>&1 | tail -2
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout 240 python3 -m pytest -q -p no:cacheprovider --confcutdir=tests/kernels_bench tests/kernels_bench/test_production.py tests/kernels_bench/test_forward.py 2>&1 | tee "$OUT/production_gpu_tests.txt" | tail -15
+  timeout 240 python3 -m pytest -q -p no:cacheprovider --confcutdir=tests/kernels_bench tests/kernels_bench/test_production.py tests/kernels_bench/test_production_forward.py 2>&1 | tee "$OUT/production_gpu_tests.txt" | tail -15
 fi
 if [ "${FAMILIES-attention,gemm_dense,mhc}" != "" ]; then
   python3 -m kernels_bench.production.run --out "$OUT" --commit "${COMMIT:-unknown}" \
