@@ -32,7 +32,8 @@ def test_closed_loop_holds_concurrency_exactly(tmp_path):
     probes = (events[:-1] + events[1:]) / 2
     probes = probes[probes < 40.0]
     in_flight = [int(((arrive <= x) & (finish > x)).sum()) for x in probes]
-    assert len(probes) > 30 and set(in_flight) == {6}
+    # enough boundaries to mean something (how many fit before 40 s depends on the calibrated step time)
+    assert len(probes) > 20 and set(in_flight) == {6}
     # sessions: the second and later turns reuse 90% of the input from the previous turn
     later = t[t["request_index"] > 0]
     assert (later["prefix_tokens"] == np.round(0.9 * later["input_tokens"]).astype(int)).all()
