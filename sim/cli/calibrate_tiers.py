@@ -47,7 +47,7 @@ def _instance_gpus(hw, spec, kv_bytes: float, reserve_frac: float) -> int:
 
     g = 1
     while g <= hw.gpus_per_node:
-        weights = instance_weight_bytes(spec, g, g, 1, True)
+        weights = instance_weight_bytes(spec, 1, True)
         if weights + kv_bytes <= g * hw.hbm_capacity_bytes * (1.0 - reserve_frac):
             return g
         g *= 2

@@ -2,8 +2,9 @@
 instances, router, cluster wiring, recorder and sampler. Pure construction, no run.
 
 Resolution rules (each a stated choice):
-- HBM per instance = GPUs x usable HBM x (1 - activation_reserve_frac); weights take
-  (GPUs / EP) copies of the routed experts (drafter's included), DP copies of everything else
+- HBM per instance = GPUs x usable HBM x (1 - activation_reserve_frac); weights take one copy of
+  the routed experts (drafter's included: EP splits the experts, expert TP = GPUs / EP splits each
+  one, as sim/config/cluster.py defines it and the timing models charge), DP copies of everything else
   (attention-TP shards it), and V4.1's Engram tables once (row-sharded) when they live in HBM;
   the rest holds KV. The latent KV is replicated on every attention-TP rank (model.md §9).
 - Host DRAM per node: the profile's `dram_usable_for_kv_gb` (scaled if `cluster.node.dram_gb`
@@ -176,13 +177,13 @@ def efficiency(achievable: dict, timing) -> Efficiency:
     )
 
 
-def instance_weight_bytes(spec, gpus: int, ep: int, dp: int, engram_in_hbm: bool) -> float:
+def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool) -> float:
     """HBM the weights take in one instance (see the module doc)."""
     groups = weights_bytes_by_group(spec)
     experts = groups.get("routed_experts", 0.0) + groups.get("drafter_routed_experts", 0.0)
     engram = groups.get("engram_tables", 0.0)
     rest = sum(groups.values()) - experts - engram
-    return gpus / ep * experts + dp * rest + (engram if engram_in_hbm else 0.0)
+    return experts + dp * rest + (engram if engram_in_hbm else 0.0)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     hw = scn.pool_profile(pool)
     gpi = pool.gpus_per_instance
     return HbmBudget(
-        weights_bytes=instance_weight_bytes(spec, gpi, pool.ep, pool.dp, engram_in_hbm),
+        weights_bytes=instance_weight_bytes(spec, pool.dp, engram_in_hbm),
         usable_bytes=gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac),
     )
 

@@ -102,3 +102,16 @@ def test_expected_experts_touched():
     assert expected_experts_touched(384, 6, 1) == pytest.approx(6)
     assert expected_experts_touched(384, 6, 0) == 0
     assert expected_experts_touched(256, 6, 10_000) == pytest.approx(256)
+
+
+def test_instance_holds_one_copy_of_the_experts_whatever_the_expert_split():
+    """Expert TP (GPUs / EP, sim/config/cluster.py) splits each expert; it does not copy it. A TP4
+    instance without EP and a TP4/EP4 instance hold the same weights; DP copies the rest."""
+    from sim.cluster.build import instance_weight_bytes
+
+    spec = load_model(V4)
+    g = weights_bytes_by_group(spec)
+    experts = g.get("routed_experts", 0.0) + g.get("drafter_routed_experts", 0.0)
+    rest = sum(g.values()) - experts - g.get("engram_tables", 0.0)
+    assert instance_weight_bytes(spec, 1, True) == pytest.approx(weights_bytes(spec))
+    assert instance_weight_bytes(spec, 8, True) == pytest.approx(experts + 8 * rest)
