@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 BLOCK_ALIGN_TOKENS = 256  # lcm of the CSA (4) and HCA (128) ratios, rounded to a friendly power of two
+TOKEN_ID_LIMIT = (
+    32768  # the engine's made-up token ids lie in [0, TOKEN_ID_LIMIT): any vocabulary this big works
+)
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,13 @@ class SeqWork:
 
     def __post_init__(self) -> None:
         if self.context_tokens < 0 or self.new_tokens <= 0:
-            raise ValueError(f"seq {self.seq_id}: context_tokens={self.context_tokens}, new_tokens={self.new_tokens}")
+            raise ValueError(
+                f"seq {self.seq_id}: context_tokens={self.context_tokens}, new_tokens={self.new_tokens}"
+            )
         if len(self.token_ids) != self.new_tokens:
-            raise ValueError(f"seq {self.seq_id}: {len(self.token_ids)} token ids for {self.new_tokens} new tokens")
+            raise ValueError(
+                f"seq {self.seq_id}: {len(self.token_ids)} token ids for {self.new_tokens} new tokens"
+            )
 
     @property
     def end_tokens(self) -> int:
@@ -96,6 +103,8 @@ class StepFunction(Protocol):
 def check_step_function(fn: StepFunction) -> None:
     """Fail fast on a step function the engine cannot drive."""
     if fn.block_tokens <= 0 or fn.block_tokens % BLOCK_ALIGN_TOKENS:
-        raise ValueError(f"block_tokens={fn.block_tokens}: must be a positive multiple of {BLOCK_ALIGN_TOKENS}")
+        raise ValueError(
+            f"block_tokens={fn.block_tokens}: must be a positive multiple of {BLOCK_ALIGN_TOKENS}"
+        )
     if fn.num_blocks <= 0:
         raise ValueError(f"num_blocks={fn.num_blocks}: must be positive")
