@@ -384,7 +384,10 @@ class CalibratedTiming(RooflineTiming):
         dense, mhc = self._gemm_mhc(every, m)
         share, experts = self._experts(rows)
         scale = self._f_total / mt.covered_flops_per_token
-        overhead = cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m)
+        # the term's per-row part is kernel work the tables under-predict (the measured pass's MoE and
+        # attention, sim.timing.forward), so a GPU pays it for its share of the rows' work: TP ranks
+        # split the DP group's GEMM, expert and attention-head work (m / tp), as its kernels are split
+        overhead = cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m / self.par.tp)
         return dense, cls.moe_layers * share * experts * scale, mhc, overhead
 
     def _class_s(self, every: bool, rows: int) -> float:

@@ -114,8 +114,11 @@ def test_fit_without_row_variation_takes_a_constant():
 
 
 def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monkeypatch, tmp_path):
-    """With a forward table in place, H200 steps carry the fitted term; B200 the per-row part x 4.8/8."""
+    """With a forward table in place, H200 steps carry the fitted term, TP ranks its per-row part
+    over their share of the rows, and B200 the term of each pass scaled by our kernels' B200/H200
+    ratio at its point."""
     from sim.timing import forward
+    from sim.timing.carry import tables_for
 
     path, tables = synthetic
     result = check(path, tables, h200)
@@ -123,9 +126,19 @@ def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monke
     assert forward_term(h200, "measured") == result.term and forward_term(h200, "none").per_layer_s == 0.0
     fused = forward_term(h200)  # the default: less the pass's glue ops (half of the known term here)
     assert fused.per_layer_s == pytest.approx(A_S / 2) and fused.per_layer_row_s == pytest.approx(B_S / 2)
-    b200 = forward_term(load_hw("nvidia-b200-hgx8"), "measured")
-    assert b200.per_layer_s == result.term.per_layer_s
-    assert b200.per_layer_row_s == pytest.approx(result.term.per_layer_row_s * 4.8 / 8.0)
+    b200_hw = load_hw("nvidia-b200-hgx8")
+    b200 = forward_term(b200_hw, "measured")
+    b200_tables = tables_for(b200_hw, "production")
+    ratios = []
+    for p in load_points(path)[1]:
+        k_h, k_b = kernels_s(p, tables, h200), kernels_s(p, b200_tables, b200_hw)
+        ratios.append(k_b / k_h)
+        # the pass on B200 is the H200 pass x the kernels' ratio; the fitted term predicts it
+        carried = (k_h + len(p.layer_kinds) * (A_S + B_S * p.rows)) * k_b / k_h
+        predicted = k_b + len(p.layer_kinds) * (b200.per_layer_s + b200.per_layer_row_s * p.rows)
+        assert predicted == pytest.approx(carried, rel=0.02)
+    assert max(ratios) < 1.0  # B200 runs every point faster, so the term shrinks with it
+    assert b200.per_layer_s < A_S and b200.per_layer_row_s < B_S
     from sim.timing.calibrated import build_calibrated
 
     parts = {
@@ -136,6 +149,9 @@ def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monke
     assert parts["measured"]["forward_term_s"] == pytest.approx(43 * (A_S + B_S * 8), rel=1e-6)
     assert parts["fused_glue"]["forward_term_s"] == pytest.approx(43 * (A_S + B_S * 8) / 2, rel=1e-6)
     assert parts["none"]["forward_term_s"] == 0.0
+    # TP 4 x DP 2: the straggler's DP group holds 32 sequences, a TP rank a quarter of their work
+    tp4 = build_calibrated(context("deepseek-v4-flash", tp=4, dp=2, forward_term="measured"))
+    assert tp4.decode_breakdown(64, 8192)["forward_term_s"] == pytest.approx(43 * (A_S + B_S * 32 / 4), rel=1e-6)
 
 
 def test_a_broken_table_is_a_clean_input_error(tmp_path):
