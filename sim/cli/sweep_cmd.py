@@ -61,6 +61,20 @@ def sweep(
         int | None, typer.Option("--seed", help="seed of every point (default: the scenario's)")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print only sweep.json on stdout")] = False,
+    gpus: Annotated[
+        int | None,
+        typer.Option("--gpus", min=1, help="search every aggregated and prefill:decode deployment of this many "
+                     "GPUs (sim.sweep.space) instead of the scenario's pools"),
+    ] = None,
+    prefill_layouts: Annotated[
+        str | None, typer.Option("--prefill-layouts", help="with --gpus: tp4,tp8,dp8,wide (default tp4,dp8)")
+    ] = None,
+    decode_layouts: Annotated[
+        str | None, typer.Option("--decode-layouts", help="with --gpus: default tp4,dp8,wide")
+    ] = None,
+    colocated_layouts: Annotated[
+        str | None, typer.Option("--colocated-layouts", help="with --gpus: default tp4,dp8,wide")
+    ] = None,
 ) -> None:
     """Run a benchmark scenario at each concurrency for each model and draw the frontier."""
     from sim.config.scenario import load_scenario
@@ -77,6 +91,13 @@ def sweep(
     scn = load_scenario(scenario)  # every problem of the file, reported the usual way
     template = load_benchmark_template(scenario)
     target_s = at_tpot_ms / 1e3 if at_tpot_ms is not None else scn.slo.tpot_s
+    if gpus is not None:
+        from sim.cli import sweep_space
+
+        layouts = {"prefill": prefill_layouts, "decode": decode_layouts, "colocated": colocated_layouts}
+        sweep_space.run(template, scn, gpus=gpus, layouts=layouts, concurrencies=levels, target_s=target_s,
+                        workers=workers, ray=ray, seed=seed, out=out, json_output=json_output)  # fmt: skip
+        return
 
     err = Console(stderr=True)
     with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -1,0 +1,300 @@
+"""The deployment search of `sim sweep --gpus N`: every way to serve with N GPUs, aggregated or split
+into prefill and decode pools, each swept for its frontier, and the best of each kind at the target.
+
+A disaggregated deployment wins only with a prefill:decode ratio matched to the workload's demand (a
+prefill GPU-second per request against a decode GPU-second per request at the TPOT target) and a decode
+pool large enough to batch; published ones choose both (SGLang's 3 prefill : 9 decode nodes for
+DeepSeek-V3; NVIDIA Dynamo's recipes). So the search enumerates, for N GPUs:
+- aggregated: N / g colocated instances of each colocated layout (g its GPUs);
+- disaggregated: P GPUs of prefill instances and N - P of decode instances, for every P that both
+  layouts divide, each prefill layout with each decode layout.
+A layout is an instance shape (`LAYOUTS`): `tp4` (4 GPUs, TP4 / EP4: the Dynamo recipes' workers),
+`tp8` (8 GPUs, TP8 / EP8), `dp8` (8 GPUs, DP-attention 8 / EP8: SGLang's in-node DP + EP), `wide`
+(all of the role's GPUs as one instance with DP attention and EP across nodes, when they are at least
+two whole nodes: SGLang's large-EP serving). A deployment whose weights leave no KV room is listed as
+pruned, not simulated. Each remaining deployment runs `run_sweep` at the given concurrencies, or
+with `--auto` at concurrencies from GPUs / 2 doubling until TPOT p50 passes the target, TTFT p90 the
+scenario's SLO TTFT, a request is rejected, or the throughput stops growing (a prefill-bound deployment
+never brings TPOT up to the target: its queue and TTFT grow instead), then two more inside the bracket.
+A deployment's figure (`operating_point`) is the most output tokens/s per GPU with TPOT p50 at the
+target and TTFT p90 within the SLO: the interpolated crossing, else the best point run meeting both;
+the best deployment per model and kind is the one with the highest figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.errors import InputError
+from sim.plan.backend import SimBackend
+from sim.plan.overrides import apply_overrides
+from sim.sweep.points import at_tpot, floor_pick, unbracketed_reason
+from sim.sweep.runner import FLOOR_KEYS, SweepResult, model_names, run_sweep
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One instance shape: GPUs and attention TP / DP and expert EP over them (`wide`: gpus = 0,
+    the role's GPUs)."""
+
+    name: str
+    gpus: int
+    tp: int
+    dp: int
+
+    def pool(self, name: str, role: str, role_gpus: int, gpus_per_node: int) -> dict[str, Any] | None:
+        """The pool of `role_gpus` GPUs in this shape, None where the shape does not divide them."""
+        g = self.gpus or role_gpus
+        if g <= 0 or role_gpus % g or (not self.gpus and (g < 2 * gpus_per_node or g % gpus_per_node)):
+            return None
+        tp = self.tp if self.gpus else 1
+        # instances of up to a node are packed onto nodes; larger ones span whole nodes
+        size = {"instances": role_gpus // g} if g <= gpus_per_node else {"nodes": role_gpus // gpus_per_node}
+        return {"name": name, "role": role, **size, "gpus_per_instance": g, "tp": tp, "ep": g, "dp": g // tp}
+
+
+LAYOUTS = {
+    "tp4": Layout("tp4", 4, 4, 1),
+    "tp8": Layout("tp8", 8, 8, 1),
+    "dp8": Layout("dp8", 8, 1, 8),
+    "wide": Layout("wide", 0, 1, 0),
+}
+DEFAULT_LAYOUTS = {
+    "prefill": ("tp4", "dp8"),
+    "decode": ("tp4", "dp8", "wide"),
+    "colocated": ("tp4", "dp8", "wide"),
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One way to serve with the GPUs: its pools (a scenario's `cluster.pools`)."""
+
+    label: str  # e.g. "agg dp8x4", "P8 tp4x2 : D24 wide"
+    kind: str  # aggregated | disaggregated
+    prefill_gpus: int  # 0 when aggregated
+    pools: tuple[dict[str, Any], ...]
+
+
+def parse_layouts(text: str | None, role: str) -> tuple[str, ...]:
+    """A comma-separated layout list for one role (None: the defaults); an InputError names a bad one."""
+    if text is None:
+        return DEFAULT_LAYOUTS[role]
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in LAYOUTS]
+    if bad or not names:
+        raise InputError("unknown layout", where=f"--{role}-layouts", value=bad[0] if bad else text,
+                         allowed=", ".join(LAYOUTS))  # fmt: skip
+    return names
+
+
+def deployments(
+    gpus: int,
+    gpus_per_node: int,
+    *,
+    prefill: tuple[str, ...] = DEFAULT_LAYOUTS["prefill"],
+    decode: tuple[str, ...] = DEFAULT_LAYOUTS["decode"],
+    colocated: tuple[str, ...] = DEFAULT_LAYOUTS["colocated"],
+) -> list[Deployment]:
+    """Every aggregated and disaggregated deployment of `gpus` GPUs over the layouts (module doc)."""
+    out = []
+    for name in colocated:
+        pool = LAYOUTS[name].pool("worker", "colocated", gpus, gpus_per_node)
+        if pool is not None:
+            out.append(
+                Deployment(f"agg {name}x{gpus // pool['gpus_per_instance']}", "aggregated", 0, (pool,))
+            )
+    for pname in prefill:
+        for dname in decode:
+            for p_gpus in range(1, gpus):
+                p = LAYOUTS[pname].pool("prefill", "prefill", p_gpus, gpus_per_node)
+                d = LAYOUTS[dname].pool("decode", "decode", gpus - p_gpus, gpus_per_node)
+                if p is None or d is None:
+                    continue
+                label = (f"P{p_gpus} {pname}x{p_gpus // p['gpus_per_instance']} : "
+                         f"D{gpus - p_gpus} {dname}x{(gpus - p_gpus) // d['gpus_per_instance']}")  # fmt: skip
+                out.append(Deployment(label, "disaggregated", p_gpus, (p, d)))
+    if not out:
+        raise InputError(f"no layout divides {gpus} GPUs", where="--gpus", value=gpus,
+                         allowed="a multiple of 4 (tp4) or 8 (tp8, dp8)")  # fmt: skip
+    return out
+
+
+@dataclass
+class SpaceResult:
+    """Each deployment's points per model (or why it was pruned) and the best per model and kind."""
+
+    gpus: int
+    target_tpot_s: float
+    ttft_limit_s: float
+    rows: list[dict[str, Any]]  # one per deployment and model
+    sweeps: dict[str, SweepResult]  # deployment label -> its points (all rounds)
+
+    def best(self, model: str, kind: str) -> dict[str, Any] | None:
+        ok = [
+            r for r in self.rows if r["model"] == model and r["kind"] == kind and r["tok_s_gpu"] is not None
+        ]
+        return max(ok, key=lambda r: r["tok_s_gpu"]) if ok else None
+
+    def to_json(self) -> dict[str, Any]:
+        models = sorted({r["model"] for r in self.rows})
+        return {
+            "format": "sim.sweep.space/v1",
+            "gpus": self.gpus,
+            "at_tpot_ms": self.target_tpot_s * 1e3,
+            "ttft_p90_limit_s": self.ttft_limit_s,
+            "deployments": self.rows,
+            "best": {m: {k: self.best(m, k) for k in ("aggregated", "disaggregated")} for m in models},
+        }
+
+
+def operating_point(
+    points: list[dict[str, Any]], target_s: float, ttft_limit_s: float
+) -> dict[str, Any] | None:
+    """The most output tokens/s per GPU with TPOT p50 at the target and TTFT p90 within the limit: the
+    interpolated crossing of the target where both points around it keep TTFT p90 within the limit,
+    else the best point run meeting both (a prefill-bound deployment never brings TPOT up to the
+    target: its throughput stops growing while its queue, and TTFT, do)."""
+    ok = [p for p in points if (p.get("ttft_p90_s") or 0.0) <= ttft_limit_s]
+    best = floor_pick(ok, target_s)
+    cross = at_tpot(points, target_s)
+    if cross is not None:
+        around = [p for p in points if p["concurrency"] in cross["between_concurrency"]]
+        better = (
+            best is None
+            or (cross["output_tokens_per_s_per_gpu"] or 0.0) >= best["output_tokens_per_s_per_gpu"]
+        )
+        if better and all(p in ok for p in around):
+            return {**cross, "how": "interpolated"}
+    return None if best is None else {**best, "how": "best point run"}
+
+
+def _row(dep: Deployment, model: str, points: list[dict[str, Any]] | None, pruned: str | None,
+         target_s: float, ttft_limit_s: float) -> dict[str, Any]:  # fmt: skip
+    row: dict[str, Any] = {"deployment": dep.label, "kind": dep.kind, "prefill_gpus": dep.prefill_gpus,
+                           "model": model, "pools": list(dep.pools), "pruned": pruned,
+                           "tok_s_gpu": None, "how": None, "concurrency": None, "ttft_p50_s": None,
+                           "loads": {}, "note": None}  # fmt: skip
+    if not points:
+        return row
+    point = operating_point(points, target_s, ttft_limit_s)
+    if point is None:
+        row["note"] = unbracketed_reason(points, target_s)
+        return row
+    row.update(tok_s_gpu=point.get("output_tokens_per_s_per_gpu"), how=point["how"],
+               concurrency=point.get("concurrency"), ttft_p50_s=point.get("ttft_p50_s"))  # fmt: skip
+    near = min(points, key=lambda p: abs(p["concurrency"] - (point.get("concurrency") or 0)))
+    row["loads"] = {p["name"]: p.get("load") for p in near.get("pools", [])}
+    return row
+
+
+# --auto in the deployment search: concurrencies from GPUS / 2, doubling, AUTO_ROUND at a time, until
+# TPOT p50 passes the target, TTFT p90 the limit, a request is rejected or the throughput stops
+# growing (PLATEAU: the last doubling gained less than this share); then REFINE inside the bracket
+AUTO_ROUND = 3
+AUTO_ROUNDS = 4
+PLATEAU = 0.05
+REFINE = 2
+
+
+def _done(points: list[dict[str, Any]], target_s: float, ttft_limit_s: float) -> bool:
+    pts = sorted(points, key=lambda p: p["concurrency"])
+    top = pts[-1]
+    if (top.get("tpot_p50_s") or 0.0) >= target_s or (top.get("ttft_p90_s") or 0.0) > ttft_limit_s:
+        return True
+    if top.get("requests_rejected"):
+        return True
+    if len(pts) >= 2:
+        a, b = (
+            pts[-2].get("output_tokens_per_s_per_gpu") or 0.0,
+            top.get("output_tokens_per_s_per_gpu") or 0.0,
+        )
+        return b < a * (1.0 + PLATEAU)
+    return False
+
+
+def _sweep(scenario: dict[str, Any], models: list[str], gpus: int, concurrencies: list[int] | None,
+           target_s: float, ttft_limit_s: float, **run: Any) -> SweepResult:  # fmt: skip
+    """One deployment's points for each model: the given concurrencies, or the search above."""
+    if concurrencies is not None:
+        return run_sweep(scenario, concurrencies=concurrencies, target_tpot_s=target_s, models=models, **run)
+    points: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in models}
+    result = None
+
+    def add(levels: dict[str, list[int]]) -> None:
+        nonlocal result
+        for model, cs in levels.items():
+            if cs:
+                result = run_sweep(scenario, concurrencies=cs, target_tpot_s=target_s, models=[model], **run)
+                for p in result.models[model]["points"]:
+                    points[model][p["concurrency"]] = p
+
+    nxt = {m: max(1, gpus // 2) for m in models}
+    active = set(models)
+    for _ in range(AUTO_ROUNDS):
+        if not active:
+            break
+        levels = {}
+        for m in sorted(active):
+            levels[m] = [nxt[m] * 2**i for i in range(AUTO_ROUND)]
+            nxt[m] *= 2**AUTO_ROUND
+        add(levels)
+        active = {m for m in active if not _done(list(points[m].values()), target_s, ttft_limit_s)}
+    refine = {}
+    for m in models:
+        cross = at_tpot(list(points[m].values()), target_s, ("concurrency",))
+        if cross is not None:
+            lo, hi = cross["between_concurrency"]
+            inside = {lo + round((hi - lo) * k / (REFINE + 1)) for k in range(1, REFINE + 1)}
+            refine[m] = sorted(c for c in inside if c not in points[m])
+    add(refine)
+    models_out = {}
+    for m in models:
+        pts = [points[m][c] for c in sorted(points[m])]
+        cross, best = at_tpot(pts, target_s), floor_pick(pts, target_s)
+        models_out[m] = {"points": pts, "at_tpot": cross,
+                         "floor_pick": None if best is None else {k: best.get(k) for k in FLOOR_KEYS},
+                         "note": None if cross is not None else unbracketed_reason(pts, target_s)}  # fmt: skip
+    return SweepResult(str(scenario.get("name", "")), target_s, models_out, {})
+
+
+def run_space(
+    template: dict[str, Any],
+    deps: list[Deployment],
+    *,
+    gpus: int,
+    concurrencies: list[int] | None,
+    target_tpot_s: float,
+    ttft_limit_s: float,
+    workers: int,
+    ray: str | None = None,
+    seed: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SpaceResult:
+    """Sweep every deployment of `deps` for every model of the template (module doc)."""
+    backend = SimBackend()
+    rows, sweeps = [], {}
+    for dep in deps:
+        scenario = apply_overrides(template, {"cluster.pools": [dict(p) for p in dep.pools]})
+        runnable, pruned = [], {}
+        for model in model_names(template):
+            doc = apply_overrides(scenario, backend.model_overrides(scenario, model))
+            reason = backend.inspect(doc, model, file=f"deployment {dep.label}").prune_reason
+            if reason:
+                pruned[model] = reason
+            else:
+                runnable.append(model)
+        if progress is not None:
+            progress(dep.label)
+        result = None
+        if runnable:
+            result = _sweep(scenario, runnable, gpus, concurrencies, target_tpot_s, ttft_limit_s,
+                            workers=workers, ray=ray, seed=seed)  # fmt: skip
+            sweeps[dep.label] = result
+        for model in model_names(template):
+            data = result.models.get(model) if result is not None else None
+            rows.append(_row(dep, model, data["points"] if data else None, pruned.get(model),
+                             target_tpot_s, ttft_limit_s))  # fmt: skip
+    return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps)

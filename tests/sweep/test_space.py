@@ -1,0 +1,84 @@
+"""`sim sweep --gpus N`: the deployments it enumerates are legal scenarios, the operating point keeps
+the TTFT limit and takes a prefill-bound plateau's best point, and the CLI writes space.json."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.config.errors import validate_or_raise
+from sim.config.scenario import Scenario
+from sim.errors import InputError
+from sim.plan.backend import SimBackend
+from sim.plan.overrides import apply_overrides
+from sim.sweep.space import deployments, operating_point, parse_layouts
+
+TINY = Path(__file__).with_name("bench_tiny.yaml")
+
+
+def test_every_split_of_the_gpus_over_the_layouts_and_only_legal_ones():
+    deps = deployments(16, 8)
+    labels = [d.label for d in deps]
+    assert labels[:3] == ["agg tp4x4", "agg dp8x2", "agg widex1"]
+    assert "P4 tp4x1 : D12 tp4x3" in labels and "P8 dp8x1 : D8 dp8x1" in labels
+    assert "P8 tp4x2 : D8 widex1" not in labels  # a wide instance needs two whole nodes
+    assert "P4 dp8x1 : D12 tp4x3" not in labels  # 4 GPUs hold no 8-GPU instance
+    for d in deps:
+        assert (
+            sum(p.get("instances", 0) * p["gpus_per_instance"] + p.get("nodes", 0) * 8 for p in d.pools) == 16
+        )
+        assert (d.kind == "aggregated") == (d.prefill_gpus == 0)
+    wide = next(d for d in deps if d.label == "agg widex1").pools[0]
+    assert wide == {"name": "worker", "role": "colocated", "nodes": 2, "gpus_per_instance": 16, "tp": 1,
+                    "ep": 16, "dp": 16}  # fmt: skip
+    template = SimBackend().load_template(TINY)
+    for d in deps:  # each is a scenario the schema accepts
+        validate_or_raise(Scenario, apply_overrides(template, {"cluster.pools": list(d.pools)}), file=d.label)
+
+
+def test_layout_lists_are_checked():
+    assert parse_layouts(None, "decode") == ("tp4", "dp8", "wide")
+    assert parse_layouts("dp8, tp4", "prefill") == ("dp8", "tp4")
+    with pytest.raises(InputError, match="unknown layout") as err:
+        parse_layouts("dp8,ep9", "decode")
+    assert "--decode-layouts" in str(err.value) and "ep9" in str(err.value)
+    with pytest.raises(InputError, match="no layout divides"):
+        deployments(6, 8)
+
+
+def _p(c, tpot_ms, tput, ttft90):
+    return {"concurrency": c, "tpot_p50_s": tpot_ms / 1e3, "output_tokens_per_s_per_gpu": tput,
+            "output_tokens_per_s": tput, "ttft_p50_s": ttft90 / 2, "ttft_p90_s": ttft90}  # fmt: skip
+
+
+def test_operating_point_interpolates_or_takes_the_best_point_within_the_ttft_limit():
+    crossing = [_p(8, 15, 100.0, 1.0), _p(16, 25, 180.0, 2.0)]
+    point = operating_point(crossing, 0.020, 10.0)
+    assert point["how"] == "interpolated" and point["output_tokens_per_s_per_gpu"] == pytest.approx(140.0)
+    # prefill-bound: TPOT never reaches the target, throughput flattens while TTFT grows
+    plateau = [_p(8, 12, 100.0, 2.0), _p(16, 13, 150.0, 6.0), _p(32, 13, 155.0, 14.0)]
+    point = operating_point(plateau, 0.020, 10.0)
+    assert point["how"] == "best point run" and point["concurrency"] == 16
+    # a crossing whose points break the TTFT limit does not count
+    late = [_p(8, 15, 100.0, 3.0), _p(16, 25, 180.0, 12.0)]
+    assert operating_point(late, 0.020, 10.0)["concurrency"] == 8
+    assert operating_point([_p(8, 25, 100.0, 1.0)], 0.020, 10.0) is None
+
+
+def test_the_cli_searches_the_deployments_and_writes_space_json(tmp_path):
+    out = tmp_path / "space"
+    args = ["sweep", str(TINY), "--out", str(out), "--gpus", "8", "--concurrency", "2,8", "--workers", "1",
+            "--prefill-layouts", "tp4", "--decode-layouts", "tp4", "--colocated-layouts", "tp4,dp8", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data == json.loads((out / "space.json").read_text())
+    assert [d["deployment"] for d in data["deployments"]] == ["agg tp4x2", "agg dp8x1", "P4 tp4x1 : D4 tp4x1"]
+    best = data["best"]["deepseek-v4-flash"]
+    assert best["aggregated"]["deployment"] in ("agg tp4x2", "agg dp8x1")
+    assert all(d["tok_s_gpu"] is None or d["tok_s_gpu"] > 0 for d in data["deployments"])
+    assert (out / "deployments" / "p4-tp4x1-d4-tp4x1" / "sweep.json").is_file()
+    bad = CliRunner().invoke(app, [*args[:-1], "--decode-layouts", "ep3"])
+    assert bad.exit_code != 0 and "unknown layout" in str(bad.exception) + bad.output
