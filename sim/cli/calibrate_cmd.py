@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.config.families import servable_models
 from sim.errors import InputError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON only (every usable row).")]
@@ -36,7 +37,7 @@ KEY_SHAPES = {
 }
 DECODE_POINTS = tuple((b, L) for b in (8, 64, 512, 2048) for L in (8 * K, 128 * K, 1024 * K))  # per instance
 PREFILL_POINTS = tuple((t, L) for t in (512, 2048, 8192) for L in (0, 128 * K))
-MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
+MODELS = tuple(servable_models())
 STEP_COLUMNS = ("calibrated ms", "kernels_bench ms", "roofline ms", "ratio")
 
 

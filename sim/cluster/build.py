@@ -18,7 +18,7 @@ Resolution rules (each a stated choice):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import simpy
@@ -111,33 +111,12 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         dram_ttl_s=max(c.tier("dram").ttl_s, eps),
         pool_ttl_s=max(c.tier("rdma_pool").ttl_s, eps),
     )
-    if family == "v4":
-        v4 = c.v4
-        return CachePolicy(
-            family="v4",
-            swa_persisted_with_prefix=v4.swa_persisted_with_prefix,
-            swa_pool=False,
-            swa_pool_dram_frac=0.0,
-            swa_ttl_s=eps,
-            swa_replay_tokens=swa_rebuild_tokens(spec, c.block_tokens),  # no bounded replay in V4
-            persist_to_ssd=v4.persist_to == "ssd",
-            ssd_retention_s=0.0,  # hardware.md §4.1 [A]: best effort, no guarantee
-            ssd_ttl_s=c.tier("ssd").ttl_s,
-            **common,
-        )
-    v41 = c.v41
-    return CachePolicy(
-        family="v41",
-        swa_persisted_with_prefix=False,  # model.md §10 [A]: SWA no longer persisted
-        swa_pool=True,
-        swa_pool_dram_frac=v41.swa_pool_dram_frac,
-        swa_ttl_s=v41.swa_ttl_s,
-        swa_replay_tokens=v41.swa_replay_tokens,
-        persist_to_ssd=True,
-        ssd_retention_s=v41.global_retention_s,
-        ssd_ttl_s=max(c.tier("ssd").ttl_s, v41.global_retention_s),
-        **common,
+    rules = c.policy_for(family).store_rules(  # the family's own semantics: sim.config.family_cache
+        ssd_ttl_s=c.tier("ssd").ttl_s,
+        window_rebuild_tokens=swa_rebuild_tokens(spec, c.block_tokens),
+        eps_s=eps,
     )
+    return CachePolicy(family=family, **asdict(rules), **common)
 
 
 def hw_rates(hw, scale_out_latency_s: float) -> HwRates:

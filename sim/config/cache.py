@@ -8,11 +8,8 @@ block, sim.kvcache.paths). A scenario's `tiers:` mapping is merged by name onto 
 `tiers: {dram: {ttl_s: 60}}` changes one field and `tiers: {rdma_pool: {enabled: true, capacity_gb_per_node: 512}}`
 turns the RDMA pool on. A new tier (a CXL memory expander, say) is one more entry with its own rank.
 
-The family blocks encode what DeepSeek published about each model (hardware.md §4.1, model.md §10):
-- V4-Flash (`v4`): sliding-window (SWA) KV is persisted with each cache-prefix unit, on the
-  distributed disk array (SSD); a hit needs a full match of a persisted prefix unit.
-- V4.1-Flash (`v41`): global KV retained 72 h on SSD; SWA KV no longer persisted but kept in a
-  pool of 10 % of host DRAM with a TTL of minutes; an SWA miss replays the last 128 tokens.
+Beside the chain, one block per model family (`cache.v4`, `cache.v41`): its fields come from the family
+registry (sim.config.families), its schemas and what they mean from sim.config.family_cache.
 """
 
 from __future__ import annotations
@@ -23,27 +20,8 @@ from pydantic import Field, field_validator, model_validator
 
 from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
-from sim.errors import InputError
-
-
-class V4CachePolicy(StrictModel):
-    swa_persisted_with_prefix: bool = Field(
-        True, description="persist SWA KV together with each prefix unit"
-    )  # hardware.md §4.1 [A], model.md §10 (V4.1 changed this)
-    persist_to: Literal["ssd", "host_dram"] = Field("ssd", description="tier of persisted prefix units")
-    # hardware.md §4.1 [A]: "distributed disk array"
-
-
-class V41CachePolicy(StrictModel):
-    global_retention_s: float = Field(259200.0, gt=0, description="guaranteed retention of global KV on SSD")
-    # 72 h, model.md §10 [A]
-    swa_pool_dram_frac: float = Field(0.10, gt=0, le=1, description="share of host DRAM for the SWA KV pool")
-    # model.md §10 [A]
-    swa_ttl_s: float = Field(300.0, gt=0, description="time-to-live of an SWA entry in the DRAM pool")
-    # model.md §10 [A] says "minutes"; 5 min is our reading [D]
-    swa_replay_tokens: int = Field(128, ge=0, description="tokens recomputed on an SWA miss (bounded replay)")
-    # model.md §10 [A]
-
+from sim.config.families import family, with_family_fields
+from sim.config.family_cache import FamilyCacheBlock
 
 LinkKind = Literal["pcie_h2d", "pcie_d2h", "ssd_read", "ssd_write", "net"]
 
@@ -129,7 +107,7 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class Cache(StrictModel):
+class _TierChain(StrictModel):
     tiers: dict[str, CacheTier] = Field(
         default_factory=lambda: {n: CacheTier.model_validate(t) for n, t in DEFAULT_TIERS.items()},
         description="the tier chain by name, merged onto the defaults (hbm, dram, rdma_pool off, ssd)",
@@ -138,8 +116,6 @@ class Cache(StrictModel):
     block_tokens: int = Field(
         256, ge=1, description="KV block size: a partial prefix match is used in whole blocks"
     )  # model.md §5.2 [B]: SGLang 256-token pages for V4, vLLM --block-size 256 for V4.1
-    v4: V4CachePolicy = Field(default_factory=V4CachePolicy, description="rules for DeepSeek-V4-Flash")
-    v41: V41CachePolicy = Field(default_factory=V41CachePolicy, description="rules for DeepSeek-V4.1-Flash")
 
     @field_validator("tiers", mode="before")
     @classmethod
@@ -152,7 +128,7 @@ class Cache(StrictModel):
         }
 
     @model_validator(mode="after")
-    def _a_chain(self) -> Cache:
+    def _a_chain(self) -> _TierChain:
         problems = []
         chain = self.chain()
         ranks = [t.rank for _n, t in chain]
@@ -179,8 +155,19 @@ class Cache(StrictModel):
     def tier(self, name: str) -> CacheTier:
         return self.tiers[name]
 
-    def policy_for(self, family: str) -> V4CachePolicy | V41CachePolicy:
-        """The per-family block (`ModelRef.family` gives the family of a model)."""
-        if family not in ("v4", "v41"):
-            raise InputError("unknown model family", value=family, allowed=["v4", "v41"])
-        return getattr(self, family)
+    def policy_for(self, key: str) -> FamilyCacheBlock:
+        """The block of family `key` (`ModelRef.family` gives the family of a model)."""
+        block: FamilyCacheBlock = getattr(self, family(key).key)
+        return block
+
+
+class Cache(
+    with_family_fields(
+        _TierChain,
+        lambda f: (
+            f.cache_block,
+            Field(default_factory=f.cache_block, description=f"rules for {', '.join(f.models)}"),
+        ),
+    )
+):
+    """The tier chain, then one block per model family (`cache.v4`, `cache.v41`: sim.config.family_cache)."""

@@ -1,33 +1,103 @@
-"""Model families: the key under which per-model policy blocks (`cache.v4`, `spec_decode.v41`) and
-DeepSeek API prices are filed. One place, so that a new model is added once."""
+"""Model families: the one registry of what differs between the models `sim` can serve.
+
+A family is the key under which a model's policy blocks are filed in a scenario (`cache.v4`,
+`spec_decode.v41`) and its DeepSeek API prices in `sim/hardware/deepseek_api_prices.yaml`. The
+scenario schema (sim.config.cache, sim.config.timing), the cluster builder (sim.cluster.build), the
+calibrated timing tables (sim.timing.calibrated), the API price book (sim.hardware.api_prices) and
+the report's V4.1-vs-V4 pairing (sim.report.compare) all read `FAMILIES`; none names a family.
+
+Adding a family is one `Family` entry below (plus its model file in sim/model/, its prices in the
+price book and, for calibrated timing, its rows in the kernel tables). A family whose KV cache works
+differently from both of these also adds a block class in sim.config.family_cache.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
+from pydantic import BaseModel, create_model
+
+from sim.config.family_cache import FamilyCacheBlock, V4CachePolicy, V41CachePolicy
 from sim.errors import InputError
 
-Family = Literal["v4", "v41"]
 
-_FAMILY_OF_MODEL: dict[str, Family] = {
-    "deepseek-v4-flash": "v4",
-    "deepseek-v4.1-flash": "v41",
-}
+@dataclass(frozen=True)
+class Family:
+    key: str  # the scenario's block key (`cache.<key>`, `spec_decode.<key>`) and the price book's `family`
+    label: str  # short model name: the kernel tables' `model` column, the report's "V4.1 / V4" ratios
+    models: tuple[str, ...]  # model names (sim/model/<name>.yaml) served under this family
+    cache_block: type[FamilyCacheBlock]  # schema and defaults of `cache.<key>`
+    spec_decode: dict[str, Any] = field(default_factory=dict)  # defaults of `spec_decode.<key>`
+    predecessor: str | None = None  # the family the report compares this one against (new / old)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        key="v4",
+        label="V4",
+        models=("deepseek-v4-flash",),
+        cache_block=V4CachePolicy,
+        # V4 ships one MTP block, depth 1 (model.md §9 #1; V4 report arXiv 2606.19348 §2.1: "the same strategy
+        # as V3"); V3's second-token acceptance is 85-90 % (arXiv 2412.19437 §5.4.3) -> 1.85 tokens/step
+        # [B, V3 as analog]. 2 rows per sequence = FlashMLA's V4 decode cases, s_q = 2 (kernels.md §3.1 [A]).
+        spec_decode={"method": "mtp", "accepted_tokens_per_step": 1.85, "draft_tokens": 1},
+    ),
+    Family(
+        key="v41",
+        label="V4.1",
+        models=("deepseek-v4.1-flash",),
+        cache_block=V41CachePolicy,
+        # DSpark drafts blocks of 5 (model.md §10 [A]) and verifies a confidence-scheduled prefix: FlashMLA's
+        # V4.1 production decode cases use s_q = 4 (kernels.md §3.1 [A]) -> 4 rows. Acceptance unknown
+        # (model.md §9 #14): 2.5 assumed [D]; DeepSeek reports +60-85 % per-user speed over MTP-1 at equal
+        # throughput (DSpark release).
+        spec_decode={
+            "method": "dspark",
+            "accepted_tokens_per_step": 2.5,
+            "draft_tokens": 5,
+            "verify_rows": 4,
+        },
+        predecessor="v4",
+    ),
+)
 
 
 def family_names() -> list[str]:
-    return sorted(set(_FAMILY_OF_MODEL.values()))
+    """The family keys, in registry order."""
+    return [f.key for f in FAMILIES]
 
 
 def servable_models() -> list[str]:
     """Models a scenario may simulate: those with a family (the others are reference-only)."""
-    return list(_FAMILY_OF_MODEL)
+    return [m for f in FAMILIES for m in f.models]
 
 
-def model_family(model_name: str) -> Family:
-    """`v4` or `v41` for a servable model; an InputError naming the servable models otherwise."""
-    if model_name not in _FAMILY_OF_MODEL:
-        raise InputError(
-            "no policy family for model", where="models", value=model_name, allowed=servable_models()
-        )
-    return _FAMILY_OF_MODEL[model_name]
+def family(key: str) -> Family:
+    """The registry entry of a family key; an InputError naming the keys otherwise."""
+    for f in FAMILIES:
+        if f.key == key:
+            return f
+    raise InputError("unknown model family", value=key, allowed=family_names())
+
+
+def model_family(model_name: str) -> str:
+    """The family key of a servable model; an InputError naming the servable models otherwise."""
+    for f in FAMILIES:
+        if model_name in f.models:
+            return f.key
+    raise InputError(
+        "no policy family for model", where="models", value=model_name, allowed=servable_models()
+    )
+
+
+def model_labels() -> dict[str, str]:
+    """Model name -> its family's short label (`deepseek-v4.1-flash` -> `V4.1`)."""
+    return {m: f.label for f in FAMILIES for m in f.models}
+
+
+def with_family_fields(base: type[BaseModel], field_of: Callable[[Family], tuple[type, Any]]) -> Any:
+    """`base` extended by one field per family, named by its key, after base's own fields (so dumps keep
+    their order); `field_of(family)` gives the field's (type, pydantic Field). Subclass the result."""
+    return create_model(f"{base.__name__}Families", __base__=base, **{f.key: field_of(f) for f in FAMILIES})

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
-from sim.errors import InputError
+from sim.config.families import family, with_family_fields
 
 
 class Efficiency(StrictModel):
@@ -121,26 +122,13 @@ class SpecDecodeChoice:
     accepted_tokens_per_step: float
 
 
-class SpecDecode(StrictModel):
+class _SpecDecodeSwitch(StrictModel):
     enabled: bool = Field(False, description="simulate speculative decoding for every model")
-    v4: SpecDecodeFamily = Field(
-        default_factory=lambda: SpecDecodeFamily(method="mtp", accepted_tokens_per_step=1.85, draft_tokens=1)
-    )  # V4 ships one MTP block, depth 1 (model.md §9 #1; V4 report arXiv 2606.19348 §2.1: "the same strategy as
-    # V3"); V3's second-token acceptance is 85-90 % (arXiv 2412.19437 §5.4.3) -> 1.85 tokens/step [B, V3 as analog].
-    # 2 rows per sequence = FlashMLA's V4 decode cases, s_q = 2 (kernels.md §3.1 [A]).
-    v41: SpecDecodeFamily = Field(
-        default_factory=lambda: SpecDecodeFamily(
-            method="dspark", accepted_tokens_per_step=2.5, draft_tokens=5, verify_rows=4
-        )
-    )  # DSpark drafts blocks of 5 (model.md §10 [A]) and verifies a confidence-scheduled prefix: FlashMLA's V4.1
-    # production decode cases use s_q = 4 (kernels.md §3.1 [A]) -> 4 rows. Acceptance unknown (model.md §9 #14):
-    # 2.5 assumed [D]; DeepSeek reports +60-85 % per-user speed over MTP-1 at equal throughput (DSpark release).
 
-    def for_family(self, family: str) -> SpecDecodeFamily:
-        """The per-family block (`ModelRef.family` gives the family of a model)."""
-        if family not in ("v4", "v41"):
-            raise InputError("unknown model family", value=family, allowed=["v4", "v41"])
-        return getattr(self, family)
+    def for_family(self, key: str) -> SpecDecodeFamily:
+        """The block of family `key` (`ModelRef.family` gives the family of a model)."""
+        block: SpecDecodeFamily = getattr(self, family(key).key)
+        return block
 
     def choice(self, family: str, accepted_override: float | None = None) -> SpecDecodeChoice:
         """The engine's per-step behaviour for a model of `family` (`accepted_override`: the model's
@@ -150,3 +138,13 @@ class SpecDecode(StrictModel):
         fam = self.for_family(family)
         accepted = fam.accepted_tokens_per_step if accepted_override is None else accepted_override
         return SpecDecodeChoice(fam.method, fam.draft_tokens, fam.rows_per_step, accepted)
+
+
+class SpecDecode(
+    with_family_fields(
+        _SpecDecodeSwitch,
+        lambda f: (SpecDecodeFamily, Field(default_factory=partial(SpecDecodeFamily, **f.spec_decode))),
+    )
+):
+    """The switch, then one drafter block per model family (`spec_decode.v4`, `spec_decode.v41`); their
+    defaults, with sources, are in the family registry (sim.config.families)."""

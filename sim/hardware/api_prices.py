@@ -1,7 +1,8 @@
 """DeepSeek API list prices (hardware.md §4), the anchor printed next to simulated $/1M tokens.
 
-The data is `deepseek_api_prices.yaml` beside this module; `family` is `v4` (V4-Flash) or `v41`
-(V4.1-Flash). `load_api_prices().latest("v41")` is the period in force at the end of the data.
+The data is `deepseek_api_prices.yaml` beside this module; `family` is a key of the family registry
+(sim.config.families: `v4`, `v41`). `load_api_prices().latest("v41")` is the period in force at the end
+of the data.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.config.base import StrictModel
-from sim.config.errors import Problem, raise_problems, validate_or_raise
+from sim.config.errors import Problem, field_error, raise_problems, validate_or_raise
+from sim.config.families import family_names
 from sim.config.yamlio import read_yaml_mapping
 from sim.errors import InputError
 from sim.hardware.schema import Source, Sourced, sourced_numbers
@@ -21,7 +23,6 @@ from sim.hardware.schema import Source, Sourced, sourced_numbers
 API_PRICES_FILE = Path(__file__).with_name("deepseek_api_prices.yaml")
 _UTC = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$"
 
-Family = Literal["v4", "v41"]
 Tier = Literal["peak", "off_peak"]
 
 
@@ -33,12 +34,19 @@ class TokenPrices(StrictModel):
 
 class ApiPeriod(StrictModel):
     api_model: str
-    family: Family
+    family: str
     valid_from_utc: str = Field(pattern=_UTC)
     valid_until_utc: str | None = Field(pattern=_UTC)
     note: str = ""
     peak: TokenPrices = Field(description="prices at peak hours, or all day when off_peak is null")
     off_peak: TokenPrices | None
+
+    @field_validator("family")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in family_names():
+            raise field_error("not a model family", family_names())
+        return value
 
 
 class ApiPriceBook(StrictModel):
@@ -61,7 +69,8 @@ class ApiPriceBook(StrictModel):
         """The most recent period of a model family (ISO strings sort in time order)."""
         periods = [p for p in self.periods if p.family == family]
         if not periods:
-            raise InputError("no API prices for model family", value=family, allowed=["v4", "v41"])
+            have = sorted({p.family for p in self.periods})
+            raise InputError("no API prices for model family", value=family, allowed=have)
         return max(periods, key=lambda p: p.valid_from_utc)
 
 
@@ -84,10 +93,12 @@ def load_api_prices(path: str | Path = API_PRICES_FILE) -> ApiPriceBook:
 
 
 def api_price_table(book: ApiPriceBook | None = None) -> list[ApiPrice]:
-    """Latest V4-Flash and V4.1-Flash prices, one row per tier (peak, then off-peak when it exists)."""
+    """Latest prices of every family that has any, in registry order, one row per tier (peak, then off-peak
+    when it exists)."""
     book = book or load_api_prices()
     rows = []
-    for family in ("v4", "v41"):
+    priced = {p.family for p in book.periods}
+    for family in (f for f in family_names() if f in priced):
         period = book.latest(family)
         tiers = [("peak" if period.off_peak else "all_day", period.peak)]
         if period.off_peak:

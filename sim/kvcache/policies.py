@@ -29,7 +29,7 @@ class TierCost:
 
 @dataclass(frozen=True)
 class CachePolicy:
-    family: str  # "v4" | "v41"
+    family: str  # a key of the family registry (sim.config.families)
     global_kv_bytes_per_token: float
     swa_state_bytes: float  # per sequence
     compressor_state_bytes: float  # per sequence

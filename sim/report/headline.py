@@ -1,5 +1,5 @@
 """The top of the page: the verdict (which model, how much cheaper, why) and headline cards with the
-V4.1 / V4 ratio. Every number comes from summary.json as written by the run."""
+new / old ratio of each model and its predecessor (V4.1 / V4; sim.report.compare). Every number comes from summary.json as written by the run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.report import capacity
-from sim.report.compare import ratio, v41_v4_pairs
+from sim.report.compare import Pair, ratio, successor_pairs
 from sim.report.cost import api_block
 from sim.report.kvtiers import PREFILL, tier_fractions
 from sim.report.page import Panel, swatch
@@ -50,7 +50,7 @@ def ratio_text(r: float, higher_is_better: bool) -> str:
 
 
 def cards_html(series: list[Series]) -> str:
-    pairs = v41_v4_pairs(series)
+    pairs = successor_pairs(series)
     cards = []
     for m in HEADLINE:
         if all(s.value(m.key) is None for s in series):
@@ -60,11 +60,11 @@ def cards_html(series: list[Series]) -> str:
             f'<span class="val">{html.escape(m.fmt(s.value(m.key)))}</span></div>'
             for s in series
         ]
-        for new, old in pairs:
-            r = ratio(new.value(m.key), old.value(m.key))
+        for p in pairs:
+            r = ratio(p.new.value(m.key), p.old.value(m.key))
             if r is not None:
-                where = f" ({html.escape(new.run.label)})" if len({s.run_index for s in series}) > 1 else ""
-                rows.append(f'<div class="ratio">V4.1 / V4{where}: {ratio_text(r, m.higher_is_better)}</div>')
+                where = f" ({html.escape(p.new.run.label)})" if len({s.run_index for s in series}) > 1 else ""
+                rows.append(f'<div class="ratio">{p.label}{where}: {ratio_text(r, m.higher_is_better)}</div>')
         cards.append(
             f'<div class="card"><div class="label">{html.escape(m.label)}</div>{"".join(rows)}</div>'
         )
@@ -74,15 +74,16 @@ def cards_html(series: list[Series]) -> str:
 
 
 def headline_panels(series: list[Series]) -> list[Panel]:
-    """Verdict (when the page holds a V4.1/V4 pair) then the cards."""
+    """Verdict (when the page holds a model and its predecessor) then the cards."""
     panels = []
-    for new, old in v41_v4_pairs(series):
-        panels.append(Panel("", html=verdict_html(new, old, reasons(new, old)), wide=True))
+    for p in successor_pairs(series):
+        panels.append(Panel("", html=verdict_html(p, reasons(p)), wide=True))
     panels.append(Panel("", html=cards_html(series), wide=True))
     return panels
 
 
-def verdict_html(new: Series, old: Series, reasons: list[str]) -> str:
+def verdict_html(p: Pair, reasons: list[str]) -> str:
+    new, old = p.new, p.old
     c_new, c_old = new.value("cost_per_task_usd"), old.value("cost_per_task_usd")
     r = ratio(c_new, c_old)
     if r is None:
@@ -93,7 +94,7 @@ def verdict_html(new: Series, old: Series, reasons: list[str]) -> str:
     elif round(r, 2) == 1.0:
         head = (
             f"Cost per task is about the same: <b>{html.escape(fmt_usd(c_new))}</b> for {html.escape(new.name)} "
-            f"vs {html.escape(fmt_usd(c_old))} for {html.escape(old.name)} (V4.1 / V4 = {r:.3f}×)."
+            f"vs {html.escape(fmt_usd(c_old))} for {html.escape(old.name)} ({p.label} = {r:.3f}×)."
         )
     else:
         winner, loser = (new, old) if r < 1 else (old, new)
@@ -102,15 +103,16 @@ def verdict_html(new: Series, old: Series, reasons: list[str]) -> str:
             f"<b>{html.escape(winner.name)}</b> is cheaper per task: "
             f"<b>{html.escape(fmt_usd(winner.value('cost_per_task_usd')))}</b> vs "
             f"{html.escape(fmt_usd(loser.value('cost_per_task_usd')))} for {html.escape(loser.name)}, "
-            f"<b>{100 * saving:.0f} % less</b> (V4.1 / V4 = {r:.2f}×)."
+            f"<b>{100 * saving:.0f} % less</b> ({p.label} = {r:.2f}×)."
         )
     items = "".join(f"<li>{line}</li>" for line in reasons)
     why = f"<p>Why:</p><ul>{items}</ul>" if items else ""
-    return f'<div class="verdict"><p>{head}</p>{decomposition(new, old)}{why}</div>'
+    return f'<div class="verdict"><p>{head}</p>{decomposition(p)}{why}</div>'
 
 
-def decomposition(new: Series, old: Series) -> str:
+def decomposition(p: Pair) -> str:
     """Cost per task = cluster $/h ÷ tasks per hour, so its ratio is the $/h ratio over the tasks/h ratio."""
+    new, old = p.new, p.old
     usd = ratio(new.value("cluster_usd_per_hour"), old.value("cluster_usd_per_hour"))
     tasks = ratio(new.value("tasks_per_hour"), old.value("tasks_per_hour"))
     if usd is None or not tasks:
@@ -123,20 +125,21 @@ def decomposition(new: Series, old: Series) -> str:
         )
     else:
         text = (
-            f"Cost per task = cluster cost per hour ÷ tasks per hour: V4.1 / V4 = {usd:.2f}× the cost per hour "
+            f"Cost per task = cluster cost per hour ÷ tasks per hour: {p.label} = {usd:.2f}× the cost per hour "
             f"÷ {tasks:.2f}× the tasks per hour = {usd / tasks:.2f}×."
         )
     return f"<p>{text}</p>"
 
 
-def reasons(new: Series, old: Series) -> list[str]:
+def reasons(p: Pair) -> list[str]:
     """The 'why' of the verdict: the measured differences behind the cost ratio."""
+    new, old = p.new, p.old
     lines = []
     kv_new, kv_old = new.value("kv_bytes_per_token"), old.value("kv_bytes_per_token")
     if (r := ratio(kv_old, kv_new)) is not None:
         lines.append(
             f"KV cache per token: {fmt_number(kv_new)} B vs {fmt_number(kv_old)} B "
-            f"({r:.1f}× smaller for V4.1)."
+            f"({r:.1f}× smaller for {p.new_label})."
         )
     sn, so = capacity.sessions_per_node(new), capacity.sessions_per_node(old)
     for key in ("fit in HBM", "decoding, mean"):

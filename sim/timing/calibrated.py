@@ -56,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sim.config.families import model_labels
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.timing.base import PrefillChunk
@@ -70,8 +71,8 @@ from sim.timing.tables import (
     grid_of,
 )
 
-# Table `model` column per model spec (kernels_bench/shapes.py MODELS).
-MODEL_KEYS = {"deepseek-v4-flash": "V4", "deepseek-v4.1-flash": "V4.1"}
+# Table `model` column per model spec: its family's label (sim.config.families; kernels_bench/shapes.py MODELS).
+MODEL_KEYS: dict[str, str] = model_labels()
 DENSE_FORMATS = ("fp8_blockwise", "fp8_rowwise")  # kernels.md §6.2: checkpoint projections are FP8
 # kernels.md §6.1: the SM90 grouped GEMM is FP8 rowwise; no MXFP4 kernel on Hopper was measured, so
 # experts stream FP8 weights on the H200 (about 2x the MXFP4 bytes the checkpoint stores); GPUs with

@@ -12,7 +12,7 @@ from report_synth import V4, V41, write_run
 from sim.errors import InputError
 from sim.report import cost, headline, kvtiers, latency, timeaxis, timeseries
 from sim.report.build import build_page, sections_for, unique_labels
-from sim.report.compare import v41_v4_pairs
+from sim.report.compare import successor_pairs
 from sim.report.inputs import flatten
 from sim.report.page import figures_of
 from sim.report.reduce import MAX_POINTS_PER_TRACE
@@ -70,11 +70,11 @@ def test_a_model_keeps_its_colour_across_runs_and_runs_differ_by_dash(run, v41_o
 
 
 def test_pairs_v41_with_v4_within_a_run_then_across_runs(run, v41_only, tmp_path):
-    pairs = v41_v4_pairs(build_series([run, v41_only]))
-    assert [(a.name, b.name) for a, b in pairs] == [(f"both · {V41}", f"both · {V4}")]
+    pairs = successor_pairs(build_series([run, v41_only]))
+    assert [(p.new.name, p.old.name, p.label) for p in pairs] == [(f"both · {V41}", f"both · {V4}", "V4.1 / V4")]
     v4_only = load_run(write_run(tmp_path / "v4_only", models=(V4,), n_requests=300))
-    pairs = v41_v4_pairs(build_series([v4_only, v41_only]))
-    assert [(a.model, b.model) for a, b in pairs] == [(V41, V4)]
+    pairs = successor_pairs(build_series([v4_only, v41_only]))
+    assert [(p.new.model, p.old.model) for p in pairs] == [(V41, V4)]
 
 
 def test_latency_cdfs_end_at_the_worst_measured_request(run):
