@@ -70,7 +70,7 @@ class Cluster:
         self._area += self.in_flight * (now - self._t_area)
         self._t_area = now
         self.in_flight += 1
-        self.live[req.rid] = req
+        self.live[req.request_id] = req
         total = req.input_tokens + req.output_tokens
         if total > self.max_context_tokens:
             self.reject(req, "context_too_long")
@@ -101,7 +101,7 @@ class Cluster:
 
     def reject(self, req: Request, reason: str) -> None:
         req.status = "rejected"
-        req.reason = reason
+        req.reject_reason = reason
         if req.finish_s != req.finish_s:  # NaN: not set yet
             req.finish_s = self.env._now
         self.rejected += 1
@@ -117,7 +117,7 @@ class Cluster:
         self._area += self.in_flight * (now - self._t_area)
         self._t_area = now
         self.in_flight -= 1
-        del self.live[req.rid]
+        del self.live[req.request_id]
         self.recorder.record(req)
         if self.arrivals is not None:
             self.arrivals.on_terminal(req)

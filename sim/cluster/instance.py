@@ -92,8 +92,8 @@ class Instance:
         self.ready: list[Request] = []  # admitted and loaded, prefill not finished
         self.loading = 0  # admitted, loads in flight
         self.joins: deque[Request] = deque()  # waiting to join the decode batch
-        self.running: dict[int, Request] = {}  # rid -> request, the decode batch
-        self._heap: list[tuple[int, int, Request]] = []  # (finish step, rid, request)
+        self.running: dict[int, Request] = {}  # request id -> request, the decode batch
+        self._heap: list[tuple[int, int, Request]] = []  # (finish step, request id, request)
         # decode batch state: summed timing terms of the running sequences and their slopes per step
         self.n = 0
         self._a = 0.0
@@ -210,8 +210,8 @@ class Instance:
                 store.count_hit(plan)
                 req.hit_tokens = tokens
                 req.hbm_hit_tokens = hbm_tokens
-                req.hit_tier = tier
-                req.shared_hit = shared
+                req.prefix_source = tier
+                req.shared_prefix_hit = shared
                 req.replay_tokens = replay
                 new = req.input_tokens - tokens + replay
                 self.load += new - req.est_new_tokens
@@ -289,13 +289,13 @@ class Instance:
             store.reserve_hbm(self.index, need - pinned, now)
             req.reserved_d_bytes = need
             nbytes = (req.input_tokens - usable) * policy.global_kv_bytes_per_token + policy.seq_state_bytes
-            req.kv_bytes = nbytes
-            req.kv_start_s = now
+            req.kv_transfer_bytes = nbytes
+            req.kv_transfer_start_s = now
             self.cluster.net_out[req.pinst.node].submit(nbytes, self._kv_arrived, req)
 
     def _kv_arrived(self, req: Request) -> None:
-        req.kv_end_s = self.env._now
-        self.cluster.net_in[self.node].bytes_done += req.kv_bytes
+        req.kv_transfer_end_s = self.env._now
+        self.cluster.net_in[self.node].bytes_done += req.kv_transfer_bytes
         req.pinst.handed_off(req)
         self.joins.append(req)
         self.kick()
@@ -369,14 +369,14 @@ class Instance:
             parts: list[PrefillChunk] = []
             rows = 0
             for req, take in chunks:
-                if req.done_tokens == 0:
+                if req.computed_tokens == 0:
                     req.prefill_start_s = start
                 img = req.image_pending
                 parts.append(
                     (
                         take,
-                        req.ctx_before + req.done_tokens,
-                        req.done_tokens + take >= req.new_tokens,
+                        req.ctx_before + req.computed_tokens,
+                        req.computed_tokens + take >= req.new_tokens,
                         img,
                         req.image_count if img else 0,
                     )
@@ -433,12 +433,12 @@ class Instance:
     def _finish_chunks(self, now: float) -> None:
         finished = False
         for req, take in self._chunks:
-            req.done_tokens += take
+            req.computed_tokens += take
             self.load -= take
-            if req.done_tokens >= req.new_tokens:
+            if req.computed_tokens >= req.new_tokens:
                 finished = True
                 req.first_token_s = now
-                if req.shared_key is not None and not (req.shared_hit and req.hit_tier == "hbm"):
+                if req.shared_key is not None and not (req.shared_prefix_hit and req.prefix_source == "hbm"):
                     self.store.retain_shared(req.shared_key, self.index, req.shared_tokens, now)
                 if req.output_tokens <= 1:
                     self._complete(req, now)
@@ -448,7 +448,7 @@ class Instance:
                     self.cluster.to_decode(req)
         self._chunks = []
         if finished:
-            self.ready = [r for r in self.ready if r.done_tokens < r.new_tokens]
+            self.ready = [r for r in self.ready if r.computed_tokens < r.new_tokens]
 
     def _join(self, req: Request, now: float) -> None:
         steps = max(1, math.ceil((req.output_tokens - 1) / self._accept))
@@ -463,11 +463,11 @@ class Instance:
             self._sb += sb
         else:
             self._a, self._b, self._sa, self._sb = a, b, sa, sb
-        self.running[req.rid] = req
-        heapq.heappush(self._heap, (self.n + steps, req.rid, req))
+        self.running[req.request_id] = req
+        heapq.heappush(self._heap, (self.n + steps, req.request_id, req))
 
     def _leave(self, req: Request) -> None:
-        del self.running[req.rid]
+        del self.running[req.request_id]
         if not self.running:
             self._a = self._b = self._sa = self._sb = 0.0  # no drift from repeated sums
             return

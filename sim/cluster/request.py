@@ -18,12 +18,12 @@ LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
 # What the request log keeps of an ended request, in `Request.logged()` order (the recorder,
 # sim.metrics.recorder, names their columns; a test checks the two lists agree).
 LOGGED_FIELDS = (
-    "rid",
+    "request_id",
     "session_id",
     "request_index",
     "agent_id",
     "status",
-    "reason",
+    "reject_reason",
     "measured",
     "arrival_s",
     "admitted_s",
@@ -31,8 +31,8 @@ LOGGED_FIELDS = (
     "load_end_s",
     "prefill_start_s",
     "first_token_s",
-    "kv_start_s",
-    "kv_end_s",
+    "kv_transfer_start_s",
+    "kv_transfer_end_s",
     "decode_start_s",
     "finish_s",
     "input_tokens",
@@ -40,14 +40,14 @@ LOGGED_FIELDS = (
     "prefix_tokens",
     "hit_tokens",
     "hbm_hit_tokens",
-    "done_tokens",
+    "computed_tokens",
     "replay_tokens",
     "image_tokens",
-    "hit_tier",
-    "shared_hit",
+    "prefix_source",
+    "shared_prefix_hit",
     "load_bytes",
     "swa_load_bytes",
-    "kv_bytes",
+    "kv_transfer_bytes",
     "prefill_pool",
     "prefill_instance",
     "decode_pool",
@@ -68,19 +68,19 @@ class Request:
     est_new_tokens: int = 0
     hit_tokens: int = 0
     hbm_hit_tokens: int = 0
-    hit_tier: str = "none"
-    shared_hit: bool = False
+    prefix_source: str = "none"
+    shared_prefix_hit: bool = False
     pinned: bool = False
     load_bytes: float = 0.0
     swa_load_bytes: float = 0.0
     replay_tokens: int = 0
     ctx_before: int = 0
-    done_tokens: int = 0
+    computed_tokens: int = 0
     loads_pending: int = 0
     reserved_p_bytes: float = 0.0
     reserved_d_bytes: float = 0.0
     d_pinned: bool = False
-    kv_bytes: float = 0.0
+    kv_transfer_bytes: float = 0.0
     pinst: Any = None
     dinst: Any = None
     prefill_pool: str | None = None
@@ -93,8 +93,8 @@ class Request:
     load_end_s: float = NAN
     prefill_start_s: float = NAN
     first_token_s: float = NAN
-    kv_start_s: float = NAN
-    kv_end_s: float = NAN
+    kv_transfer_start_s: float = NAN
+    kv_transfer_end_s: float = NAN
     decode_start_s: float = NAN
     finish_s: float = NAN
     # decode
@@ -102,12 +102,12 @@ class Request:
     join_step: int = 0
     # end
     status: str = ""
-    reason: str | None = None
+    reject_reason: str | None = None
     measured: bool = False
 
     def __init__(
         self,
-        rid: int,
+        request_id: int,
         session_id: int,
         request_index: int,
         agent_id: int,
@@ -122,7 +122,7 @@ class Request:
         image_tokens: int,
         image_count: int,
     ) -> None:
-        self.rid = rid
+        self.request_id = request_id
         self.session_id = session_id
         self.request_index = request_index
         self.agent_id = agent_id
@@ -148,12 +148,12 @@ class Request:
         """The LOGGED_FIELDS of this request, read in compiled code (once per ended request:
         reading 34 attributes by name from Python cost more than the rest of its logging)."""
         return (
-            self.rid,
+            self.request_id,
             self.session_id,
             self.request_index,
             self.agent_id,
             self.status,
-            self.reason,
+            self.reject_reason,
             self.measured,
             self.arrival_s,
             self.admitted_s,
@@ -161,8 +161,8 @@ class Request:
             self.load_end_s,
             self.prefill_start_s,
             self.first_token_s,
-            self.kv_start_s,
-            self.kv_end_s,
+            self.kv_transfer_start_s,
+            self.kv_transfer_end_s,
             self.decode_start_s,
             self.finish_s,
             self.input_tokens,
@@ -170,14 +170,14 @@ class Request:
             self.prefix_tokens,
             self.hit_tokens,
             self.hbm_hit_tokens,
-            self.done_tokens,
+            self.computed_tokens,
             self.replay_tokens,
             self.image_tokens,
-            self.hit_tier,
-            self.shared_hit,
+            self.prefix_source,
+            self.shared_prefix_hit,
             self.load_bytes,
             self.swa_load_bytes,
-            self.kv_bytes,
+            self.kv_transfer_bytes,
             self.prefill_pool,
             self.prefill_instance,
             self.decode_pool,

@@ -20,49 +20,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sim.cluster.request import LOGGED_FIELDS
 from sim.metrics.schema import REQUEST_SCHEMA, stamped
 
 ROWS_PER_GROUP = 65_536
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
 
-# Request attribute -> (log column, numpy dtype or None for Python objects: strings, nullable),
-# in the order of Request.logged() (sim.cluster.request.LOGGED_FIELDS; a test checks it)
-_COLUMNS = {
-    "rid": ("request_id", np.int64),
-    "session_id": ("session_id", np.int64),
-    "request_index": ("request_index", np.int32),
-    "agent_id": ("agent_id", np.int32),
-    "status": ("status", None),
-    "reason": ("reject_reason", None),
-    "measured": ("measured", np.bool_),
-    "arrival_s": ("arrival_s", np.float64),
-    "admitted_s": ("admitted_s", np.float64),
-    "load_start_s": ("load_start_s", np.float64),
-    "load_end_s": ("load_end_s", np.float64),
-    "prefill_start_s": ("prefill_start_s", np.float64),
-    "first_token_s": ("first_token_s", np.float64),
-    "kv_start_s": ("kv_transfer_start_s", np.float64),
-    "kv_end_s": ("kv_transfer_end_s", np.float64),
-    "decode_start_s": ("decode_start_s", np.float64),
-    "finish_s": ("finish_s", np.float64),
-    "input_tokens": ("input_tokens", np.int64),
-    "output_tokens": ("output_tokens", np.int64),
-    "prefix_tokens": ("prefix_tokens", np.int64),
-    "hit_tokens": ("hit_tokens", np.int64),
-    "hbm_hit_tokens": ("hbm_hit_tokens", np.int64),
-    "done_tokens": ("computed_tokens", np.int64),
-    "replay_tokens": ("replay_tokens", np.int64),
-    "image_tokens": ("image_tokens", np.int64),
-    "hit_tier": ("prefix_source", None),
-    "shared_hit": ("shared_prefix_hit", np.bool_),
-    "load_bytes": ("load_bytes", np.float64),
-    "swa_load_bytes": ("swa_load_bytes", np.float64),
-    "kv_bytes": ("kv_transfer_bytes", np.float64),
-    "prefill_pool": ("prefill_pool", None),
-    "prefill_instance": ("prefill_instance", np.int32),
-    "decode_pool": ("decode_pool", None),
-    "decode_instance": ("decode_instance", np.int32),
-}
+
+def _numpy_dtype(t: pa.DataType):
+    """The numpy type a log column is gathered in (None: Python objects, for strings)."""
+    if pa.types.is_string(t):
+        return None
+    if pa.types.is_integer(t):
+        return np.int64  # sums over a run overflow int32; the file narrows to the schema's type
+    return t.to_pandas_dtype()
+
+
+# The logged fields (named as in the file) -> numpy dtype, in Request.logged() order
+_COLUMNS = {name: _numpy_dtype(REQUEST_SCHEMA.field(name).type) for name in LOGGED_FIELDS}
 
 
 def _column(values: tuple, dtype):
@@ -140,7 +115,7 @@ class Recorder:
         columns = zip(*rows, strict=True)
         cols = {
             name: _column(values, dtype)
-            for (name, dtype), values in zip(_COLUMNS.values(), columns, strict=True)
+            for (name, dtype), values in zip(_COLUMNS.items(), columns, strict=True)
         }
         status = np.asarray(cols["status"])
         tier = np.asarray(cols["prefix_source"])

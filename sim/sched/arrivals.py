@@ -231,20 +231,20 @@ class Arrivals:
         """`req` will never arrive; neither will the requests that wait on it."""
         self.not_arrived += 1
         self.scheduled -= 1
-        state = self._session_of.pop(req.rid)
+        state = self._session_of.pop(req.request_id)
         state.pending -= 1
-        for child, _think in self._children.pop(req.rid, ()):
+        for child, _think in self._children.pop(req.request_id, ()):
             self._drop(child)
         self._session_check(state)
 
     def on_terminal(self, req: Request) -> None:
         """`req` completed or was rejected: its follow-ups arrive after their think time."""
         now = self.env._now
-        kids = self._children.pop(req.rid, None)
+        kids = self._children.pop(req.request_id, None)
         if kids is not None:
             for child, think in kids:
                 self._schedule(child, now + think)
-        state = self._session_of.pop(req.rid)
+        state = self._session_of.pop(req.request_id)
         state.pending -= 1
         state.count += 1
         if req.status == "rejected":
@@ -397,7 +397,7 @@ class BenchmarkArrivals(Arrivals):
 
     def on_terminal(self, req: Request) -> None:
         now = self.env._now
-        sess = self._of.pop(req.rid)
+        sess = self._of.pop(req.request_id)
         sess.count += 1
         if req.status == "rejected":
             sess.rejected += 1

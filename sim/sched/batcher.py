@@ -19,7 +19,7 @@ def prefill_chunks(ready: list[Request], budget_tokens: int, chunk_tokens: int) 
     for req in ready:
         if budget_tokens <= 0:
             break
-        left = req.new_tokens - req.done_tokens
+        left = req.new_tokens - req.computed_tokens
         take = left if left < chunk_tokens else chunk_tokens
         if take > budget_tokens:
             take = budget_tokens
