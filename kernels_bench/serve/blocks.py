@@ -60,6 +60,7 @@ class BlockPool:
         self.origin: list[int] = [-1] * num_blocks  # session that computed a cached block
         self.cached: dict[int, int] = {}  # hash -> block id
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._cached_free = 0  # blocks in the free queue that still hold a hash
         self.stats = PoolStats()
 
     @property
@@ -73,7 +74,7 @@ class BlockPool:
     @property
     def cached_free_blocks(self) -> int:
         """Unreferenced blocks still holding a prefix (what eviction can take back)."""
-        return sum(1 for b in self._free if self.hash[b] is not None)
+        return self._cached_free
 
     def match(self, hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes`` (nothing changes)."""
@@ -95,6 +96,7 @@ class BlockPool:
         for b in blocks:
             if self.ref[b] == 0:
                 del self._free[b]
+                self._cached_free -= 1  # a hit block always holds its hash
             self.ref[b] += 1
         self.stats.hit_blocks += len(blocks)
 
@@ -108,6 +110,7 @@ class BlockPool:
             b, _ = self._free.popitem(last=False)
             h = self.hash[b]
             if h is not None:
+                self._cached_free -= 1
                 if self.cached.get(h) == b:
                     del self.cached[h]
                 self.hash[b] = None
@@ -139,3 +142,5 @@ class BlockPool:
                 if self.hash[b] is not None and self.cached.get(self.hash[b]) != b:
                     self.hash[b] = None  # a duplicate of a cached block: plain free space
                 self._free[b] = None
+                if self.hash[b] is not None:
+                    self._cached_free += 1

@@ -105,6 +105,7 @@ class StepRecord:
     decode_context_tokens: list[int]
     prefill_context_tokens: list[int]
     prefill_new_tokens: list[int]
+    prefill_last_chunk: list[bool]  # the chunk ends the sequence's prompt (its first token comes out)
     waiting: int  # queue after the step was planned
     running: int
     used_blocks: int  # after the step
@@ -115,7 +116,7 @@ class StepRecord:
         return self.end_s - self.start_s
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity (queue membership)
 class _Seq:
     req: EngineRequest
     out: Outcome
@@ -194,6 +195,9 @@ class Engine:
                 decode_context_tokens=[w.context_tokens for w in plan.decode],
                 prefill_context_tokens=[w.context_tokens for w in plan.prefill],
                 prefill_new_tokens=[w.new_tokens for w in plan.prefill],
+                prefill_last_chunk=[
+                    seq.num_computed + n >= seq.prompt_len for seq, n in work if not seq.decoding
+                ],
                 waiting=len(self.waiting),
                 running=len(self.running),
                 used_blocks=0,
@@ -321,7 +325,7 @@ class Engine:
     def _apply(self, work: list[tuple[_Seq, int]], start_s: float, end_s: float) -> list[Outcome]:
         finished: list[Outcome] = []
         for seq, n in work:
-            if n > 1 or not seq.decoding:  # a prefill chunk
+            if not seq.decoding:  # a prefill chunk
                 if math.isnan(seq.out.prefill_start_s):
                     seq.out.prefill_start_s = start_s
                 seq.out.computed_tokens += n

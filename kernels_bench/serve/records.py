@@ -100,6 +100,7 @@ STEP_SCHEMA = pa.schema(
         pa.field("decode_context_tokens", _list_i32, nullable=False),  # KV tokens before the step, per decode
         pa.field("prefill_context_tokens", _list_i32, nullable=False),  # per prefill chunk
         pa.field("prefill_new_tokens", _list_i32, nullable=False),  # chunk lengths
+        pa.field("prefill_last_chunk", pa.list_(_bool), nullable=False),  # the chunk ends its prompt
         pa.field("waiting", _i32, nullable=False),  # queued, not admitted, when the step was planned
         pa.field("running", _i32, nullable=False),
         pa.field("used_blocks", _i32, nullable=False),  # KV blocks referenced after the step
@@ -187,6 +188,7 @@ def steps_table(engine: Engine) -> pa.Table:
                 "decode_context_tokens": s.decode_context_tokens,
                 "prefill_context_tokens": s.prefill_context_tokens,
                 "prefill_new_tokens": s.prefill_new_tokens,
+                "prefill_last_chunk": s.prefill_last_chunk,
                 "waiting": s.waiting,
                 "running": s.running,
                 "used_blocks": s.used_blocks,

@@ -38,3 +38,16 @@ def test_chain_hash_names_the_whole_prefix() -> None:
     ha, hb = block_hashes(a, 256), block_hashes(b, 256)
     assert len(ha) == 4 and all(x != y for x, y in zip(ha, hb, strict=True))  # block 0 differs: all differ
     assert block_hashes(a[:600], 256) == ha[:2]
+
+
+def test_cached_free_count_follows_the_queue() -> None:
+    pool = BlockPool(5, 256)
+    a = pool.allocate(3)
+    pool.commit(a[0], 1, 0)
+    pool.commit(a[1], 2, 0)
+    pool.free(a)
+    assert pool.cached_free_blocks == 2
+    pool.take([a[0]])
+    assert pool.cached_free_blocks == 1
+    pool.allocate(4)  # 3, 4, then a[2] (no hash), a[1] (evicted)
+    assert pool.cached_free_blocks == 0 == sum(1 for b in pool._free if pool.hash[b] is not None)

@@ -54,6 +54,7 @@ def test_budget_decode_first_and_chunking() -> None:
         ([0], []),
     ]
     assert all(p.decode_batch + p.prefill_tokens <= 1024 for p in fn.plans)
+    assert [s.prefill_last_chunk for s in engine.steps] == [[False, False], [False, True], [True], [], []]
     assert [o.request.request_id for o in engine.done] == [1, 0]
     assert all(o.computed_tokens == o.request.input_tokens for o in engine.done)
 
@@ -135,6 +136,7 @@ def test_step_times_and_latencies_follow_the_clock(write_trace) -> None:
     assert t["ttft_s"] == pytest.approx([0.01]) and t["tpot_s"] == pytest.approx([0.01])
     assert t["e2e_s"] == pytest.approx([0.05])
     assert steps["decode_context_tokens"][1:] == [[300], [301], [302], [303]]
+    assert steps["prefill_last_chunk"] == [[True], [], [], [], []]
 
 
 def test_schedule_is_deterministic(write_trace, tmp_path) -> None:
