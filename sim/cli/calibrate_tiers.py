@@ -154,8 +154,8 @@ def tier_times(
         out["parts"][name] = {
             "link": path.link,
             "bw_GBps": rates.bw_bytes_per_s / units.GB,
-            "per_request_s": rates.per_request_s,
-            "segments_s": segments * rates.per_segment_s,
+            "per_request_s": rates.cost.per_request_s,
+            "segments_s": segments * rates.cost.per_segment_s,
             "bytes_s": kv_bytes / rates.bw_bytes_per_s,
             "load_s": load_s,
         }

@@ -7,13 +7,16 @@ Resolution rules (each a stated choice):
   one, as sim/config/cluster.py defines it and the timing models charge), DP copies of everything else
   (attention-TP shards it), and V4.1's Engram tables once (row-sharded) when they live in HBM;
   the rest holds KV. The latent KV is replicated on every attention-TP rank (model.md §9).
-- Host DRAM per node: the profile's `dram_usable_for_kv_gb` (scaled if `cluster.node.dram_gb`
-  overrides the installed size); V4.1's SWA pool takes `swa_pool_dram_frac` of installed DRAM
-  out of it (model.md §10).
-- SSD: one cluster-wide tier of every node's NVMe x `usable_for_kv_frac`, read through each
-  node's own drives (a striped store like 3FS gives each reader about its share).
-- Links: PCIe per instance (its GPUs' host links), NVMe read/write and the NICs per node (a
-  prefill node's sends carry its KV to the decode side; one link per transfer, see sim.cluster.link).
+- The tiers below HBM are the enabled entries of `cache.tiers` (sim.config.cache), fastest first, each
+  built the same way (`store_tiers`): units by scope (one per instance, node, cluster pool, or one),
+  each the sum of its nodes' contributions by medium: host DRAM, the profile's `dram_usable_for_kv_gb`
+  (scaled if `cluster.node.dram_gb` overrides the installed size; V4.1's SWA pool takes
+  `swa_pool_dram_frac` of installed DRAM out of the first such tier, model.md §10); NVMe, the drives x
+  `usable_for_kv_frac` (the default SSD tier is one cluster-wide unit read through each node's own
+  drives: a striped store like 3FS gives each reader about its share); memory, `capacity_gb_per_node`.
+- Links: one per link kind, owner and bandwidth (sim.kvcache.paths LINK_OWNER: PCIe per instance, its
+  GPUs' host links; NVMe and NICs per node), shared by the tiers whose paths use that kind at that share;
+  the NICs also carry a prefill node's KV to the decode side (one link per transfer, sim.cluster.link).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.errors import InputError
 from sim.hardware import load_hw
-from sim.kvcache.paths import kv_regions_per_block, path_rates
-from sim.kvcache.policies import CachePolicy, TierCost
-from sim.kvcache.store import KVStore
+from sim.config.cache import TierPath
+from sim.kvcache.paths import LINK_OWNER, kv_regions_per_block, link_lanes, path_cost, path_rates
+from sim.kvcache.policies import CachePolicy
+from sim.kvcache.store import KVStore, StoreTier
 from sim.metrics.recorder import Recorder
 from sim.metrics.timeseries import PoolView, Sampler
 from sim.model import (
@@ -89,6 +93,7 @@ class Simulation:
     back: list[Instance]
     usd_per_hour: float
     family: str
+    tier_names: list[str]  # the configured chain by rank, HBM first, enabled or not (per-tier metrics)
     extra: dict = field(default_factory=dict)
 
 
@@ -101,18 +106,10 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         compressor_state_bytes=compressor_state_bytes_per_sequence(spec),  # model.md §5.2
         block_tokens=c.block_tokens,
         kv_regions_per_block=kv_regions_per_block(spec, kv_layout),  # sim.kvcache.paths
-        read_cost={n: TierCost(t.read.per_request_s, t.read.per_segment_s) for n, t in c.chain() if t.read},
-        write_cost={
-            n: TierCost(t.write.per_request_s, t.write.per_segment_s) for n, t in c.chain() if t.write
-        },
         swa_window_tokens=swa_window_tokens(spec),  # model.md §1
         hbm_keep_s=max(c.tier("hbm").ttl_s, eps),
-        demote_to_dram=True,
-        dram_ttl_s=max(c.tier("dram").ttl_s, eps),
-        pool_ttl_s=max(c.tier("rdma_pool").ttl_s, eps),
     )
     rules = c.policy_for(family).store_rules(  # the family's own semantics: sim.config.family_cache
-        ssd_ttl_s=c.tier("ssd").ttl_s,
         window_rebuild_tokens=swa_rebuild_tokens(spec, c.block_tokens),
         eps_s=eps,
     )
@@ -188,36 +185,150 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     )
 
 
-def _rdma_pool_tier(cache):
-    """The enabled RDMA pool tier, or None. The store holds it between host DRAM and SSD (copies
-    leaving DRAM go there); shared by all nodes (scope cluster) or by the nodes of one cluster pool."""
-    held = ("hbm", "dram", "rdma_pool", "ssd")
-    for name, other in cache.chain():
-        if name not in held:  # `sim calibrate tiers` reports any tier; the store holds these four
-            raise InputError(
-                "the simulator's store holds the tiers hbm, dram, rdma_pool and ssd",
-                where=f"cache.tiers.{name}.enabled",
-                value=other.enabled,
-                allowed="false (sim calibrate tiers --scenario reports the tier's path)",
+class LinkSet:
+    """The run's transfer links: one per (direction, link kind, owner, bandwidth), so tiers whose paths use a
+    link kind at the same share share its lanes (host DRAM and a CXL expander both read over an instance's
+    PCIe, V4.1's SWA ring writes ride host DRAM's); a path with its own `bw_frac` gets lanes of its own.
+    Loads are processor-sharing (SharedLink), writes FIFO (FifoLink)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+        self.reads: dict[tuple, SharedLink] = {}
+        self.writes: dict[tuple, FifoLink] = {}
+
+    def read(self, kind: str, owner: str, idx: int, bw: float, latency_s: float) -> SharedLink:
+        key = (kind, owner, idx, bw)
+        link = self.reads.get(key)
+        if link is None:
+            link = self.reads[key] = SharedLink(self.env, f"{kind}[{owner} {idx}]", bw, latency_s)
+        return link
+
+    def write(self, kind: str, owner: str, idx: int, bw: float, latency_s: float) -> FifoLink:
+        key = (kind, owner, idx, bw)
+        link = self.writes.get(key)
+        if link is None:
+            link = self.writes[key] = FifoLink(f"{kind}[{owner} {idx}]", bw, latency_s)
+        return link
+
+    def of(self, direction: str, kind: str, instances: list[int], nodes: list[int]) -> list:
+        """The links of `kind` owned by these instances or nodes, in the order they were made."""
+        links = self.reads if direction == "read" else self.writes
+        inst, node = set(instances), set(nodes)
+        return [
+            link
+            for (k, owner, idx, _bw), link in links.items()
+            if k == kind and (idx in inst if owner == "instance" else idx in node)
+        ]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the run's instances and nodes are, and what each node brings (per-node lists by node index)."""
+
+    inst_node: list[int]
+    inst_gpus: list[int]
+    node_hw: list
+    node_ach: list[dict]
+    node_share: list[float]  # the share of each node's host memory its pool may use
+    node_memory: list[tuple[float, float]]  # (installed host DRAM, raw NVMe) the pool may use
+    node_pool: list[int]  # the cluster pool of each node
+    node_net_latency_s: list[float]
+
+
+def _units(scope: str, lay: Layout) -> tuple[list[int], list[int], int]:
+    """(unit of each instance, unit of each node, units) of a tier of `scope`."""
+    n_nodes = len(lay.node_hw)
+    if scope == "instance":
+        n = len(lay.inst_node)
+        return list(range(n)), [-1] * n_nodes, n  # no node-level copy moves into one instance's tier
+    if scope == "node":
+        of_node = list(range(n_nodes))
+    elif scope == "pool":
+        of_node = list(lay.node_pool)
+    else:
+        of_node = [0] * n_nodes
+    return [of_node[n] for n in lay.inst_node], of_node, max(of_node) + 1
+
+
+def _node_capacity(name: str, tier, lay: Layout, n: int, swa_bytes: float) -> float:
+    """Bytes node `n` contributes to tier `name` (see the module doc); `swa_bytes`: V4.1's SWA pool here."""
+    hw, share = lay.node_hw[n], lay.node_share[n]
+    installed, raw_ssd = lay.node_memory[n]
+    if tier.capacity_gb_per_node is not None:
+        cap = tier.capacity_gb_per_node * units.GB * share
+    elif tier.medium == "host_dram":
+        # the profile's usable share of DRAM for KV, applied to the (possibly overridden) size
+        cap = installed * hw.host_dram_usable_for_kv_bytes / hw.host_dram_bytes
+    elif tier.medium == "nvme":
+        return raw_ssd * hw.local_storage.usable_for_kv_frac.value
+    else:  # memory: validated to have a capacity (sim.config.cache)
+        raise InputError(f"tier {name} needs capacity_gb_per_node", where=f"cache.tiers.{name}")
+    return max(0.0, cap - swa_bytes) if tier.medium == "host_dram" else cap
+
+
+def store_tiers(cache, policy: CachePolicy, lay: Layout, links: LinkSet) -> tuple[list[StoreTier], list[float]]:
+    """The tiers below HBM of the enabled chain, fastest first, and V4.1's SWA pool per node."""
+    eps = TIMESCALE_EPS_S
+    n_nodes = len(lay.node_hw)
+    installed = [lay.node_memory[n][0] for n in range(n_nodes)]
+    swa_caps = [policy.swa_pool_dram_frac * installed[n] if policy.swa_pool else 0.0 for n in range(n_nodes)]
+    swa_beside = next((name for name, t in cache.chain() if t.medium == "host_dram"), None)
+    tiers = []
+    for name, tier in cache.chain():
+        if tier.medium == "hbm":
+            continue
+        assert tier.read is not None and tier.write is not None  # validated (sim.config.cache)
+        of_inst, of_node, n_units = _units(tier.scope, lay)
+        caps = [0.0] * n_units
+        per_inst = [0] * n_nodes
+        for node in lay.inst_node:
+            per_inst[node] += 1
+        for n in range(n_nodes):
+            cap = _node_capacity(name, tier, lay, n, swa_caps[n] if name == swa_beside else 0.0)
+            if tier.scope == "instance":
+                for i, node in enumerate(lay.inst_node):
+                    if node == n:
+                        caps[i] += cap / per_inst[n]
+            elif of_node[n] >= 0:
+                caps[of_node[n]] += cap
+        demote = tier.fill == "demote"
+        write_through_ttl = 0.0 if demote else policy.retention_s
+        write_inst = [
+            _link(links, "write", tier.write, lay, i=i) for i in range(len(lay.inst_node))
+        ]
+        write_node = [_link(links, "write", tier.write, lay, n=n) for n in range(n_nodes)] if demote else []
+        tiers.append(
+            StoreTier(
+                name,
+                scope=tier.scope,
+                capacity_bytes=caps,
+                ttl_s=max(tier.ttl_s, eps, write_through_ttl),
+                unit_of_instance=of_inst,
+                unit_of_node=of_node,
+                demote=demote,
+                retention_s=0.0 if demote else policy.retention_s,
+                read=path_cost(tier.read),
+                write=path_cost(tier.write),
+                write_links_instance=write_inst,
+                write_links_node=write_node,
             )
-    tier = cache.tier("rdma_pool")
-    if not tier.enabled:
-        return None
-    dram, ssd = cache.tier("dram"), cache.tier("ssd")
-    problems = []
-    if not dram.rank < tier.rank < ssd.rank:
-        problems.append(("rank", tier.rank, f"between dram ({dram.rank}) and ssd ({ssd.rank})"))
-    if tier.scope not in ("pool", "cluster"):
-        problems.append(("scope", tier.scope, "pool, cluster"))
-    if problems:
-        field_, value, allowed = problems[0]
-        raise InputError(
-            "the RDMA pool sits between host DRAM and SSD, shared by nodes",
-            where=f"cache.tiers.rdma_pool.{field_}",
-            value=value,
-            allowed=allowed,
         )
-    return tier
+    return tiers, swa_caps
+
+
+def _link(links: LinkSet, direction: str, path, lay: Layout, *, i: int = -1, n: int = -1):
+    """The link `path` uses for instance `i` (its own lanes or its node's, by link kind) or node `n`."""
+    if i >= 0 and LINK_OWNER[path.link] == "instance":
+        owner, idx, node = "instance", i, lay.inst_node[i]
+    else:
+        owner, node = "node", (lay.inst_node[i] if i >= 0 else n)
+        idx = node
+    hw = lay.node_hw[node]
+    gpus = lay.inst_gpus[i] if i >= 0 else hw.gpus_per_node
+    bw = path_rates(path, hw, lay.node_ach[node], link_lanes(path.link, owner, gpus, hw)).bw_bytes_per_s
+    latency = lay.node_net_latency_s[node] if path.link == "net" else 0.0
+    make = links.read if direction == "read" else links.write
+    return make(path.link, owner, idx, bw, latency)
 
 
 def build_simulation(
@@ -312,79 +423,45 @@ def build_simulation(
         node_share.extend([share] * layout.nodes)
         node_ach.extend([scn.achievable(pool)] * layout.nodes)
 
-    # per-node memory and links; the tiers' capacities and paths come from the chain (sim.config.cache)
-    dram_tier, ssd_tier = scn.cache.tier("dram"), scn.cache.tier("ssd")
-    pool_tier = _rdma_pool_tier(scn.cache)
-    dram_caps, swa_caps, ssd_total = [], [], 0.0
-    ssd_read, ssd_write, net_out = [], [], []
-    for n, hw in enumerate(node_hw):
-        installed, raw_ssd = node_dram[n]
-        # the profile's usable share of DRAM for KV, applied to the (possibly overridden) size
-        usable = installed * hw.host_dram_usable_for_kv_bytes / hw.host_dram_bytes
-        if dram_tier.capacity_gb_per_node is not None:
-            usable = dram_tier.capacity_gb_per_node * units.GB * node_share[n]
-        swa = policy.swa_pool_dram_frac * installed if policy.swa_pool else 0.0
-        dram_caps.append(max(0.0, usable - swa))
-        swa_caps.append(swa)
-        if ssd_tier.capacity_gb_per_node is not None:
-            ssd_total += ssd_tier.capacity_gb_per_node * units.GB * node_share[n]
-        else:
-            ssd_total += raw_ssd * hw.local_storage.usable_for_kv_frac.value
-        t, ach = node_timing[n], node_ach[n]
-        assert ssd_tier.read is not None and ssd_tier.write is not None  # validated (sim.config.cache)
-        ssd_read.append(
-            SharedLink(env, f"ssd_read[{n}]", path_rates(ssd_tier.read, hw, ach, 1).bw_bytes_per_s)
-        )
-        ssd_write.append(FifoLink(f"ssd_write[{n}]", path_rates(ssd_tier.write, hw, ach, 1).bw_bytes_per_s))
-        net_out.append(
-            SharedLink(env, f"net_out[{n}]", t.link_bw_bytes_per_s("net", 1), t.link_latency_s("net"))
-        )
-    # the RDMA pool: units by scope, each the sum of its nodes' contributions, reached over the nodes' NICs
-    pool_caps: list[float] = []
-    pool_unit_of_node: list[int] = []
-    pool_read: list[SharedLink] = []
-    pool_write: list[FifoLink] = []
-    if pool_tier is not None:
-        assert pool_tier.read is not None and pool_tier.write is not None and pool_tier.capacity_gb_per_node
-        node_pool = [i for i, (_p, nodes, _i) in enumerate(views_meta) for _n in nodes]
-        pool_unit_of_node = node_pool if pool_tier.scope == "pool" else [0] * len(node_hw)
-        pool_caps = [0.0] * (max(pool_unit_of_node) + 1)
-        for n, hw in enumerate(node_hw):
-            pool_caps[pool_unit_of_node[n]] += pool_tier.capacity_gb_per_node * units.GB * node_share[n]
-            nics = path_rates(pool_tier.read, hw, node_ach[n], hw.gpus_per_node).bw_bytes_per_s
-            lat = node_timing[n].link_latency_s("net")
-            pool_read.append(SharedLink(env, f"pool_read[{n}]", nics, lat))
-            nics = path_rates(pool_tier.write, hw, node_ach[n], hw.gpus_per_node).bw_bytes_per_s
-            pool_write.append(FifoLink(f"pool_write[{n}]", nics, lat))
-    h2d, d2h = [], []
-    assert dram_tier.read is not None and dram_tier.write is not None
-    for i, (_pool, _role, node, gpus, _timing, _cap, _rep) in enumerate(inst_specs):
-        hw, ach = node_hw[node], node_ach[node]
-        h2d.append(
-            SharedLink(env, f"pcie_h2d[{i}]", path_rates(dram_tier.read, hw, ach, gpus).bw_bytes_per_s)
-        )
-        d2h.append(FifoLink(f"pcie_d2h[{i}]", path_rates(dram_tier.write, hw, ach, gpus).bw_bytes_per_s))
-
+    # the tier chain below HBM and its links (sim.config.cache, sim.kvcache.paths)
+    net_out = [
+        SharedLink(env, f"net_out[{n}]", t.link_bw_bytes_per_s("net", 1), t.link_latency_s("net"))
+        for n, t in enumerate(node_timing)
+    ]
+    lay = Layout(
+        inst_node=[s_[2] for s_ in inst_specs],
+        inst_gpus=[s_[3] for s_ in inst_specs],
+        node_hw=node_hw,
+        node_ach=node_ach,
+        node_share=node_share,
+        node_memory=node_dram,
+        node_pool=[i for i, (_p, nodes, _i) in enumerate(views_meta) for _n in nodes],
+        node_net_latency_s=[t.link_latency_s("net") for t in node_timing],
+    )
+    links = LinkSet(env)
+    tiers, swa_caps = store_tiers(scn.cache, policy, lay, links)
+    read_links = [
+        [None, *(_link(links, "read", t.read, lay, i=i) for _n, t in scn.cache.chain() if t.read is not None)]
+        for i in range(len(inst_specs))
+    ]
+    swa_write = [_link(links, "write", TierPath(link="pcie_d2h"), lay, i=i) for i in range(len(inst_specs))]
     store = KVStore(
         policy,
-        hbm_capacity_bytes=[s[5] for s in inst_specs],
-        instance_node=[s[2] for s in inst_specs],
-        kv_replication=[s[6] for s in inst_specs],
-        d2h_links=d2h,
-        dram_capacity_bytes=dram_caps,
+        hbm_capacity_bytes=[s_[5] for s_ in inst_specs],
+        instance_node=lay.inst_node,
+        kv_replication=[s_[6] for s_ in inst_specs],
+        tiers=tiers,
         swa_pool_capacity_bytes=swa_caps,
-        ssd_capacity_bytes=ssd_total,
-        ssd_write_links=ssd_write,
-        pool_capacity_bytes=pool_caps,
-        pool_unit_of_node=pool_unit_of_node,
-        pool_write_links=pool_write,
+        swa_write_links=swa_write,
     )
+    tier_names = [name for name, _t in sorted(scn.cache.tiers.items(), key=lambda item: item[1].rank)]
     model_dir = out_dir / arith.name if out_dir is not None else None
     recorder = Recorder(
         model_dir / "requests.parquet" if model_dir is not None and scn.outputs.write_requests else None,
         slo_ttft_s=scn.slo.ttft_s,
         slo_tpot_s=scn.slo.tpot_s,
         run_id=run_id,
+        tiers=tier_names[1:],
     )
     router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, store)
     sch = scn.scheduler
@@ -404,9 +481,7 @@ def build_simulation(
                 chunk_tokens=sch.chunk_tokens,
                 max_decode_batch=sch.max_decode_batch,
                 kv_replication=rep,
-                h2d=h2d[i],
-                ssd_read=ssd_read[node],
-                pool_read=pool_read[node] if pool_read else None,
+                read_links=read_links[i],
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )
         )
@@ -431,10 +506,10 @@ def build_simulation(
             role=pool.role,
             instances=[instances[i] for i in inst_ids],
             nodes=node_ids,
-            h2d=[h2d[i] for i in inst_ids],
-            d2h=[d2h[i] for i in inst_ids],
-            ssd_read=[ssd_read[n] for n in node_ids],
-            ssd_write=[ssd_write[n] for n in node_ids],
+            h2d=links.of("read", "pcie_h2d", inst_ids, node_ids),
+            d2h=links.of("write", "pcie_d2h", inst_ids, node_ids),
+            ssd_read=links.of("read", "ssd_read", inst_ids, node_ids),
+            ssd_write=links.of("write", "ssd_write", inst_ids, node_ids),
             net_out=[net_out[n] for n in node_ids],
             net_in=[cluster.net_in[n] for n in node_ids],
         )
@@ -445,6 +520,7 @@ def build_simulation(
         pools=views,
         cluster=cluster,
         store=store,
+        tier_names=tier_names,
         interval_s=scn.outputs.timeseries_interval_s,
         progress=progress,
     )
@@ -462,6 +538,7 @@ def build_simulation(
         back=back,
         usd_per_hour=sum(p.usd_per_hour for p in pools),
         family=family,
+        tier_names=tier_names,
         extra={
             "spec_decode": {
                 "enabled": sd.enabled,

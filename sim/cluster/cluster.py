@@ -87,10 +87,8 @@ class Cluster:
         est = req.input_tokens
         key = req.parent_lineage
         if key is not None:
-            e = self.store.entries.get(key)
-            if e is not None:
-                held = e.hbm.get(inst.index, 0)
-                est -= held if held < req.prefix_tokens else req.prefix_tokens
+            held = self.store.hbm_tokens(key, inst.index)
+            est -= held if held < req.prefix_tokens else req.prefix_tokens
         req.est_new_tokens = est
         inst.submit(req)
 

@@ -61,10 +61,8 @@ class Instance:
         chunk_tokens: int,
         max_decode_batch: int,
         kv_replication: int,
-        h2d: SharedLink,
-        ssd_read: SharedLink,
+        read_links: list[SharedLink | None],
         max_queue_wait_s: float | None,
-        pool_read: SharedLink | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -80,9 +78,8 @@ class Instance:
         self.chunk_tokens = chunk_tokens
         self.max_decode_batch = max_decode_batch
         self.kv_replication = kv_replication
-        self.h2d = h2d
-        self.ssd_read = ssd_read
-        self.pool_read = pool_read  # the node's NICs, for loads from the RDMA pool (None: no pool)
+        # by chain index: the link a load from that tier into this instance's HBM uses ([0], HBM: None)
+        self.read_links = read_links
         self.max_queue_wait_s = max_queue_wait_s
         self._colocated = role == "colocated"
         self._verify: int = timing.verified_tokens_per_step
@@ -197,12 +194,12 @@ class Instance:
                 break
             waiting.popleft()
             req.admitted_s = now
-            plan = plan_prefix(store, req, self.index, self.node, now)
+            plan = plan_prefix(store, req, self.index, now)
             pinned = 0.0
             if plan is not None:
-                key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay, shared = plan
+                key, tokens, hbm_tokens = plan.key, plan.tokens, plan.hbm_tokens
                 if hbm_tokens:
-                    if shared:
+                    if plan.shared:
                         hbm.touch(key, now)
                     else:
                         pinned = store.pin_hbm(key, self.index)
@@ -210,33 +207,30 @@ class Instance:
                 store.count_hit(plan)
                 req.hit_tokens = tokens
                 req.hbm_hit_tokens = hbm_tokens
-                req.prefix_source = tier
-                req.shared_prefix_hit = shared
+                req.prefix_source = store.tier_names[plan.tier]
+                req.shared_prefix_hit = plan.shared
+                replay = plan.replay_tokens
                 req.replay_tokens = replay
                 new = req.input_tokens - tokens + replay
                 self.load += new - req.est_new_tokens
                 req.est_new_tokens = req.new_tokens = new
                 req.ctx_before = tokens - replay
+                load_bytes = plan.load_bytes
                 if load_bytes:
-                    # V4.1's SWA ring (a pool hit always comes with a DRAM/SSD load) travels in
-                    # the same job: one transfer per request, on the prefix's link
+                    # V4.1's SWA ring (a pool hit always comes with a load from a lower tier) travels
+                    # in the same job: one transfer per request, on the tier's read link
                     nbytes = load_bytes
+                    tier = plan.tier
                     store.touch_lower(key, tier, now)
                     req.load_bytes = load_bytes
-                    if swa_node >= 0:
+                    if plan.swa_node >= 0:
                         store.use_swa(key, now)
                         req.swa_load_bytes = store.policy.swa_state_bytes
                         nbytes += req.swa_load_bytes
                     req.loads_pending = 1
-                    policy = store.policy
-                    overhead_s = policy.move_extra_s(policy.read_cost, tier, tokens - hbm_tokens)
-                    pool_read = self.pool_read
-                    if tier == "dram":
-                        self.h2d.submit(nbytes, self._loaded, req, overhead_s)
-                    elif tier == "rdma_pool" and pool_read is not None:
-                        pool_read.submit(nbytes, self._loaded, req, overhead_s)
-                    else:
-                        self.ssd_read.submit(nbytes, self._loaded, req, overhead_s)
+                    link = self.read_links[tier]
+                    assert link is not None  # every tier below HBM has a read link
+                    link.submit(nbytes, self._loaded, req, store.read_overhead_s(tier, tokens - hbm_tokens))
             store.reserve_hbm(self.index, need - pinned, now)
             req.reserved_p_bytes = need
             if req.loads_pending:
@@ -277,8 +271,7 @@ class Instance:
             pinned = 0.0
             key = req.parent_lineage
             if key is not None and req.prefix_tokens:
-                e = store.entries.get(key)
-                held = e.hbm.get(self.index, 0) if e is not None else 0
+                held = store.hbm_tokens(key, self.index)
                 if held:
                     usable = min(policy.hit_tokens(held, req.prefix_tokens), req.input_tokens - 1)
                     if usable > 0:
@@ -305,11 +298,11 @@ class Instance:
         self.store.finish(
             req.lineage,
             self.index,
-            req.input_tokens,
-            req.reserved_p_bytes,
-            req.parent_lineage if req.pinned else None,
-            self.env._now,
-            False,
+            tokens=req.input_tokens,
+            reserved_bytes=req.reserved_p_bytes,
+            unpin_key=req.parent_lineage if req.pinned else None,
+            now_s=self.env._now,
+            persist=False,
         )
         req.pinned = False
         self._admit()
@@ -494,12 +487,12 @@ class Instance:
         self.store.finish(
             req.lineage,
             self.index,
-            req.input_tokens + req.output_tokens,
-            reserved_bytes,
-            req.parent_lineage if pinned else None,
-            now,
-            True,
-            req.input_tokens,
+            tokens=req.input_tokens + req.output_tokens,
+            reserved_bytes=reserved_bytes,
+            unpin_key=req.parent_lineage if pinned else None,
+            now_s=now,
+            persist=True,
+            prompt_tokens=req.input_tokens,
         )
         self.cluster.request_done(req)
         if self.waiting:

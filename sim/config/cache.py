@@ -1,12 +1,14 @@
 """`cache:` of a scenario: the KV tier chain, block size and per-family rules.
 
 The tier chain (`cache.tiers`) is data: an ordered set of named tiers (rank: smaller = faster), each with a
-scope (per instance, per node, shared by a pool's nodes, or by the whole cluster), a capacity, a TTL and the
-read and write paths by which KV moves between it and HBM: a link kind of the hardware, the share of its line
-rate achieved, and software overheads per request and per KV segment (one contiguous region of one layer in one
-block, sim.kvcache.paths). A scenario's `tiers:` mapping is merged by name onto the defaults below, so
-`tiers: {dram: {ttl_s: 60}}` changes one field and `tiers: {rdma_pool: {enabled: true, capacity_gb_per_node: 512}}`
-turns the RDMA pool on. A new tier (a CXL memory expander, say) is one more entry with its own rank.
+scope (per instance, per node, shared by a pool's nodes, or by the whole cluster), a capacity, a TTL, how copies
+arrive (`fill`: demoted from the tier above, or written through at every completion) and the read and write
+paths by which KV moves between it and HBM: a link kind of the hardware, the share of its line rate achieved,
+and software overheads per request and per KV segment (one contiguous region of one layer in one block,
+sim.kvcache.paths). A run walks the chain (sim.kvcache.store); `sim calibrate tiers` reports every tier's
+path. A scenario's `tiers:` mapping is merged by name onto the defaults below, so `tiers: {dram: {ttl_s: 60}}`
+changes one field and `tiers: {rdma_pool: {enabled: true, capacity_gb_per_node: 512}}` turns the RDMA pool on.
+A new tier (a CXL memory expander, say) is one more entry with its own rank (scenarios/tiers_cxl.yaml).
 
 Beside the chain, one block per model family (`cache.v4`, `cache.v41`): its fields come from the family
 registry (sim.config.families), its schemas and what they mean from sim.config.family_cache.
@@ -45,14 +47,24 @@ class TierPath(StrictModel):
     )
 
 
+SCOPES = ("instance", "node", "pool", "cluster")  # narrowest first
+
+
 class CacheTier(StrictModel):
     rank: int = Field(ge=0, description="position in the chain (smaller = faster); HBM is the unique rank 0")
     scope: Literal["instance", "node", "pool", "cluster"] = Field(
         description="who shares one copy: an instance, the instances of a node, the nodes of a cluster pool, all"
     )
-    medium: Literal["hbm", "host_dram", "pooled_dram", "nvme"] = Field(
+    medium: Literal["hbm", "host_dram", "nvme", "memory"] = Field(
         description="where the bytes live; sets the default capacity (hbm: HBM left by the weights; host_dram: "
-        "the profile's DRAM usable for KV; nvme: drives x usable share; pooled_dram: capacity_gb_per_node)"
+        "the profile's DRAM usable for KV, less V4.1's SWA pool; nvme: drives x usable share; memory: "
+        "capacity_gb_per_node, e.g. an RDMA pool's DRAM or a CXL expander)"
+    )
+    fill: Literal["demote", "write_through"] = Field(
+        "demote",
+        description="how copies arrive: demote = a copy pushed out of HBM goes to the first demote tier, one "
+        "leaving a demote tier to the next; write_through = every completed context is written to it (the "
+        "family's persisted prefixes, with their retention guarantee)",
     )
     enabled: bool = Field(True, description="false: the tier is not built")
     capacity_gb_per_node: float | None = Field(
@@ -80,7 +92,7 @@ DEFAULT_TIERS: dict[str, dict[str, Any]] = {
     "rdma_pool": {
         "rank": 20,
         "scope": "cluster",
-        "medium": "pooled_dram",
+        "medium": "memory",
         "enabled": False,
         "capacity_gb_per_node": 0.0,
         "ttl_s": 3600.0,  # a choice [D]
@@ -91,6 +103,7 @@ DEFAULT_TIERS: dict[str, dict[str, Any]] = {
         "rank": 30,
         "scope": "cluster",
         "medium": "nvme",
+        "fill": "write_through",
         "ttl_s": 86400.0,  # hardware.md §4.1 [A]: "usually within a few hours to a few days"; 24 h chosen [D]
         "read": {"link": "ssd_read", "per_request_s": 0.013},
         "write": {"link": "ssd_write"},
@@ -139,10 +152,25 @@ class _TierChain(StrictModel):
                 problems.append(Problem(f"tiers.{name}.rank", "HBM is the one tier of rank 0", tier.rank))
             if tier.medium != "hbm" and (tier.read is None or tier.write is None):
                 problems.append(Problem(f"tiers.{name}", "a tier below HBM needs read and write paths", name))
-            if tier.medium == "pooled_dram" and not tier.capacity_gb_per_node:
+            if tier.medium == "memory" and not tier.capacity_gb_per_node:
                 problems.append(
                     Problem(f"tiers.{name}.capacity_gb_per_node", "a pooled tier needs a capacity", 0, "> 0")
                 )
+        # a copy moves outward down the demotion chain: a node-level copy cannot pick one instance's tier
+        feeder_scope = "instance"  # HBM
+        for name, tier in chain:
+            if tier.medium == "hbm" or tier.fill != "demote":
+                continue
+            if SCOPES.index(tier.scope) < SCOPES.index(feeder_scope):
+                problems.append(
+                    Problem(
+                        f"tiers.{name}.scope",
+                        "a demote tier is at least as wide as the demote tier above it",
+                        tier.scope,
+                        ", ".join(SCOPES[SCOPES.index(feeder_scope) :]),
+                    )
+                )
+            feeder_scope = tier.scope
         if not chain or chain[0][1].medium != "hbm":
             problems.append(Problem("tiers.hbm", "the chain needs an enabled HBM tier", None))
         raise_problems(problems)

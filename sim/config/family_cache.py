@@ -29,17 +29,16 @@ class StoreRules:
     swa_pool_dram_frac: float
     swa_ttl_s: float
     swa_replay_tokens: int
-    persist_to_ssd: bool
-    ssd_retention_s: float
-    ssd_ttl_s: float
+    persist_prefixes: bool  # completions are written through to the chain's write-through tiers (SSD)
+    retention_s: float  # guaranteed retention there (the tiers' TTL is at least this long)
 
 
 class FamilyCacheBlock(StrictModel):
     """A family's block of `cache:`; `store_rules` says what the KV store does with it."""
 
-    def store_rules(self, *, ssd_ttl_s: float, window_rebuild_tokens: int, eps_s: float) -> StoreRules:
-        """`ssd_ttl_s`: the SSD tier's TTL; `window_rebuild_tokens`: tokens that rebuild the sliding window's
-        receptive field (sim.model.kv); `eps_s`: the shortest time the engine distinguishes."""
+    def store_rules(self, *, window_rebuild_tokens: int, eps_s: float) -> StoreRules:
+        """`window_rebuild_tokens`: tokens that rebuild the sliding window's receptive field (sim.model.kv);
+        `eps_s`: the shortest time the engine distinguishes."""
         raise NotImplementedError
 
 
@@ -50,16 +49,15 @@ class V4CachePolicy(FamilyCacheBlock):
     persist_to: Literal["ssd", "host_dram"] = Field("ssd", description="tier of persisted prefix units")
     # hardware.md §4.1 [A]: "distributed disk array"
 
-    def store_rules(self, *, ssd_ttl_s: float, window_rebuild_tokens: int, eps_s: float) -> StoreRules:
+    def store_rules(self, *, window_rebuild_tokens: int, eps_s: float) -> StoreRules:
         return StoreRules(
             swa_persisted_with_prefix=self.swa_persisted_with_prefix,
             swa_pool=False,
             swa_pool_dram_frac=0.0,
             swa_ttl_s=eps_s,
             swa_replay_tokens=window_rebuild_tokens,  # no bounded replay in V4
-            persist_to_ssd=self.persist_to == "ssd",
-            ssd_retention_s=0.0,  # hardware.md §4.1 [A]: best effort, no guarantee
-            ssd_ttl_s=ssd_ttl_s,
+            persist_prefixes=self.persist_to == "ssd",
+            retention_s=0.0,  # hardware.md §4.1 [A]: best effort, no guarantee
         )
 
 
@@ -73,14 +71,13 @@ class V41CachePolicy(FamilyCacheBlock):
     swa_replay_tokens: int = Field(128, ge=0, description="tokens recomputed on an SWA miss (bounded replay)")
     # model.md §10 [A]
 
-    def store_rules(self, *, ssd_ttl_s: float, window_rebuild_tokens: int, eps_s: float) -> StoreRules:
+    def store_rules(self, *, window_rebuild_tokens: int, eps_s: float) -> StoreRules:
         return StoreRules(
             swa_persisted_with_prefix=False,  # model.md §10 [A]: SWA no longer persisted
             swa_pool=True,
             swa_pool_dram_frac=self.swa_pool_dram_frac,
             swa_ttl_s=self.swa_ttl_s,
             swa_replay_tokens=self.swa_replay_tokens,
-            persist_to_ssd=True,
-            ssd_retention_s=self.global_retention_s,
-            ssd_ttl_s=max(ssd_ttl_s, self.global_retention_s),
+            persist_prefixes=True,
+            retention_s=self.global_retention_s,
         )

@@ -1,11 +1,12 @@
 """Prefix lookup across the tiers for one request on one instance -> a load plan.
 
-Order: the instance's own HBM, its node's host DRAM, the RDMA pool unit its node reaches (when the
-chain has one), the SSD tier, else recompute. The hit is
-the longest usable prefix over all tiers (each tier holds a prefix of the same lineage); the
-part already in HBM is used in place, the rest is loaded from the fastest tier that covers it.
-The last prompt token is always computed (its logits start the output). A cross-session shared
-prompt prefix is used when it covers more than the lineage's own hit.
+Order: the chain, fastest first (sim.kvcache.store): the instance's own HBM, then every tier below
+it whose unit the instance reaches (default: its node's host DRAM, the RDMA pool unit its node
+reaches when the chain has one, the SSD tier), else recompute. The hit is the longest usable prefix
+over all tiers (each tier holds a prefix of the same lineage); the part already in HBM is used in
+place, the rest is loaded from the fastest tier that covers it. The last prompt token is always
+computed (its logits start the output). A cross-session shared prompt prefix is used when it
+covers more than the lineage's own hit.
 
 Every layer's sliding window (SWA, the last `swa_window_tokens` = 128 positions) must be restored
 at the hit's end. Window states exist where a sequence ended: in HBM, the live one at the end of
@@ -26,19 +27,29 @@ the up to block_tokens - 1 extra slots of their blocks. The block size decides a
 blocks a hit rounded down from the 64-token blocks of real traces finds its window about half the
 time (the prompt's last 256-block boundary is more than 128 tokens back otherwise); with 64, always.
 
-The plan is a tuple (the lookup runs once per request):
-    (key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay_tokens, shared)
+The lookup runs once per request; its answer is a `Plan`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.cluster.request import Request
-from sim.kvcache.store import KVStore
+from sim.kvcache.store import Entry, KVStore
 
-# (key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay_tokens, shared)
-Plan = tuple[int, int, str, int, float, int, int, bool]
 
-TIER_OF = ("hbm", "dram", "rdma_pool", "ssd")
+@dataclass
+class Plan:
+    """Where a request's cached prefix comes from."""
+
+    key: int  # the entry used (the lineage's parent, or a shared prompt prefix)
+    tokens: int  # prompt tokens served from cache
+    tier: int  # chain index of the tier that serves the part not in HBM (0: all in HBM)
+    hbm_tokens: int  # the part already in this instance's HBM, used in place
+    load_bytes: float  # bytes loaded from `tier` (0 when all in HBM)
+    swa_node: int  # V4.1: the node whose SWA pool restores the window (-1: none)
+    replay_tokens: int  # cached tokens recomputed to rebuild the window
+    shared: bool  # a shared prompt prefix, not the lineage's own context
 
 
 def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int) -> bool:
@@ -53,60 +64,57 @@ def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, bloc
     return max(hit_tokens - window_tokens, 0) >= kept_from
 
 
-def _hit(store: KVStore, key: int, inst: int, node: int, now_s: float) -> tuple[int, int, int, int] | None:
-    """(hbm, dram, rdma pool, ssd) tokens of `key` usable from instance `inst` on `node`, or None."""
-    e = store.entries.get(key)
-    if e is None:
-        return None
-    hbm = e.hbm.get(inst, 0)
-    dram = e.dram_tokens if e.dram_node == node and e.dram_ready_s <= now_s else 0
-    pool = 0
-    if e.pool_unit >= 0 and e.pool_unit == store.pool_unit_of_node[node] and e.pool_ready_s <= now_s:
-        pool = e.pool_tokens
-    ssd = e.ssd_tokens if e.ssd_ready_s <= now_s else 0
-    return hbm, dram, pool, ssd
+def _cached(store: KVStore, e: Entry, inst: int, now_s: float) -> int:
+    """The most tokens of `e` any tier holds for instance `inst` now (HBM, or a unit it reaches)."""
+    best = e.hbm.get(inst, 0)
+    for t in store.tiers:
+        c = e.copies[t.pos]
+        if c is not None and c.tokens > best and c.unit == t.unit_of_instance[inst] and c.ready_s <= now_s:
+            best = c.tokens
+    return best
 
 
-def _fastest(hbm: int, dram: int, pool: int, tokens: int) -> int:
-    """Index in TIER_OF of the fastest tier holding `tokens`."""
-    return 0 if hbm >= tokens else 1 if dram >= tokens else 2 if pool >= tokens else 3
+def _fastest(store: KVStore, e: Entry, inst: int, now_s: float, tokens: int) -> int:
+    """Chain index of the fastest tier holding `tokens` of `e` for instance `inst` (0: its HBM)."""
+    if e.hbm.get(inst, 0) >= tokens:
+        return 0
+    for t in store.tiers:
+        c = e.copies[t.pos]
+        if c is not None and c.tokens >= tokens and c.unit == t.unit_of_instance[inst] and c.ready_s <= now_s:
+            return t.pos + 1
+    raise AssertionError("no tier holds the hit")  # `tokens` never exceeds what _cached found
 
 
-def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float) -> Plan | None:
-    """The load plan of `req` on instance `inst` (node `node`), or None when nothing is cached."""
+def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan | None:
+    """The load plan of `req` on instance `inst`, or None when nothing is cached."""
     limit = req.input_tokens - 1
-    best: tuple[int, int, int, int, int, bool] | None = (
-        None  # (key, tokens, tier index, hbm tokens, cached tokens, shared)
-    )
+    p = store.policy
+    best: Entry | None = None
+    best_tokens = 0
+    best_cached = 0
+    shared = False
     key = req.parent_lineage
     if key is not None and req.prefix_tokens > 0:
-        hit = _hit(store, key, inst, node, now_s)
-        if hit is not None:
-            hbm, dram, pool, ssd = hit
-            cached = max(hbm, dram, pool, ssd)
-            prefix = req.prefix_tokens
-            if prefix >= cached:
-                tokens = cached
-            else:  # chained block hashes stop at the first partial block
-                tokens = prefix - prefix % store.policy.block_tokens
-            if tokens > limit:
-                tokens = limit
+        e = store.entries.get(key)
+        if e is not None:
+            cached = _cached(store, e, inst, now_s)
+            tokens = min(p.hit_tokens(cached, req.prefix_tokens), limit)
             if tokens > 0:
-                best = (key, tokens, _fastest(hbm, dram, pool, tokens), hbm, cached, False)
+                best, best_tokens, best_cached = e, tokens, cached
     skey = req.shared_key
-    if skey is not None and req.shared_tokens > (best[1] if best else 0):
-        hit = _hit(store, skey, inst, node, now_s)
-        if hit is not None:
-            hbm, dram, pool, ssd = hit
-            cached = max(hbm, dram, pool, ssd)
+    if skey is not None and req.shared_tokens > best_tokens:
+        e = store.entries.get(skey)
+        if e is not None:
+            cached = _cached(store, e, inst, now_s)
             tokens = min(req.shared_tokens, limit)
-            if cached >= req.shared_tokens and tokens > (best[1] if best else 0):
-                best = (skey, tokens, _fastest(hbm, dram, pool, tokens), hbm, cached, True)
+            if cached >= req.shared_tokens and tokens > best_tokens:
+                best, best_tokens, best_cached, shared = e, tokens, cached, True
     if best is None:
         return None
-    key, tokens, tier, hbm, cached, shared = best
+    tokens, cached = best_tokens, best_cached
+    tier = _fastest(store, best, inst, now_s, tokens)
+    hbm = best.hbm.get(inst, 0)
     hbm_tokens = min(hbm, tokens)
-    p = store.policy
     load_bytes = 0.0
     if tier:
         load_bytes = (tokens - hbm_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes
@@ -115,14 +123,14 @@ def plan_prefix(store: KVStore, req: Request, inst: int, node: int, now_s: float
     if tier == 0:
         restorable = window_restorable(hbm, tokens, window, block)
     else:
-        prompt = store.entries[key].prompt_tokens
+        prompt = best.prompt_tokens
         restorable = window_restorable(cached, tokens, window, block) or (
             prompt > 0 and window_restorable(prompt, tokens, window, block)
         )
     swa_node = -1
     replay = 0
     if tier and p.swa_pool and restorable:
-        swa_node = store.swa_node_of(key, now_s)
+        swa_node = store.swa_node_of(best.key, now_s)
     if not restorable or (tier and not p.swa_persisted_with_prefix and swa_node < 0):
         replay = min(p.swa_replay_tokens, tokens)
-    return key, tokens, TIER_OF[tier], hbm_tokens, load_bytes, swa_node, replay, shared
+    return Plan(best.key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay, shared)

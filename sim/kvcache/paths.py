@@ -37,6 +37,27 @@ LINK_ACHIEVABLE = {
     "ssd_write": "ssd_bw_frac",
     "net": "scale_out_bw_frac",
 }
+# who owns one set of a link kind's lanes in a run: an instance (its GPUs' host links) or a node (its NVMe
+# drives, its NICs). A load into an instance's HBM uses its own lanes or its node's; a write from a node-level
+# copy (one leaving host DRAM) uses the node's.
+LINK_OWNER = {
+    "pcie_h2d": "instance",
+    "pcie_d2h": "instance",
+    "ssd_read": "node",
+    "ssd_write": "node",
+    "net": "node",
+}
+
+
+@dataclass(frozen=True)
+class PathCost:
+    """The software cost of one move along a tier path: per request, and per KV segment moved."""
+
+    per_request_s: float = 0.0
+    per_segment_s: float = 0.0
+
+    def overhead_s(self, segments: int) -> float:
+        return self.per_request_s + segments * self.per_segment_s
 
 
 @dataclass(frozen=True)
@@ -45,11 +66,15 @@ class PathRates:
 
     link: str
     bw_bytes_per_s: float
-    per_request_s: float
-    per_segment_s: float
+    cost: PathCost
 
     def transfer_s(self, nbytes: float, segments: int) -> float:
-        return self.per_request_s + segments * self.per_segment_s + nbytes / self.bw_bytes_per_s
+        return self.cost.overhead_s(segments) + nbytes / self.bw_bytes_per_s
+
+
+def path_cost(path) -> PathCost:
+    """The overheads of `path` (a TierPath)."""
+    return PathCost(path.per_request_s, path.per_segment_s)
 
 
 def link_line_rate_bytes_per_s(hw, link: str) -> float:
@@ -71,7 +96,17 @@ def path_rates(path, hw, achievable: dict[str, float | None], units: float) -> P
     frac = path.bw_frac if path.bw_frac is not None else achievable[LINK_ACHIEVABLE[path.link]]
     assert frac is not None  # every link fraction of a profile is a number
     bw = units * link_line_rate_bytes_per_s(hw, path.link) * frac
-    return PathRates(path.link, bw, path.per_request_s, path.per_segment_s)
+    return PathRates(path.link, bw, path_cost(path))
+
+
+def link_lanes(link: str, owner: str, gpus: int, hw) -> int:
+    """Units of `link` one owner has: an instance's GPUs' host links (pcie, `gpus`), a node's host links
+    (pcie, all its GPUs), a node's NVMe set (ssd, 1), a node's NICs (net, one per GPU)."""
+    if link.startswith("ssd"):
+        return 1
+    if link.startswith("pcie") and owner == "instance":
+        return gpus
+    return hw.gpus_per_node
 
 
 def kv_regions_per_block(spec, layout: str | None = None) -> int:
@@ -92,4 +127,5 @@ def kv_regions_per_block(spec, layout: str | None = None) -> int:
 
 
 def kv_segments(tokens: int, block_tokens: int, regions_per_block: int) -> int:
+    """Contiguous regions a move of `tokens` touches: whole blocks x regions per block."""
     return math.ceil(tokens / block_tokens) * regions_per_block

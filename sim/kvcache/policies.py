@@ -15,16 +15,7 @@ holds `kv_replication` copies of each byte.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
-
-@dataclass(frozen=True)
-class TierCost:
-    """Software cost of one move along a tier path (sim.kvcache.paths): per request and per KV segment."""
-
-    request_s: float = 0.0
-    segment_s: float = 0.0
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -41,15 +32,9 @@ class CachePolicy:
     swa_replay_tokens: int  # recomputed when the window at a hit's end is gone
     block_tokens: int  # prefix hits are whole blocks unless the whole cached context matches
     hbm_keep_s: float  # a finished session's KV stays in HBM this long after last use
-    demote_to_dram: bool
-    dram_ttl_s: float
-    persist_to_ssd: bool
-    ssd_retention_s: float  # guaranteed retention; evicting earlier is counted as a violation
-    ssd_ttl_s: float  # dropped after this long without use
-    pool_ttl_s: float = 1.0  # the RDMA pool's TTL (a pool exists only when the store is given units)
+    persist_prefixes: bool  # completions are written through to the chain's write-through tiers (SSD)
+    retention_s: float  # guaranteed retention there; evicting earlier is counted as a violation
     kv_regions_per_block: int = 1  # contiguous KV regions per block, all layers (sim.kvcache.paths)
-    read_cost: dict[str, TierCost] = field(default_factory=dict)  # by tier name; absent = free
-    write_cost: dict[str, TierCost] = field(default_factory=dict)
 
     @property
     def seq_state_bytes(self) -> float:
@@ -66,16 +51,8 @@ class CachePolicy:
         return kv_replication * (tokens * self.global_kv_bytes_per_token + self.seq_state_bytes)
 
     def persist_bytes(self, tokens: float) -> float:
-        """Bytes of a session's prefix in host DRAM or on SSD."""
+        """Bytes of a session's prefix in a tier below HBM (host DRAM, a pool, SSD)."""
         return tokens * self.global_kv_bytes_per_token + self.persisted_state_bytes
-
-    def move_extra_s(self, costs: dict[str, TierCost], tier: str, tokens: int) -> float:
-        """Software seconds of moving `tokens` of KV along `tier`'s path (`read_cost` or `write_cost`):
-        per request plus per segment (blocks x regions)."""
-        c = costs.get(tier)
-        if c is None:
-            return 0.0
-        return c.request_s + math.ceil(tokens / self.block_tokens) * self.kv_regions_per_block * c.segment_s
 
     def hit_tokens(self, cached_tokens: int, prefix_tokens: int) -> int:
         """Usable prefix: the whole cached context when the request repeats all of it, else

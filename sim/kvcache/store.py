@@ -1,15 +1,23 @@
 """Where every session's KV is: one `Entry` per lineage (a session's main agent or one of its
-sub-agents) or shared prompt prefix, with copies in instances' HBM (cached, LRU + keep-TTL),
-a node's host DRAM (LRU + TTL), an RDMA-attached DRAM pool shared by nodes (Mooncake-store-like,
-LRU + TTL; only when `cache.tiers.rdma_pool` is enabled), the cluster's SSD tier (LRU + retention)
-and, for V4.1, the SWA ring in a node's host-DRAM pool (TTL).
+sub-agents) or shared prompt prefix, with copies in instances' HBM (cached, LRU + keep-TTL) and in
+the tiers below it, and, for V4.1, the SWA ring in a node's host-DRAM pool (TTL).
 
-The store owns the tiers; engines call its methods. Lookup is a pure query
-(sim.kvcache.lookup); using a hit pins the HBM copy or touches the lower tier. Copies leave HBM by keep-TTL or capacity
-pressure and are demoted to the node's DRAM (a PCIe write), copies leaving DRAM to the RDMA pool
-(a NIC write) when there is one; completions persist the new part
-of the context to SSD (an SSD write). Writes go through FIFO links, so they cost bandwidth and
-set when the copy becomes readable, without events.
+The tiers below HBM are data (sim.config.cache `tiers`, built by sim.cluster.build): an ordered list
+of `StoreTier`s, fastest first, each with its units (one per instance, node, cluster pool or one for
+the cluster: its scope), a TTL, the per-request and per-segment software cost of its read and write
+paths (sim.kvcache.paths), the write links a copy arrives by, and how copies arrive:
+- `demote` tiers form the demotion chain: a copy pushed out of HBM (keep-TTL or capacity) goes to the
+  first of them, a copy leaving one (TTL or capacity) to the next (default: host DRAM, then the RDMA
+  pool when it is enabled);
+- `write_through` tiers receive the new part of every completed context (default: SSD, the family's
+  persisted prefixes), and keep it for the family's retention guarantee (an earlier eviction is
+  counted as a violation).
+A copy in a tier is usable from an instance when the instance reaches the copy's unit and the write
+that made it has finished. Writes go through FIFO links, so they cost bandwidth and set when the
+copy becomes readable, without events.
+
+The store owns the tiers; engines call its methods. Lookup is a pure query (sim.kvcache.lookup);
+using a hit pins the HBM copy or touches the lower tier.
 
 A lineage's cached context always extends the one before it (an agent's context grows), so a
 request that repeats p tokens of its parent hits min(p, cached) tokens (rounded to blocks).
@@ -17,42 +25,88 @@ request that repeats p tokens of its parent hits min(p, cached) tokens (rounded 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sim.cluster.link import FifoLink
+from sim.kvcache.paths import PathCost, kv_segments
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.tiers import ByteTier
 
+if TYPE_CHECKING:
+    from sim.kvcache.lookup import Plan
 
-class Entry:
+
+class StoreTier:
+    """One tier below HBM in a run (see the module doc)."""
+
     __slots__ = (
-        "key",
-        "hbm",
-        "dram_node",
-        "dram_tokens",
-        "dram_ready_s",
-        "ssd_tokens",
-        "ssd_ready_s",
-        "ssd_written_s",
-        "swa_node",
-        "pool_unit",
-        "pool_tokens",
-        "pool_ready_s",
-        "prompt_tokens",
-        "pins",
+        "name",
+        "pos",
+        "scope",
+        "units",
+        "unit_of_instance",
+        "unit_of_node",
+        "demote",
+        "retention_s",
+        "read",
+        "write",
+        "write_links_instance",
+        "write_links_node",
+        "next_demote",
     )
 
-    def __init__(self, key: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        scope: str,
+        capacity_bytes: list[float],  # per unit
+        ttl_s: float,
+        unit_of_instance: list[int],  # the unit an instance reaches (-1: none)
+        unit_of_node: list[int],  # the unit a copy leaving a node-level tier goes to
+        demote: bool,  # False: write-through
+        retention_s: float,
+        read: PathCost,
+        write: PathCost,
+        write_links_instance: list[FifoLink],  # per instance: writes from its HBM
+        write_links_node: list[FifoLink],  # per node: writes of copies leaving the tier above
+    ) -> None:
+        self.name = name
+        self.pos = -1  # position below HBM, set by the store
+        self.scope = scope
+        self.units = [ByteTier(f"{name}[{u}]", c, ttl_s) for u, c in enumerate(capacity_bytes)]
+        self.unit_of_instance = unit_of_instance
+        self.unit_of_node = unit_of_node
+        self.demote = demote
+        self.retention_s = retention_s
+        self.read = read
+        self.write = write
+        self.write_links_instance = write_links_instance
+        self.write_links_node = write_links_node
+        self.next_demote: StoreTier | None = None
+
+
+class Copy:
+    """An entry's copy in one unit of a tier below HBM."""
+
+    __slots__ = ("unit", "node", "tokens", "ready_s", "written_s")
+
+    def __init__(self, unit: int, node: int, tokens: int, ready_s: float, written_s: float) -> None:
+        self.unit = unit
+        self.node = node  # the node it was written from (a copy leaving it goes on from there)
+        self.tokens = tokens
+        self.ready_s = ready_s  # readable from then on (its write has finished)
+        self.written_s = written_s  # last written (retention counts from here)
+
+
+class Entry:
+    __slots__ = ("key", "hbm", "copies", "swa_node", "prompt_tokens", "pins")
+
+    def __init__(self, key: int, tiers: int) -> None:
         self.key = key
         self.hbm: dict[int, int] = {}  # instance index -> cached tokens (not pinned)
-        self.dram_node = -1
-        self.dram_tokens = 0
-        self.dram_ready_s = 0.0
-        self.ssd_tokens = 0
-        self.ssd_ready_s = 0.0
-        self.ssd_written_s = 0.0
+        self.copies: list[Copy | None] = [None] * tiers  # by position below HBM
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
-        self.pool_unit = -1  # RDMA pool unit holding a copy (-1: none)
-        self.pool_tokens = 0
-        self.pool_ready_s = 0.0
         self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
         self.pins = 0  # running requests using this entry
 
@@ -72,12 +126,12 @@ class Counters:
         "replayed_tokens",
     )
 
-    def __init__(self) -> None:
-        self.hit_tokens = {"hbm": 0, "dram": 0, "rdma_pool": 0, "ssd": 0}
-        self.loaded_bytes = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.written_bytes = {"dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.evicted_bytes = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.expired_bytes = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+    def __init__(self, lower: list[str]) -> None:
+        self.hit_tokens = {n: 0 for n in ("hbm", *lower)}
+        self.loaded_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
+        self.written_bytes = {n: 0.0 for n in (*lower, "swa_pool")}
+        self.evicted_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
+        self.expired_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
         self.retention_violation_bytes = 0.0
         self.swa_hits = 0
         self.swa_misses = 0
@@ -92,34 +146,49 @@ class KVStore:
         hbm_capacity_bytes: list[float],  # per instance (KV part of HBM)
         instance_node: list[int],
         kv_replication: list[int],  # per instance
-        d2h_links: list[FifoLink],  # per instance (HBM -> host DRAM writes)
-        dram_capacity_bytes: list[float],  # per node (global-KV part of host DRAM)
+        tiers: list[StoreTier],  # below HBM, fastest first
         swa_pool_capacity_bytes: list[float],  # per node (V4.1's SWA pool; 0 = none)
-        ssd_capacity_bytes: float,  # cluster SSD tier
-        ssd_write_links: list[FifoLink],  # per node
-        pool_capacity_bytes: list[float] | None = None,  # per RDMA pool unit (none: no pool)
-        pool_unit_of_node: list[int] | None = None,  # node -> its pool unit
-        pool_write_links: list[FifoLink] | None = None,  # per node (its NICs)
+        swa_write_links: list[FifoLink],  # per instance (HBM -> host DRAM)
     ) -> None:
         self.policy = policy
         p = policy
         self.hbm = [ByteTier(f"hbm[{i}]", c, p.hbm_keep_s) for i, c in enumerate(hbm_capacity_bytes)]
         self.instance_node = instance_node
         self.kv_replication = kv_replication
-        self.d2h_links = d2h_links
-        self.dram = [ByteTier(f"dram[{n}]", c, p.dram_ttl_s) for n, c in enumerate(dram_capacity_bytes)]
+        self.tiers = tiers
+        self.tier_names = ["hbm", *(t.name for t in tiers)]  # by chain index (sim.kvcache.lookup Plan.tier)
+        demoting = [t for t in tiers if t.demote]
+        for pos, t in enumerate(tiers):
+            t.pos = pos
+        for upper, lower in zip(demoting, demoting[1:], strict=False):
+            upper.next_demote = lower
+        self.first_demote: StoreTier | None = demoting[0] if demoting else None
+        self.write_through = [t for t in tiers if not t.demote]
         self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s) for n, c in enumerate(swa_pool_capacity_bytes)]
-        self.ssd = ByteTier("ssd", ssd_capacity_bytes, min(p.ssd_ttl_s, float("inf")))
-        self.ssd_write_links = ssd_write_links
-        self.pool = [
-            ByteTier(f"rdma_pool[{u}]", c, p.pool_ttl_s) for u, c in enumerate(pool_capacity_bytes or [])
-        ]
-        self.pool_unit_of_node: list[int] = pool_unit_of_node or []
-        self.pool_write_links: list[FifoLink] = pool_write_links or []
+        self.swa_write_links = swa_write_links
         self.entries: dict[int, Entry] = {}
-        self.counters = Counters()
+        self.counters = Counters([t.name for t in tiers])
 
     # --- queries ---
+
+    def hbm_tokens(self, key: int, inst: int) -> int:
+        """Tokens of `key` cached (not pinned) in instance `inst`'s HBM."""
+        e = self.entries.get(key)
+        return e.hbm.get(inst, 0) if e is not None else 0
+
+    def hbm_copies(self, key: int) -> dict[int, int] | None:
+        """Instance -> tokens of `key` cached in its HBM (read only), or None when `key` is not stored."""
+        e = self.entries.get(key)
+        return e.hbm if e is not None else None
+
+    def demoted_node(self, key: int) -> int:
+        """The node whose HBM the copy of `key` in the first demotion tier (host DRAM) came from, or -1."""
+        e = self.entries.get(key)
+        t = self.first_demote
+        if e is None or t is None:
+            return -1
+        c = e.copies[t.pos]
+        return c.node if c is not None else -1
 
     def swa_node_of(self, key: int, now_s: float) -> int:
         """Node whose SWA pool holds `key`'s ring now (-1: none or expired)."""
@@ -130,6 +199,15 @@ class KVStore:
         if key not in pool or pool.last_use_s(key) + pool.ttl_s <= now_s:
             return -1
         return e.swa_node
+
+    def segments(self, tokens: int) -> int:
+        """KV segments a move of `tokens` touches (sim.kvcache.paths)."""
+        p = self.policy
+        return kv_segments(tokens, p.block_tokens, p.kv_regions_per_block)
+
+    def read_overhead_s(self, tier: int, tokens: int) -> float:
+        """Software seconds of loading `tokens` from chain tier `tier` (1 = the first below HBM)."""
+        return self.tiers[tier - 1].read.overhead_s(self.segments(tokens))
 
     # --- using a hit ---
 
@@ -143,15 +221,12 @@ class KVStore:
         e.pins += 1
         return self.hbm[inst].pin(key)
 
-    def touch_lower(self, key: int, tier: str, now_s: float) -> None:
-        """A hit served from DRAM or SSD counts as a use there (LRU order, TTL)."""
-        e = self.entries[key]
-        if tier == "dram":
-            self.dram[e.dram_node].touch(key, now_s)
-        elif tier == "ssd":
-            self.ssd.touch(key, now_s)
-        elif tier == "rdma_pool":
-            self.pool[e.pool_unit].touch(key, now_s)
+    def touch_lower(self, key: int, tier: int, now_s: float) -> None:
+        """A hit served from chain tier `tier` below HBM counts as a use there (LRU order, TTL)."""
+        t = self.tiers[tier - 1]
+        c = self.entries[key].copies[t.pos]
+        assert c is not None  # the lookup found it there
+        t.units[c.unit].touch(key, now_s)
 
     def use_swa(self, key: int, now_s: float) -> None:
         e = self.entries[key]
@@ -167,43 +242,46 @@ class KVStore:
         for k, b in tier.reserve(nbytes):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
 
-    def count_hit(self, plan) -> None:
+    def count_hit(self, plan: Plan) -> None:
         """Cumulative hit tokens and bytes loaded per tier, all requests (the recorder keeps the
-        measured ones); `plan` is a sim.kvcache.lookup plan."""
-        _key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay, _shared = plan
+        measured ones)."""
         c = self.counters
-        c.hit_tokens["hbm"] += hbm_tokens
-        if tier != "hbm":
-            c.hit_tokens[tier] += tokens - hbm_tokens
-        if load_bytes:
-            c.loaded_bytes[tier] += load_bytes
-        if swa_node >= 0:
+        c.hit_tokens["hbm"] += plan.hbm_tokens
+        if plan.tier:
+            name = self.tier_names[plan.tier]
+            c.hit_tokens[name] += plan.tokens - plan.hbm_tokens
+            if plan.load_bytes:
+                c.loaded_bytes[name] += plan.load_bytes
+        if plan.swa_node >= 0:
             c.loaded_bytes["swa_pool"] += self.policy.swa_state_bytes
             c.swa_hits += 1
-        elif replay:
+        elif plan.replay_tokens:
             c.swa_misses += 1
-            c.replayed_tokens += replay
+            c.replayed_tokens += plan.replay_tokens
 
     def finish(
         self,
         key: int,
         inst: int,
+        *,
         tokens: int,
-        reserved: float,
-        pinned: int | None,
+        reserved_bytes: float,
+        unpin_key: int | None,
         now_s: float,
         persist: bool,
         prompt_tokens: int = 0,
     ) -> None:
         """A request on instance `inst` is done with its HBM: give back its reservation, keep
-        `tokens` of `key` cached there, unpin the copy it used, and (at completion) persist the
-        new context to SSD and put V4.1's SWA ring in the node's pool. The window state is saved
-        at the end of the request's input (`prompt_tokens`) and of its output (hardware.md §4.1
-        [A]: prefix units at both), so a later hit may end at either (sim.kvcache.lookup)."""
-        self.hbm[inst].release(reserved)
+        `tokens` of `key` cached there, unpin the cached copy it used (`unpin_key`: the key it
+        pinned, None when it pinned none), and with `persist` (at completion) write the new context
+        through to the write-through tiers and put V4.1's SWA ring in the node's pool. The window
+        state is saved at the end of the request's input (`prompt_tokens`) and of its output
+        (hardware.md §4.1 [A]: prefix units at both), so a later hit may end at either
+        (sim.kvcache.lookup)."""
+        self.hbm[inst].release(reserved_bytes)
         self.retain_hbm(key, inst, tokens, now_s)
-        if pinned is not None:
-            self.unpin(pinned)
+        if unpin_key is not None:
+            self.unpin(unpin_key)
         if persist:
             self.persist(key, inst, tokens, now_s)
             if self.policy.swa_pool:
@@ -236,34 +314,40 @@ class KVStore:
         tier = self.hbm[inst]
         nbytes = self.policy.hbm_bytes(tokens, self.kv_replication[inst])
         if not tier.can_fit(nbytes):
-            self._demote(e, inst, tokens, now_s)  # cannot stay: straight to host DRAM
+            self._demote_from_hbm(e, inst, tokens, now_s)  # cannot stay: straight down the chain
             return
         e.hbm[inst] = tokens
         for k, b in tier.put(key, nbytes, now_s):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
 
     def persist(self, key: int, inst: int, tokens: int, now_s: float) -> None:
-        """Write the part of `key`'s context not yet on SSD (plus persisted state), from the node
-        of instance `inst`; readable from SSD once the write completes."""
+        """Write the part of `key`'s context not yet in each write-through tier (plus persisted state),
+        from instance `inst`; readable there once the write completes."""
         p = self.policy
-        if not p.persist_to_ssd:
+        if not p.persist_prefixes:
             return
         e = self._entry(key)
-        if tokens <= e.ssd_tokens and e.ssd_tokens:
-            self.ssd.touch(key, now_s)
-            return
-        delta = (tokens - e.ssd_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes
-        nbytes = p.persist_bytes(tokens)
-        if not self.ssd.can_fit(nbytes):
-            return  # larger than the whole tier: not persisted
         node = self.instance_node[inst]
-        extra = p.move_extra_s(p.write_cost, "ssd", tokens - e.ssd_tokens)
-        e.ssd_ready_s = self.ssd_write_links[node].submit(now_s, delta, extra)
-        e.ssd_tokens = tokens
-        e.ssd_written_s = now_s
-        self.counters.written_bytes["ssd"] += delta
-        for k, b in self.ssd.put(key, nbytes, now_s):
-            self._drop_ssd(k, b, now_s, expired=False)
+        for t in self.write_through:
+            unit = t.unit_of_instance[inst]
+            units = t.units[unit]
+            c = e.copies[t.pos]
+            held = c.tokens if c is not None and c.unit == unit else 0
+            if held and tokens <= held:
+                units.touch(key, now_s)
+                continue
+            nbytes = p.persist_bytes(tokens)
+            if not units.can_fit(nbytes):
+                continue  # larger than the whole tier: not persisted
+            if c is not None and c.unit != unit:
+                t.units[c.unit].remove(key)
+            delta = (tokens - held) * p.global_kv_bytes_per_token + p.persisted_state_bytes
+            extra = t.write.overhead_s(self.segments(tokens - held))
+            ready = t.write_links_instance[inst].submit(now_s, delta, extra)
+            e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s)
+            self.counters.written_bytes[t.name] += delta
+            for k, b in units.put(key, nbytes, now_s):
+                self._left(k, t, b, now_s, expired=False)
 
     def put_swa(self, key: int, inst: int, now_s: float) -> None:
         """V4.1: the finished sequence's SWA ring goes to its node's host-DRAM pool (TTL)."""
@@ -278,7 +362,7 @@ class KVStore:
         if e.swa_node >= 0 and e.swa_node != node:
             self.swa[e.swa_node].remove(key)
         e.swa_node = node
-        self.d2h_links[inst].submit(now_s, p.swa_state_bytes)
+        self.swa_write_links[inst].submit(now_s, p.swa_state_bytes)
         self.counters.written_bytes["swa_pool"] += p.swa_state_bytes
         for k, b in pool.put(key, p.swa_state_bytes, now_s):
             self.counters.evicted_bytes["swa_pool"] += b
@@ -290,16 +374,10 @@ class KVStore:
         """Apply every tier's TTL (lazy expiry; called by engines and the periodic sampler)."""
         for inst in range(len(self.hbm)):
             self.sweep_hbm(inst, now_s)
-        for tier in self.dram:
-            for k, b in tier.expire(now_s):
-                self.counters.expired_bytes["dram"] += b
-                self._leave_dram(k, now_s)
-        for tier in self.pool:
-            for k, b in tier.expire(now_s):
-                self.counters.expired_bytes["rdma_pool"] += b
-                self._forget_pool(k)
-        for k, b in self.ssd.expire(now_s):
-            self._drop_ssd(k, b, now_s, expired=True)
+        for t in self.tiers:
+            for unit in t.units:
+                for k, b in unit.expire(now_s):
+                    self._left(k, t, b, now_s, expired=True)
         for tier in self.swa:
             for k, b in tier.expire(now_s):
                 self.counters.expired_bytes["swa_pool"] += b
@@ -315,76 +393,57 @@ class KVStore:
     def _entry(self, key: int) -> Entry:
         e = self.entries.get(key)
         if e is None:
-            e = self.entries[key] = Entry(key)
+            e = self.entries[key] = Entry(key, len(self.tiers))
         return e
 
     def _evicted_from_hbm(self, key: int, inst: int, nbytes: float, now_s: float, *, expired: bool) -> None:
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
         e = self.entries[key]
         tokens = e.hbm.pop(inst)
-        self._demote(e, inst, tokens, now_s)
+        self._demote_from_hbm(e, inst, tokens, now_s)
         self._maybe_forget(e)
 
-    def _demote(self, e: Entry, inst: int, tokens: int, now_s: float) -> None:
-        """Copy `tokens` of `e` from instance `inst`'s HBM to its node's DRAM, unless already there."""
-        p = self.policy
-        node = self.instance_node[inst]
-        if not p.demote_to_dram or (e.dram_node == node and e.dram_tokens >= tokens):
-            return
-        tier = self.dram[node]
-        nbytes = p.persist_bytes(tokens)
-        if not tier.can_fit(nbytes):
-            return
-        if e.dram_node >= 0 and e.dram_node != node:
-            self.dram[e.dram_node].remove(e.key)
-        e.dram_node = node
-        e.dram_tokens = tokens
-        e.dram_ready_s = self.d2h_links[inst].submit(
-            now_s, nbytes, p.move_extra_s(p.write_cost, "dram", tokens)
-        )
-        self.counters.written_bytes["dram"] += nbytes
-        for k, b in tier.put(e.key, nbytes, now_s):
-            self.counters.evicted_bytes["dram"] += b
-            self._leave_dram(k, now_s)
+    def _demote_from_hbm(self, e: Entry, inst: int, tokens: int, now_s: float) -> None:
+        """A copy leaves instance `inst`'s HBM: into the first demotion tier, over the instance's lanes."""
+        t = self.first_demote
+        if t is not None:
+            node = self.instance_node[inst]
+            self._copy_into(e, t, t.unit_of_instance[inst], node, tokens, t.write_links_instance[inst], now_s)
 
-    def _leave_dram(self, key: int, now_s: float) -> None:
-        """A copy leaves host DRAM (evicted or expired): to the RDMA pool when there is one."""
+    def _copy_into(
+        self, e: Entry, t: StoreTier, unit: int, node: int, tokens: int, link: FifoLink, now_s: float
+    ) -> None:
+        """Write `tokens` of `e` into unit `unit` of demotion tier `t` over `link`, unless already there."""
+        c = e.copies[t.pos]
+        if c is not None and c.unit == unit and c.tokens >= tokens:
+            return
+        units = t.units[unit]
+        nbytes = self.policy.persist_bytes(tokens)
+        if not units.can_fit(nbytes):
+            return
+        if c is not None and c.unit != unit:
+            t.units[c.unit].remove(e.key)
+        ready = link.submit(now_s, nbytes, t.write.overhead_s(self.segments(tokens)))
+        e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s)
+        self.counters.written_bytes[t.name] += nbytes
+        for k, b in units.put(e.key, nbytes, now_s):
+            self._left(k, t, b, now_s, expired=False)
+
+    def _left(self, key: int, t: StoreTier, nbytes: float, now_s: float, *, expired: bool) -> None:
+        """`key`'s copy left tier `t` (expired, or evicted by capacity): it goes on to the next
+        demotion tier, if any, from the node it was written from."""
+        c_ = self.counters
+        (c_.expired_bytes if expired else c_.evicted_bytes)[t.name] += nbytes
         e = self.entries[key]
-        if self.pool and e.dram_node >= 0:
-            self._to_pool(e, e.dram_node, e.dram_tokens, now_s)
-        self._forget_dram(key)
-
-    def _to_pool(self, e: Entry, node: int, tokens: int, now_s: float) -> None:
-        """Write `tokens` of `e` from `node` into its RDMA pool unit, unless already there."""
-        p = self.policy
-        unit = self.pool_unit_of_node[node]
-        if e.pool_unit == unit and e.pool_tokens >= tokens:
-            return
-        tier = self.pool[unit]
-        nbytes = p.persist_bytes(tokens)
-        if not tier.can_fit(nbytes):
-            return
-        if e.pool_unit >= 0 and e.pool_unit != unit:
-            self.pool[e.pool_unit].remove(e.key)
-        e.pool_unit = unit
-        e.pool_tokens = tokens
-        extra = p.move_extra_s(p.write_cost, "rdma_pool", tokens)
-        e.pool_ready_s = self.pool_write_links[node].submit(now_s, nbytes, extra)
-        self.counters.written_bytes["rdma_pool"] += nbytes
-        for k, b in tier.put(e.key, nbytes, now_s):
-            self.counters.evicted_bytes["rdma_pool"] += b
-            self._forget_pool(k)
-
-    def _forget_pool(self, key: int) -> None:
-        e = self.entries[key]
-        e.pool_unit = -1
-        e.pool_tokens = 0
-        self._maybe_forget(e)
-
-    def _forget_dram(self, key: int) -> None:
-        e = self.entries[key]
-        e.dram_node = -1
-        e.dram_tokens = 0
+        c = e.copies[t.pos]
+        assert c is not None
+        if not expired and now_s - c.written_s < t.retention_s:
+            c_.retention_violation_bytes += nbytes
+        nxt = t.next_demote
+        if nxt is not None:
+            unit = nxt.unit_of_node[c.node]
+            self._copy_into(e, nxt, unit, c.node, c.tokens, nxt.write_links_node[c.node], now_s)
+        e.copies[t.pos] = None
         self._maybe_forget(e)
 
     def _forget_swa(self, key: int) -> None:
@@ -392,40 +451,43 @@ class KVStore:
         e.swa_node = -1
         self._maybe_forget(e)
 
-    def _drop_ssd(self, key: int, nbytes: float, now_s: float, *, expired: bool) -> None:
-        e = self.entries[key]
-        (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["ssd"] += nbytes
-        if not expired and now_s - e.ssd_written_s < self.policy.ssd_retention_s:
-            self.counters.retention_violation_bytes += nbytes
-        e.ssd_tokens = 0
-        self._maybe_forget(e)
-
     def _maybe_forget(self, e: Entry) -> None:
-        if (
-            not e.hbm
-            and e.dram_node < 0
-            and e.pool_unit < 0
-            and e.ssd_tokens == 0
-            and e.swa_node < 0
-            and e.pins <= 0
-        ):
-            del self.entries[e.key]
+        if e.hbm or e.swa_node >= 0 or e.pins > 0:
+            return
+        for c in e.copies:
+            if c is not None:
+                return
+        del self.entries[e.key]
 
     # --- occupancy (for samples and invariants) ---
 
+    def units_of(self, name: str) -> list[ByteTier]:
+        """The units of the tier called `name` (HBM: one per instance; none for a tier not in the run)."""
+        if name == "hbm":
+            return self.hbm
+        if name == "swa_pool":
+            return self.swa
+        for t in self.tiers:
+            if t.name == name:
+                return t.units
+        return []
+
     def tier_bytes(self) -> dict[str, float]:
-        return {
+        out = {
             "hbm": sum(t.used_bytes for t in self.hbm),
             "hbm_cached": sum(t.cached_bytes for t in self.hbm),
-            "dram": sum(t.used_bytes for t in self.dram),
-            "rdma_pool": sum(t.used_bytes for t in self.pool),
-            "ssd": self.ssd.used_bytes,
-            "swa_pool": sum(t.used_bytes for t in self.swa),
         }
+        for t in self.tiers:
+            out[t.name] = sum(u.used_bytes for u in t.units)
+        out["swa_pool"] = sum(t.used_bytes for t in self.swa)
+        return out
 
     def check_capacities(self) -> None:
         """Raise if any tier holds more than its capacity (an invariant; cheap)."""
-        for tier in (*self.hbm, *self.dram, *self.pool, *self.swa, self.ssd):
+        units = [*self.hbm, *self.swa]
+        for t in self.tiers:
+            units.extend(t.units)
+        for tier in units:
             if tier.used_bytes > tier.capacity_bytes * (1 + 1e-9) + 1.0:
                 raise AssertionError(
                     f"{tier.name}: {tier.used_bytes:.0f} B > capacity {tier.capacity_bytes:.0f} B"

@@ -47,9 +47,10 @@ def _column(values: tuple, dtype):
 
 
 class Totals:
-    """Running sums over measured requests (arrived after the warm-up)."""
+    """Running sums over measured requests (arrived after the warm-up); `tiers`: the chain below HBM."""
 
-    def __init__(self) -> None:
+    def __init__(self, tiers: list[str]) -> None:
+        self.tiers = tiers
         self.arrived = 0
         self.completed = 0
         self.rejected = 0
@@ -57,10 +58,10 @@ class Totals:
         self.input_tokens = 0
         self.output_tokens = 0
         self.prefix_tokens = 0
-        self.hit_tokens = {"hbm": 0, "dram": 0, "rdma_pool": 0, "ssd": 0}
+        self.hit_tokens = {name: 0 for name in ("hbm", *tiers)}
         self.computed_tokens = 0
         self.replay_tokens = 0
-        self.load_bytes = {"dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0}
+        self.load_bytes = {name: 0.0 for name in tiers}
         self.swa_load_bytes = 0.0
         self.kv_transfer_bytes = 0.0
         self.slo_met = 0
@@ -71,7 +72,13 @@ class Totals:
 
 class Recorder:
     def __init__(
-        self, out_path: Path | None, *, slo_ttft_s: float, slo_tpot_s: float, run_id: str = ""
+        self,
+        out_path: Path | None,
+        *,
+        slo_ttft_s: float,
+        slo_tpot_s: float,
+        tiers: list[str],  # the cache tiers below HBM (sim.config.cache), enabled or not
+        run_id: str = "",
     ) -> None:
         self.out_path = out_path
         self._schema = stamped(REQUEST_SCHEMA, run_id)
@@ -80,7 +87,7 @@ class Recorder:
         self._buf: list = []
         self.slo_ttft_s = slo_ttft_s
         self.slo_tpot_s = slo_tpot_s
-        self.totals = Totals()
+        self.totals = Totals(tiers)
         self._ttft: list[np.ndarray] = []
         self._tpot: list[np.ndarray] = []
         self._e2e: list[np.ndarray] = []
@@ -171,7 +178,7 @@ class Recorder:
         in_hbm = cols["hbm_hit_tokens"]
         loaded = cols["hit_tokens"] - in_hbm  # the rest came from the tier named in prefix_source
         t.hit_tokens["hbm"] += int(in_hbm[ok].sum())
-        for name in ("dram", "rdma_pool", "ssd"):
+        for name in t.tiers:
             sel = ok & (tier == name)
             t.hit_tokens[name] += int(loaded[sel].sum())
             t.load_bytes[name] += float(cols["load_bytes"][sel].sum())

@@ -117,35 +117,29 @@ def summarize_model(
     # cache: hits (share of input tokens), bytes moved, SWA handling
     hits = sum(t.hit_tokens.values())
     out["prefix_hit_rate"] = _div(hits, t.input_tokens)
-    for tier in ("hbm", "dram", "rdma_pool", "ssd"):
+    names = sim.tier_names  # the configured chain, HBM first, enabled or not (a disabled tier reports 0)
+    lower = names[1:]
+    for tier in names:
         out[f"hit_rate_{tier}"] = _div(t.hit_tokens[tier], t.input_tokens)
         out[f"hit_tokens_{tier}"] = t.hit_tokens[tier]
     out["recomputed_tokens"] = t.computed_tokens
     out["replayed_tokens"] = t.replay_tokens
     out["swa_pool_hits"] = t.swa_pool
     out["swa_replays"] = t.swa_replay
-    out["bytes_loaded_dram"] = t.load_bytes["dram"]
-    out["bytes_loaded_rdma_pool"] = t.load_bytes["rdma_pool"]
-    out["bytes_loaded_ssd"] = t.load_bytes["ssd"]
+    for tier in lower:
+        out[f"bytes_loaded_{tier}"] = t.load_bytes[tier]
     out["bytes_loaded_swa_pool"] = t.swa_load_bytes
     out["bytes_kv_transfer"] = t.kv_transfer_bytes
     c = store.counters
-    out["bytes_written_dram"] = c.written_bytes["dram"]
-    out["bytes_written_rdma_pool"] = c.written_bytes["rdma_pool"]
-    out["bytes_written_ssd"] = c.written_bytes["ssd"]
+    for tier in lower:
+        out[f"bytes_written_{tier}"] = c.written_bytes.get(tier, 0.0)
     out["bytes_written_swa_pool"] = c.written_bytes["swa_pool"]
     out["retention_violation_bytes"] = c.retention_violation_bytes
 
     # occupancy per tier: capacity, exact peak of any one unit, sampled peak and time mean of the total
-    tiers = {
-        "hbm": store.hbm,
-        "dram": store.dram,
-        "rdma_pool": store.pool,
-        "ssd": [store.ssd],
-        "swa_pool": store.swa,
-    }
     occupancy = {}
-    for name, units_ in tiers.items():
+    for name in (*names, "swa_pool"):
+        units_ = store.units_of(name)
         cap = sum(u.capacity_bytes for u in units_)
         unit_frac = max(
             (u.peak_bytes / u.capacity_bytes for u in units_ if u.capacity_bytes > 0), default=0.0

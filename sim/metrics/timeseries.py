@@ -36,7 +36,15 @@ class PoolView:
 
 class Sampler:
     def __init__(
-        self, env, *, pools: list[PoolView], cluster, store, interval_s: float, progress=None
+        self,
+        env,
+        *,
+        pools: list[PoolView],
+        cluster,
+        store,
+        tier_names: list[str],
+        interval_s: float,
+        progress=None,
     ) -> None:
         self.env = env
         self.pools = pools
@@ -50,8 +58,13 @@ class Sampler:
         self.cluster_rows: dict[str, list] = {n: [] for n in CLUSTER_SCHEMA.names}
         self._t_last = env.now
         # time integrals of tier occupancy (for means) and sampled peaks of the cluster-wide sums
-        self.tier_area = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
-        self.tier_peak = {"hbm": 0.0, "dram": 0.0, "rdma_pool": 0.0, "ssd": 0.0, "swa_pool": 0.0}
+        # (the configured chain, enabled or not, and V4.1's SWA pool)
+        self.tier_area = {name: 0.0 for name in (*tier_names, "swa_pool")}
+        self.tier_peak = {name: 0.0 for name in (*tier_names, "swa_pool")}
+        # the per-pool columns show the host-DRAM tier (units by node) and the cluster's the SSD tier, by name
+        dram = next((t for t in store.tiers if t.name == "dram"), None)
+        self._dram = dram.units if dram is not None and dram.scope == "node" else []  # by node
+        self._ssd = store.units_of("ssd")
         self.sampled_s = 0.0
         for p in pools:
             p._last = self._counters(p, env.now)
@@ -110,8 +123,9 @@ class Sampler:
             r["hbm_kv_capacity_bytes"].append(sum(i.hbm.capacity_bytes for i in p.instances))
             r["hbm_reserved_bytes"].append(sum(i.hbm.reserved_bytes for i in p.instances))
             r["hbm_cached_bytes"].append(sum(i.hbm.cached_bytes for i in p.instances))
-            r["dram_kv_bytes"].append(sum(store.dram[n_].used_bytes for n_ in p.nodes))
-            r["dram_kv_capacity_bytes"].append(sum(store.dram[n_].capacity_bytes for n_ in p.nodes))
+            dram = self._dram
+            r["dram_kv_bytes"].append(sum(dram[n_].used_bytes for n_ in p.nodes) if dram else 0.0)
+            r["dram_kv_capacity_bytes"].append(sum(dram[n_].capacity_bytes for n_ in p.nodes) if dram else 0.0)
             r["swa_pool_bytes"].append(sum(store.swa[n_].used_bytes for n_ in p.nodes))
             for key, col in (
                 ("h2d", "pcie_h2d"),
@@ -129,15 +143,16 @@ class Sampler:
         c["completed"].append(cl.completed)
         c["rejected"].append(cl.rejected)
         c["in_flight"].append(cl.in_flight)
-        c["ssd_kv_bytes"].append(tiers["ssd"])
-        c["ssd_kv_capacity_bytes"].append(store.ssd.capacity_bytes)
+        c["ssd_kv_bytes"].append(tiers.get("ssd", 0.0))
+        c["ssd_kv_capacity_bytes"].append(sum(u.capacity_bytes for u in self._ssd))
         c["hbm_kv_bytes"].append(tiers["hbm"])
-        c["dram_kv_bytes"].append(tiers["dram"])
+        c["dram_kv_bytes"].append(tiers.get("dram", 0.0))
         c["swa_pool_bytes"].append(tiers["swa_pool"])
         for k in self.tier_area:
-            self.tier_area[k] += tiers[k] * dt
-            if tiers[k] > self.tier_peak[k]:
-                self.tier_peak[k] = tiers[k]
+            used = tiers.get(k, 0.0)  # a tier not in the run holds nothing
+            self.tier_area[k] += used * dt
+            if used > self.tier_peak[k]:
+                self.tier_peak[k] = used
         self.sampled_s += dt
         if self.progress is not None:
             self.progress(now, cl.completed + cl.rejected)

@@ -55,11 +55,9 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
     dram_node = -1
     key = req.parent_lineage
     if router.w_hit and key is not None and req.prefix_tokens:
-        e = router.store.entries.get(key)
-        if e is not None:
-            holders = e.hbm
-            if role != "decode":
-                dram_node = e.dram_node
+        holders = router.store.hbm_copies(key)
+        if holders is not None and role != "decode":
+            dram_node = router.store.demoted_node(key)
     w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
     prefix = req.prefix_tokens
     best = candidates[0]

@@ -76,21 +76,15 @@ def test_the_price_book_accepts_only_registered_families(tmp_path):
 
 def test_store_rules_of_each_family_block():
     cache = Cache()
-    v4 = cache.policy_for("v4").store_rules(ssd_ttl_s=86400.0, window_rebuild_tokens=512, eps_s=1e-9)
+    v4 = cache.policy_for("v4").store_rules(window_rebuild_tokens=512, eps_s=1e-9)
     assert v4 == StoreRules(
         swa_persisted_with_prefix=True,
         swa_pool=False,
         swa_pool_dram_frac=0.0,
         swa_ttl_s=1e-9,
         swa_replay_tokens=512,
-        persist_to_ssd=True,
-        ssd_retention_s=0.0,
-        ssd_ttl_s=86400.0,
+        persist_prefixes=True,
+        retention_s=0.0,
     )
-    v41 = cache.policy_for("v41").store_rules(ssd_ttl_s=86400.0, window_rebuild_tokens=512, eps_s=1e-9)
-    assert (v41.swa_pool, v41.swa_replay_tokens, v41.ssd_retention_s, v41.ssd_ttl_s) == (
-        True,
-        128,
-        259200.0,
-        259200.0,
-    )
+    v41 = cache.policy_for("v41").store_rules(window_rebuild_tokens=512, eps_s=1e-9)
+    assert (v41.swa_pool, v41.swa_replay_tokens, v41.retention_s) == (True, 128, 259200.0)

@@ -7,7 +7,7 @@ import pytest
 from sim import model as m
 from sim.config.cache import TierPath
 from sim.hardware import load_hw
-from sim.kvcache.paths import PathRates, kv_regions_per_block, kv_segments, path_rates
+from sim.kvcache.paths import PathCost, PathRates, kv_regions_per_block, kv_segments, path_rates
 
 
 def test_regions_per_block_follow_the_layout():
@@ -21,7 +21,7 @@ def test_regions_per_block_follow_the_layout():
 
 
 def test_transfer_is_request_plus_segments_plus_bytes():
-    rates = PathRates("net", 10e9, 0.01, 2e-6)
+    rates = PathRates("net", 10e9, PathCost(0.01, 2e-6))
     assert rates.transfer_s(5e9, 1000) == pytest.approx(0.01 + 0.002 + 0.5)
 
 

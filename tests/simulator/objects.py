@@ -10,8 +10,9 @@ import simpy
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.cluster.request import Request
+from sim.kvcache.paths import PathCost
 from sim.kvcache.policies import CachePolicy
-from sim.kvcache.store import KVStore
+from sim.kvcache.store import KVStore, StoreTier
 
 GB = 1e9
 
@@ -30,29 +31,37 @@ def policy(family: str, **kw) -> CachePolicy:
         swa_replay_tokens=128 if family == "v41" else 5_632,  # sim.model.swa_rebuild_tokens
         block_tokens=256,
         hbm_keep_s=30.0,
-        demote_to_dram=True,
-        dram_ttl_s=600.0,
-        persist_to_ssd=True,
-        ssd_retention_s=259_200.0 if family == "v41" else 0.0,
-        ssd_ttl_s=259_200.0,
+        persist_prefixes=True,
+        retention_s=259_200.0 if family == "v41" else 0.0,
     )
     return CachePolicy(**{**base, **kw})
 
 
-def store(pol: CachePolicy, hbm_bytes=(10 * GB, 10 * GB), dram_gb=100.0) -> KVStore:
-    """Instance i on node i; fast links so writes are ready at once."""
+def tier(name: str, n: int, caps: list[float], ttl_s: float, *, scope: str = "node", demote: bool = True,
+         unit_of_node: list[int] | None = None, retention_s: float = 0.0) -> StoreTier:
+    """A tier below HBM over `n` instances, instance i on node i, with instant writes."""
+    of_node = unit_of_node if unit_of_node is not None else (list(range(n)) if scope == "node" else [0] * n)
+    links = [FifoLink(f"{name}{i}", 1e15) for i in range(n)]
+    return StoreTier(name, scope=scope, capacity_bytes=caps, ttl_s=ttl_s, unit_of_instance=of_node,
+                     unit_of_node=of_node, demote=demote, retention_s=retention_s, read=PathCost(),
+                     write=PathCost(), write_links_instance=links, write_links_node=links)  # fmt: skip
+
+
+def store(pol: CachePolicy, hbm_bytes=(10 * GB, 10 * GB), dram_gb=100.0, *, dram_ttl_s=600.0,
+          pool: StoreTier | None = None) -> KVStore:
+    """Instance i on node i: host DRAM per node, an optional pool, a cluster SSD tier; fast links so writes
+    are ready at once."""
     n = len(hbm_bytes)
+    ssd = tier("ssd", n, [1000 * GB], 259_200.0, scope="cluster", demote=False, retention_s=pol.retention_s)
     return KVStore(
         pol,
         hbm_capacity_bytes=list(hbm_bytes),
         instance_node=list(range(n)),
         kv_replication=[1] * n,
-        d2h_links=[FifoLink(f"d2h{i}", 1e15) for i in range(n)],
-        dram_capacity_bytes=[dram_gb * GB] * n,
+        tiers=[tier("dram", n, [dram_gb * GB] * n, dram_ttl_s), *([pool] if pool else []), ssd],
         swa_pool_capacity_bytes=[10 * GB if pol.swa_pool else 0.0] * n,
-        ssd_capacity_bytes=1000 * GB,
-        ssd_write_links=[FifoLink(f"w{i}", 1e15) for i in range(n)],
-    )
+        swa_write_links=[FifoLink(f"d2h{i}", 1e15) for i in range(n)],
+    )  # fmt: skip
 
 
 def request(prefix: int, inp: int, *, parent: int | None = 7, out: int = 1) -> Request:
@@ -67,6 +76,7 @@ def instances(st: KVStore, nodes: list[int]) -> list[Instance]:
     link = SharedLink(env, "link", 1e12)
     return [
         Instance(env, i, "p", "prefill", node, 8, timing, st, budget_tokens=8192, chunk_tokens=8192,
-                 max_decode_batch=64, kv_replication=1, h2d=link, ssd_read=link, max_queue_wait_s=None)
+                 max_decode_batch=64, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                 max_queue_wait_s=None)
         for i, node in enumerate(nodes)
     ]  # fmt: skip

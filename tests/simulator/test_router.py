@@ -17,7 +17,7 @@ def _setup(policy, loads, held=None, weights=(2.0, 1.0, 1.0)):
     for inst, load in zip(insts, loads, strict=True):
         inst.load = load
     if held is not None:
-        entry = st.entries[7] = Entry(7)
+        entry = st.entries[7] = Entry(7, len(st.tiers))
         entry.hbm[1] = held
     w = SimpleNamespace(prefix_hit=weights[0], queue_depth=weights[1], kv_usage=weights[2])
     return Router(policy, w, st), insts

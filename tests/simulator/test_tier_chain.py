@@ -1,16 +1,21 @@
 """The tier chain in a run: each load from a lower tier pays its read path's software overhead, the path's
-bandwidth share sets the link, and a tier the store does not hold is refused by name."""
+bandwidth share sets the link, and a tier added as data (a CXL expander) takes part like the others."""
+
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from sim.api import run_scenario
+from sim.config.scenario import load_scenario
 from sim.errors import InputError
 
 from .helpers import DISAGG, scenario
 from .traces import agent_trace
 
 V4 = "deepseek-v4-flash"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _loads(tmp_path, name, tiers):
@@ -50,18 +55,29 @@ def test_copies_leaving_host_dram_go_to_the_rdma_pool_and_load_over_the_nics(tmp
     assert (pooled.load_end_s - pooled.load_start_s >= 0.05).all()
 
 
-def test_the_rdma_pool_sits_between_dram_and_ssd(tmp_path):
-    trace = agent_trace(tmp_path / "t.parquet", sessions=2, turns=2)
-    pool = {"enabled": True, "capacity_gb_per_node": 64.0, "rank": 40}
-    scn = scenario(tmp_path, trace, cache={"tiers": {"rdma_pool": pool}})
-    with pytest.raises(InputError, match="cache.tiers.rdma_pool.rank"):
-        run_scenario(scn)
+def test_a_cxl_tier_added_in_yaml_only_serves_hits(tmp_path):
+    """scenarios/tiers_cxl.yaml adds a CXL memory tier between host DRAM and SSD as data: copies leaving
+    DRAM go there, later turns load from it over the GPUs' PCIe, and every per-tier metric names it."""
+    data = yaml.safe_load((REPO / "scenarios" / "tiers_cxl.yaml").read_text())
+    data["models"] = [V4]
+    data["workload"] = {**data["workload"], "trace": str(REPO / "traces" / "agent_1M_sample.parquet"),
+                        "max_requests": 250}  # fmt: skip
+    path = tmp_path / "cxl.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = run_scenario(load_scenario(path), out_dir=tmp_path / "out")
+    s = result.summary["models"][V4]
+    assert s["hit_tokens_cxl"] > 0 and s["bytes_loaded_cxl"] > 0 and s["bytes_written_cxl"] > 0
+    assert s["tiers"]["cxl"]["capacity_bytes"] == pytest.approx(1024e9)  # one node
+    names = [k.removeprefix("hit_tokens_") for k in s if k.startswith("hit_tokens_")]
+    assert names == ["hbm", "dram", "cxl", "rdma_pool", "ssd"]  # the chain by rank
+    log = pq.read_table(tmp_path / "out" / V4 / "requests.parquet").to_pandas()
+    from_cxl = log[log.prefix_source == "cxl"]
+    assert len(from_cxl) > 0 and (from_cxl.load_end_s - from_cxl.load_start_s >= 0.015).all()
 
 
-def test_a_tier_the_store_does_not_hold_is_refused_by_name(tmp_path):
+def test_a_demote_tier_narrower_than_the_one_above_it_is_refused(tmp_path):
     trace = agent_trace(tmp_path / "t.parquet", sessions=2, turns=2)
-    cxl = {"rank": 15, "scope": "node", "medium": "host_dram", "ttl_s": 600.0, "capacity_gb_per_node": 1024.0,
-           "read": {"link": "pcie_h2d"}, "write": {"link": "pcie_d2h"}}  # fmt: skip
-    scn = scenario(tmp_path, trace, cache={"tiers": {"cxl": cxl}})
-    with pytest.raises(InputError, match="cache.tiers.cxl.enabled"):
-        run_scenario(scn)
+    per_gpu = {"rank": 15, "scope": "instance", "medium": "memory", "ttl_s": 60.0, "capacity_gb_per_node": 64.0,
+               "read": {"link": "pcie_h2d"}, "write": {"link": "pcie_d2h"}}  # fmt: skip
+    with pytest.raises(InputError, match="cache.tiers.gpu_side.scope"):
+        scenario(tmp_path, trace, cache={"tiers": {"gpu_side": per_gpu}})
