@@ -17,41 +17,10 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from kernels_bench.columns import KERNEL_COLUMNS, names
 from kernels_bench.shapes import BF16_TFLOPS, FP8_TFLOPS, HBM_GBPS
 
-COLUMNS = [
-    "family",  # indexer, topk, attention, kvquant, mhc, gemm_dense, gemm_grouped, pipeline, ceiling
-    "kernel",  # what ran, e.g. indexer_decode, sparse_mla_decode, radix_topk, torch_topk
-    "impl",  # triton / torch / cublas / eager
-    "model",  # V4, V4.1 or "-"
-    "layer_kind",  # CSA, HCA, SWA, Full-enc, Full-L20, Reindex, Reuse, projection name, ...
-    "fmt",  # data format(s), e.g. fp8_584, fp8_528+nvfp4_288, bf16, fp8_rowwise
-    "batch",  # decode sequences (query tokens for prefill attention)
-    "context_tokens",  # L
-    "chunk_tokens",  # T for prefill rows, 0 for decode
-    "rows",  # rows / tokens processed (top-k rows, quantised rows, mHC tokens, GEMM M)
-    "n",  # entries / keys / columns per row, or GEMM N
-    "k",  # top-k k, or GEMM K
-    "groups",  # experts for grouped GEMMs
-    "median_us",
-    "p10_us",
-    "p90_us",
-    "samples",
-    "flops",
-    "bytes",
-    "achieved_TFLOPs",
-    "achieved_GBps",
-    "compute_ceiling_TFLOPs",
-    "frac_hbm",  # achieved_GBps / 4200
-    "frac_compute",  # achieved_TFLOPs / compute ceiling
-    "floor_us",  # max(bytes / 4.2 TB/s, flops / ceiling); pipelines: the sum of their kernels' floors
-    "frac_of_ceiling",  # floor_us / median_us: the fraction of the roofline reached
-    "check_passed",  # True / False / "" (timing-only control)
-    "max_abs_err",
-    "rel_err",
-    "timing_method",
-    "note",
-]
+COLUMNS = list(names(KERNEL_COLUMNS))  # kernels_bench.columns: shared with the reader
 
 
 def make_row(**kw) -> dict:

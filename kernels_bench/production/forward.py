@@ -32,38 +32,11 @@ from pathlib import Path
 import torch
 
 from kernels_bench import formats, indexer
+from kernels_bench.columns import FORWARD_COLUMNS, names
 from kernels_bench.production import mhc_tk
 from kernels_bench.production.attention import sparse_mla_ref_qkv
 
-FWD_COLUMNS = [
-    "model",
-    "mode",
-    "spec",
-    "n_layers",
-    "layer_kinds",
-    "n_routed_experts",
-    "experts_per_token",
-    "batch",
-    "context_tokens",
-    "chunk_tokens",
-    "measured_us_p50",
-    "measured_us_p10",
-    "measured_us_p90",
-    "kernel_sum_us",
-    "attention_us",
-    "indexer_us",
-    "mhc_us",
-    "dense_gemm_us",
-    "act_quant_us",
-    "moe_us",
-    "routing_us",
-    "other_us",
-    "ops_per_pass",
-    "output_finite",
-    "graph_vs_eager_rel",
-    "timing_method",
-    "note",
-]
+FWD_COLUMNS = list(names(FORWARD_COLUMNS))  # kernels_bench.columns: shared with sim.timing.forward
 # attention: FlashMLA; indexer: index weights, FP8 scores, top-k; mhc: both boundaries; dense_gemm: FP8
 # blockwise GEMMs and wo_a; act_quant: their activation quantisation; moe: the two grouped GEMMs (with their
 # rowwise quantisation); routing: router, top-6, sort, dispatch gather and the weighted combine; other:

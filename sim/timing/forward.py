@@ -47,6 +47,7 @@ from pathlib import Path
 
 import yaml
 
+from kernels_bench import columns
 from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
@@ -57,23 +58,11 @@ FORWARD_FILE = "forward_pass_results.csv"
 FIT_STACK = "production"  # the measured passes run the production kernels
 # kernels_bench.production.forward's layer labels -> the spec's attention kinds
 KIND_LABELS = {"SWA": "swa", "CSA4": "csa", "HCA128": "hca"}
-# glue the measured pass runs as separate ops (optional columns): activation quantisation, routing
-# (router, top-6, sort, gather, combine), other (norms, RoPE, SwiGLU, KV write)
-GLUE_COLUMNS = ("act_quant_us", "routing_us", "other_us")
-REQUIRED = (
-    "model",
-    "mode",
-    "spec",
-    "n_layers",
-    "layer_kinds",
-    "n_routed_experts",
-    "experts_per_token",
-    "batch",
-    "context_tokens",
-    "chunk_tokens",
-    "measured_us_p50",
-    "kernel_sum_us",
-)
+# the writer's columns (kernels_bench.columns): those every row needs, and the glue the measured pass runs as
+# separate ops (optional): activation quantisation, routing (router, top-6, sort, gather, combine), other
+# (norms, RoPE, SwiGLU, KV write)
+REQUIRED = columns.names(columns.FORWARD_COLUMNS, "required")
+GLUE_COLUMNS = columns.names(columns.FORWARD_COLUMNS, "glue")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ loading with validation, and the curves and grids (sim.timing.interp) the calibr
 reads them through.
 
 Loading. The tidy CSV is read once per timing build (never at import): leading `# key: value`
-lines are the provenance, then one row per kernel x shape (columns: kernels_bench/report.py).
+lines are the provenance, then one row per kernel x shape (columns: kernels_bench/columns.py).
 A missing column or an unparsable number is an InputError naming the file, the row and the
 column. Rows whose correctness check failed carry no time and are dropped, as are timing-only
 controls (no check at all); only rows with `check_passed` True and a positive median remain.
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernels_bench import columns
 from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
@@ -41,23 +42,12 @@ from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
 
 TABLE_FILE = "kernels_bench_results.csv"
 
-_TEXT_COLUMNS = ("family", "kernel", "impl", "model", "layer_kind", "fmt")
-_NUMBER_COLUMNS = (
-    "batch",
-    "context_tokens",
-    "chunk_tokens",
-    "rows",
-    "n",
-    "k",
-    "groups",
-    "median_us",
-    "flops",
-    "bytes",
-    "floor_us",
-    "compute_ceiling_TFLOPs",
-)
-REQUIRED_COLUMNS = (*_TEXT_COLUMNS, *_NUMBER_COLUMNS, "check_passed")
-PACKAGE_COLUMNS = ("package", "package_version")  # optional: production tables (sim.timing.stacks)
+# the writer's columns (kernels_bench.columns), by what this reader does with them
+_TEXT_COLUMNS = columns.names(columns.KERNEL_COLUMNS, "text")
+_NUMBER_COLUMNS = columns.names(columns.KERNEL_COLUMNS, "number")
+REQUIRED_COLUMNS = columns.names(columns.KERNEL_COLUMNS, "text", "number", "check")
+# optional: the package of a production table's kernel (sim.timing.stacks)
+PACKAGE_COLUMNS = columns.names(columns.PRODUCTION_COLUMNS, "package")
 
 
 @dataclass(frozen=True)

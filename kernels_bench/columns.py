@@ -1,0 +1,100 @@
+"""The columns of the measured tables: kernels_bench writes them (kernels_bench.report,
+kernels_bench.production), the simulator reads them (sim.timing.tables, sim.timing.forward). One list per
+table, imported by both sides, so a renamed or added column is changed once.
+
+Standard library only: the CPU CI (no torch) and the simulator import it.
+`read` says what the simulator does with a column; None = written for people (spread, derived rates, notes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    read: str | None = None  # kernel tables: text | number | check | package; forward table: required | glue
+
+
+# kernels_bench_results.csv and production_results.csv: one row per kernel x shape
+KERNEL_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "family", "text"
+    ),  # indexer, topk, attention, kvquant, mhc, gemm_dense, gemm_grouped, pipeline, ceiling
+    Column("kernel", "text"),  # what ran, e.g. indexer_decode, sparse_mla_decode, radix_topk, torch_topk
+    Column("impl", "text"),  # triton / torch / cublas / eager
+    Column("model", "text"),  # V4, V4.1 (sim.config.families labels) or "-"
+    Column("layer_kind", "text"),  # CSA, HCA, SWA, Full-enc, Full-L20, Reindex, Reuse, projection name, ...
+    Column("fmt", "text"),  # data format(s), e.g. fp8_584, fp8_528+nvfp4_288, bf16, fp8_rowwise
+    Column("batch", "number"),  # decode sequences (query tokens for prefill attention)
+    Column("context_tokens", "number"),  # L
+    Column("chunk_tokens", "number"),  # T for prefill rows, 0 for decode
+    Column("rows", "number"),  # rows / tokens processed (top-k rows, quantised rows, mHC tokens, GEMM M)
+    Column("n", "number"),  # entries / keys / columns per row, or GEMM N
+    Column("k", "number"),  # top-k k, or GEMM K
+    Column("groups", "number"),  # experts for grouped GEMMs
+    Column("median_us", "number"),
+    Column("p10_us"),
+    Column("p90_us"),
+    Column("samples"),
+    Column("flops", "number"),
+    Column("bytes", "number"),
+    Column("achieved_TFLOPs"),
+    Column("achieved_GBps"),
+    Column("compute_ceiling_TFLOPs", "number"),
+    Column("frac_hbm"),  # achieved_GBps / 4200
+    Column("frac_compute"),  # achieved_TFLOPs / compute ceiling
+    Column(
+        "floor_us", "number"
+    ),  # max(bytes / 4.2 TB/s, flops / ceiling); pipelines: the sum of their floors
+    Column("frac_of_ceiling"),  # floor_us / median_us: the fraction of the roofline reached
+    Column("check_passed", "check"),  # True / False / "" (timing-only control)
+    Column("max_abs_err"),
+    Column("rel_err"),
+    Column("timing_method"),
+    Column("note"),
+)
+
+# appended by the production kernel runs (kernels_bench.production): optional for the reader
+PRODUCTION_COLUMNS: tuple[Column, ...] = (
+    Column("stack"),
+    Column("package", "package"),
+    Column("package_version", "package"),
+)
+
+# forward_pass_results.csv (kernels_bench.production.forward): one row per measured forward pass
+FORWARD_COLUMNS: tuple[Column, ...] = (
+    Column("model", "required"),
+    Column("mode", "required"),
+    Column("spec", "required"),
+    Column("n_layers", "required"),
+    Column("layer_kinds", "required"),
+    Column("n_routed_experts", "required"),
+    Column("experts_per_token", "required"),
+    Column("batch", "required"),
+    Column("context_tokens", "required"),
+    Column("chunk_tokens", "required"),
+    Column("measured_us_p50", "required"),
+    Column("measured_us_p10"),
+    Column("measured_us_p90"),
+    Column("kernel_sum_us", "required"),
+    Column("attention_us"),
+    Column("indexer_us"),
+    Column("mhc_us"),
+    Column("dense_gemm_us"),
+    Column("act_quant_us", "glue"),
+    Column("moe_us"),
+    Column("routing_us", "glue"),
+    Column("other_us", "glue"),
+    Column("ops_per_pass"),
+    Column("output_finite"),
+    Column("graph_vs_eager_rel"),
+    Column("timing_method"),
+    Column("note"),
+)
+
+
+def names(columns: tuple[Column, ...], *read: str) -> tuple[str, ...]:
+    """The names of `columns` in order; only those the simulator reads as one of `read`, when given."""
+    return tuple(c.name for c in columns if not read or c.read in read)
