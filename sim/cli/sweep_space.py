@@ -32,7 +32,7 @@ def run(template: dict[str, Any], scn, *, gpus: int, layouts: dict[str, str | No
         done[0] += 1
         err.print(f"[{done[0]}/{len(deps)}] {label}")
 
-    result = run_space(template, deps, gpus=gpus, concurrencies=concurrencies, target_tpot_s=target_s,
+    result = run_space(template, deps, gpus=gpus, gpus_per_node=hw.gpus_per_node, concurrencies=concurrencies, target_tpot_s=target_s,
                        ttft_limit_s=scn.slo.ttft_s, workers=workers, ray=ray, seed=seed,
                        progress=on_progress)  # fmt: skip
     for label, sweep in result.sweeps.items():

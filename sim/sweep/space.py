@@ -12,7 +12,10 @@ A layout is an instance shape (`LAYOUTS`): `tp4` (4 GPUs, TP4 / EP4: the Dynamo 
 `tp8` (8 GPUs, TP8 / EP8), `dp8` (8 GPUs, DP-attention 8 / EP8: SGLang's in-node DP + EP), `wide`
 (all of the role's GPUs as one instance with DP attention and EP across nodes, when they are at least
 two whole nodes: SGLang's large-EP serving). A deployment whose weights leave no KV room is listed as
-pruned, not simulated. Each remaining deployment runs `run_sweep` at the given concurrencies, or
+pruned, not simulated. The scheduler's limits are per instance (`max_decode_batch`,
+`prefill_budget_tokens`); engines with DP attention schedule per DP group, so a `wide` instance of n
+nodes gets n times the template's limits (`scheduler_overrides`: the template's per-node limits kept,
+an assumption [D]). Each remaining deployment runs `run_sweep` at the given concurrencies, or
 with `--auto` at concurrencies from GPUs / 2 doubling until TPOT p50 passes the target, TTFT p90 the
 scenario's SLO TTFT, a request is rejected, or the throughput stops growing (a prefill-bound deployment
 never brings TPOT up to the target: its queue and TTFT grow instead), then two more inside the bracket.
@@ -76,6 +79,24 @@ class Deployment:
     kind: str  # aggregated | disaggregated
     prefill_gpus: int  # 0 when aggregated
     pools: tuple[dict[str, Any], ...]
+
+    def scheduler_overrides(self, template: dict[str, Any], gpus_per_node: int) -> dict[str, Any]:
+        """The template's scheduler limits x the nodes of the widest instance that uses each (module doc)."""
+        from sim.config.scheduler import Scheduler
+
+        sch = Scheduler.model_validate(template.get("scheduler") or {})
+
+        def nodes(roles: tuple[str, ...]) -> int:
+            return max(
+                [p["gpus_per_instance"] // gpus_per_node for p in self.pools if p["role"] in roles] + [1]
+            )
+
+        out: dict[str, Any] = {}
+        if (n := nodes(("decode", "colocated"))) > 1:
+            out["scheduler.max_decode_batch"] = sch.max_decode_batch * n
+        if (n := nodes(("prefill", "colocated"))) > 1:
+            out["scheduler.prefill_budget_tokens"] = sch.prefill_budget_tokens * n
+        return out
 
 
 def parse_layouts(text: str | None, role: str) -> tuple[str, ...]:
@@ -265,6 +286,7 @@ def run_space(
     deps: list[Deployment],
     *,
     gpus: int,
+    gpus_per_node: int,
     concurrencies: list[int] | None,
     target_tpot_s: float,
     ttft_limit_s: float,
@@ -277,7 +299,8 @@ def run_space(
     backend = SimBackend()
     rows, sweeps = [], {}
     for dep in deps:
-        scenario = apply_overrides(template, {"cluster.pools": [dict(p) for p in dep.pools]})
+        limits = dep.scheduler_overrides(template, gpus_per_node)
+        scenario = apply_overrides(template, {"cluster.pools": [dict(p) for p in dep.pools], **limits})
         runnable, pruned = [], {}
         for model in model_names(template):
             doc = apply_overrides(scenario, backend.model_overrides(scenario, model))
@@ -295,6 +318,8 @@ def run_space(
             sweeps[dep.label] = result
         for model in model_names(template):
             data = result.models.get(model) if result is not None else None
-            rows.append(_row(dep, model, data["points"] if data else None, pruned.get(model),
-                             target_tpot_s, ttft_limit_s))  # fmt: skip
+            row = _row(
+                dep, model, data["points"] if data else None, pruned.get(model), target_tpot_s, ttft_limit_s
+            )
+            rows.append({**row, "scheduler": limits})
     return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps)

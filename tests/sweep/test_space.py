@@ -82,3 +82,16 @@ def test_the_cli_searches_the_deployments_and_writes_space_json(tmp_path):
     assert (out / "deployments" / "p4-tp4x1-d4-tp4x1" / "sweep.json").is_file()
     bad = CliRunner().invoke(app, [*args[:-1], "--decode-layouts", "ep3"])
     assert bad.exit_code != 0 and "unknown layout" in str(bad.exception) + bad.output
+
+
+def test_a_wide_instance_gets_the_scheduler_limits_of_its_nodes():
+    template = SimBackend().load_template(TINY)
+    deps = {d.label: d for d in deployments(32, 8)}
+    assert deps["agg dp8x4"].scheduler_overrides(template, 8) == {}
+    assert deps["agg widex1"].scheduler_overrides(template, 8) == {
+        "scheduler.max_decode_batch": 256 * 4,
+        "scheduler.prefill_budget_tokens": 16384 * 4,
+    }
+    assert deps["P16 dp8x2 : D16 widex1"].scheduler_overrides(template, 8) == {
+        "scheduler.max_decode_batch": 512
+    }
