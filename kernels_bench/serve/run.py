@@ -1,8 +1,12 @@
 """Replay a canonical trace through the serving engine and write a run directory (kernels_bench.serve.records).
 
     python3 -m kernels_bench.serve.run --trace traces/replay_v4_reduced.parquet --out RUN_DIR \
-        --step PACKAGE.MODULE:FACTORY [--step-arg key=value ...] \
+        --step PACKAGE.MODULE:FACTORY [--step-arg key=value ...] [--model SIM_MODEL_NAME] \
         [--budget 8192] [--chunk 2048] [--max-batch 64] [--num-blocks N] [--think-scale 1.0]
+
+The issue-14 run (what ``sim validate --real`` is checked on) uses these defaults and ``--num-blocks 1024``
+(262,144 tokens of KV: the 48 sessions' contexts overflow it late in the replay, so cached prefixes are
+evicted and some later turns miss part of theirs; with every block of the GPU nothing is ever evicted).
 
 ``--step standin`` (the default) uses the affine stand-in on a fake clock: a CPU dry run, not a measurement.
 Any other ``--step`` names a factory returning a ``StepFunction``, called with the ``--step-arg`` pairs as
@@ -56,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--think-scale", type=float, default=1.0)
     ap.add_argument("--no-prefix-caching", action="store_true")
+    ap.add_argument(
+        "--model", default=None, help="the sim model spec served (provenance; default: the step function's)"
+    )
     args = ap.parse_args(argv)
     for p in args.step_arg:
         if "=" not in p:
@@ -80,8 +87,19 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     stats = replay(rows, engine, clock, args.think_scale, progress)
-    write_run(args.out, engine, rows, args.trace, args.think_scale, stats, "fake" if clock is fake else "wall",
-              {"command": " ".join(sys.argv)})  # fmt: skip
+    extra = {"command": " ".join(sys.argv)}
+    if args.model is not None:
+        extra["model"] = args.model
+    write_run(
+        args.out,
+        engine,
+        rows,
+        args.trace,
+        args.think_scale,
+        stats,
+        "fake" if clock is fake else "wall",
+        extra,
+    )
     print(f"wrote {args.out}")
     return 0
 

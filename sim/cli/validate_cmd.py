@@ -1,4 +1,5 @@
-"""`sim validate [--cases DIR] [--json] [--out DIR]`: published results against the simulator (sim.validate)."""
+"""`sim validate [--cases DIR] [--json] [--out DIR]`: published results against the simulator (sim.validate);
+`sim validate --real RUN_DIR [--model NAME]`: a real serving run against it (sim.cli.validate_real)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,21 @@ def validate(
         str | None,
         typer.Option("--ray", help="'local': a local Ray instance of --workers CPUs; else a Ray address"),
     ] = None,
+    real: Annotated[
+        Path | None,
+        typer.Option("--real", help="a run directory of kernels_bench.serve.run: compare it with sim instead"),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="with --real: the model (default: the run's provenance)")
+    ] = None,
 ) -> None:
     """Run each case's deployment to its operating point and print published vs simulated (exit 0:
-    the error is a measurement, not a verdict)."""
+    the error is a measurement, not a verdict). With --real: a measured serving run against sim."""
+    if real is not None:
+        from sim.cli.validate_real import validate_real_cmd
+
+        validate_real_cmd(real, model, out, json_output)
+        return
     from sim.outputs import probe_writable_dir
     from sim.validate.cases import load_cases
     from sim.validate.page import validate_page

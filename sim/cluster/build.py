@@ -168,10 +168,12 @@ class HbmBudget:
 
     weights_bytes: float
     usable_bytes: float  # all GPUs of the instance, after cluster.activation_reserve_frac
+    kv_limit_bytes: float | None = None  # cache.tiers.hbm.capacity_gb_per_node, the instance's share
 
     @property
     def kv_bytes(self) -> float:
-        return self.usable_bytes - self.weights_bytes
+        left = self.usable_bytes - self.weights_bytes
+        return left if self.kv_limit_bytes is None else min(left, self.kv_limit_bytes)
 
 
 def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
@@ -179,9 +181,11 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     the activation reserve must leave HBM for KV."""
     hw = scn.pool_profile(pool)
     gpi = pool.gpus_per_instance
+    cap_gb = scn.cache.tier("hbm").capacity_gb_per_node
     return HbmBudget(
         weights_bytes=instance_weight_bytes(spec, pool.dp, engram_in_hbm),
         usable_bytes=gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac),
+        kv_limit_bytes=None if cap_gb is None else cap_gb * units.GB * gpi / hw.gpus_per_node,
     )
 
 

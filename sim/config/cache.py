@@ -68,7 +68,8 @@ class CacheTier(StrictModel):
     )
     enabled: bool = Field(True, description="false: the tier is not built")
     capacity_gb_per_node: float | None = Field(
-        None, ge=0, description="capacity each node contributes, decimal GB; null = the medium's default"
+        None, ge=0, description="capacity each node contributes, decimal GB; null = the medium's default "
+        "(hbm: at most this much KV per node, split over its GPUs, within what the weights leave)"
     )
     ttl_s: float = Field(
         ge=0, description="idle time after which a copy is dropped (HBM: demoted); 0 = at once"

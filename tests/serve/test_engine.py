@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -176,6 +178,9 @@ def test_run_cli_writes_a_run_directory(write_trace, tmp_path, capsys) -> None:
     names = sorted(p.name for p in (tmp_path / "run").iterdir())
     assert names == ["provenance.json", "requests.parquet", "steps.parquet", "trace.parquet"]
     assert pq.read_table(tmp_path / "run" / "requests.parquet").num_rows == 6
+    assert main(["--trace", str(trace), "--out", str(tmp_path / "run"), "--model", "some-spec"]) == 0
+    prov = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert prov["model"] == "some-spec" and prov["engine"]["num_blocks"] == 512 and prov["clock"] == "fake"
     assert main(["--trace", str(tmp_path / "nope.parquet"), "--out", str(tmp_path / "r2")]) == 2
     assert "nope.parquet: no such trace file" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()

@@ -1,0 +1,164 @@
+"""`sim validate --real`: a CPU-made run directory (the engine replaying a trace with the stand-in step
+function, not a measurement) against the simulator; bad run directories get one clear message."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kernels_bench.serve.run import main as serve_run
+from sim.cli import app
+from sim.errors import InputError
+from sim.model import model_names
+from sim.paths import project_root
+from sim.validate.real import LATENCIES, STATS, validate_real
+
+MINI = "deepseek-v4-flash-mini"
+
+
+@pytest.fixture
+def mini_model(monkeypatch, tmp_path) -> str:
+    """The reduced V4 model served on the H200 (its spec when the repository has it; until then one built
+    the same way from deepseek-v4-flash: 5 layers SWA, CSA, HCA, CSA, HCA, 32 routed experts)."""
+    if MINI in model_names():
+        return MINI
+    import sim.config.families as families
+    import sim.model.spec as spec
+    import sim.timing.calibrated as calibrated
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for path in spec.SPECS_DIR.glob("*.yaml"):
+        (specs / path.name).write_text(path.read_text())
+    raw = yaml.safe_load((spec.SPECS_DIR / "deepseek-v4-flash.yaml").read_text())
+    raw.update(name=MINI, display_name="V4-Flash reduced (test)")
+    raw["moe"]["routed_experts"] = 32
+    raw["layer_groups"] = [
+        {"layers": 0, "attention": "swa", "window_tokens": 128, "mlp": "moe"},
+        {"layers": "1-3/2", "attention": "csa", "window_tokens": 128, "ratio": 4, "top_k": 512,
+         "selection": "full", "kv_source": "self", "index_source": "self", "compressor": "csa", "mlp": "moe"},
+        {"layers": "2-4/2", "attention": "hca", "window_tokens": 128, "ratio": 128, "kv_source": "self",
+         "compressor": "hca", "mlp": "moe"},
+    ]  # fmt: skip
+    (specs / f"{MINI}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.setattr(spec, "SPECS_DIR", specs)
+    v4 = [dataclasses.replace(f, models=(*f.models, MINI)) if f.key == "v4" else f for f in families.FAMILIES]
+    monkeypatch.setattr(families, "FAMILIES", tuple(v4))
+    monkeypatch.setitem(calibrated.MODEL_KEYS, MINI, "V4")
+    return MINI
+
+
+@pytest.fixture
+def standin_run(tmp_path) -> Path:
+    """The first 4 sessions of the replay trace through the engine with the stand-in step function."""
+    table = pq.read_table(project_root() / "traces" / "replay_v4_mini.parquet")
+    small = table.filter(table.column("session_id").to_numpy() < 4)
+    trace = tmp_path / "trace.parquet"
+    pq.write_table(small, trace)
+    out = tmp_path / "run"
+    assert serve_run(["--trace", str(trace), "--out", str(out), "--num-blocks", "96", "--think-scale", "0.5",
+                      "--step-arg", "model_name=" + MINI]) == 0  # fmt: skip
+    return out
+
+
+def test_validate_real_reports_requests_and_steps(mini_model, standin_run, tmp_path) -> None:
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["validate", "--real", str(standin_run), "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    doc = json.loads(result.output)
+    assert doc == json.loads((out / "validate_real.json").read_text())
+    got = {(m["metric"], m["stat"]) for m in doc["metrics"]}
+    assert {(m, s) for m in LATENCIES for s in STATS} <= got and ("output_tokens_per_s", "makespan") in got
+    completed = next(m for m in doc["metrics"] if m["metric"] == "completed")
+    assert completed["measured"] == completed["simulated"] == 40
+    steps = doc["steps"]["all"]
+    assert steps["steps"] == pq.read_table(standin_run / "steps.parquet").num_rows
+    assert doc["settings"]["timing"] == "calibrated" and doc["settings"]["think_scale"] == 0.5
+    prov = json.loads((standin_run / "provenance.json").read_text())
+    assert prov["engine"]["num_blocks"] == doc["settings"]["num_blocks"] == 96
+    page = (out / "validate_real.html").read_text()
+    assert "Engine steps" in page and "Plotly.newPlot" in page or "Plotly.react" in page
+
+
+def test_the_twin_gets_the_runs_kv_capacity(mini_model, standin_run) -> None:
+    from sim.model import load_model
+    from sim.model.kv import (
+        compressor_state_bytes_per_sequence,
+        global_kv_bytes_per_token,
+        swa_bytes_per_sequence,
+    )
+
+    report = validate_real(standin_run, None)  # the model named by the run
+    assert report.model == MINI
+    spec = load_model(MINI)
+    state = swa_bytes_per_sequence(spec) + compressor_state_bytes_per_sequence(spec)
+    agents = 4 + 1  # 4 sessions, one of which runs a sub-agent
+    want = 96 * 256 * global_kv_bytes_per_token(spec) + agents * state
+    assert report.settings["hbm_kv_bytes"] == pytest.approx(want)
+
+
+def _break(run: Path, what: str) -> None:
+    if what == "steps_columns":
+        t = pq.read_table(run / "steps.parquet").drop(["wall_s"])
+        pq.write_table(t, run / "steps.parquet")
+    elif what == "no_requests":
+        (run / "requests.parquet").unlink()
+    elif what == "engine_setting":
+        prov = json.loads((run / "provenance.json").read_text())
+        prov["engine"]["chunk_tokens"] = "big"
+        (run / "provenance.json").write_text(json.dumps(prov))
+    elif what == "provenance_json":
+        (run / "provenance.json").write_text("{not json")
+
+
+@pytest.mark.parametrize(
+    "what, message",
+    [
+        ("steps_columns", "missing columns"),
+        ("no_requests", "requests.parquet: missing file"),
+        ("engine_setting", "engine.chunk_tokens"),
+        ("provenance_json", "not valid JSON"),
+    ],
+)
+def test_bad_run_directory_gets_one_message(mini_model, standin_run, what, message) -> None:
+    _break(standin_run, what)
+    result = CliRunner().invoke(app, ["validate", "--real", str(standin_run)])
+    assert isinstance(result.exception, InputError), repr(result.exception)
+    assert message in str(result.exception)
+
+
+def test_missing_run_directory_and_unknown_model(tmp_path, standin_run) -> None:
+    result = CliRunner().invoke(app, ["validate", "--real", str(tmp_path / "nope")])
+    assert isinstance(result.exception, InputError) and "run directory not found" in str(result.exception)
+    result = CliRunner().invoke(app, ["validate", "--real", str(standin_run), "--model", "no-such-model"])
+    assert isinstance(result.exception, InputError) and "unknown model" in str(result.exception)
+
+
+def test_hbm_tier_capacity_caps_kv(tmp_path) -> None:
+    """cache.tiers.hbm.capacity_gb_per_node: at most that much KV per node, the instance taking its GPUs' share."""
+    from sim.cluster.build import hbm_budget
+    from sim.config.scenario import load_scenario
+    from sim.model import load_model
+
+    def budget(hbm: dict) -> float:
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "cap", "models": ["deepseek-v4-flash"], "hardware": "nvidia-h200-hgx8",
+            "cluster": {"pools": [{"name": "p", "role": "colocated", "nodes": 1, "gpus_per_instance": 4, "ep": 4,
+                                   "dp": 4}]},
+            "cache": {"tiers": {"hbm": hbm}}, "workload": {"benchmark": {"isl_tokens": 10, "osl_tokens": 10,
+                                                                         "concurrency": 1}, "horizon_s": 10},
+        }))  # fmt: skip
+        scn = load_scenario(path)
+        pool = scn.cluster.pools[0]
+        return hbm_budget(scn, pool, load_model("deepseek-v4-flash"), engram_in_hbm=True).kv_bytes
+
+    full = budget({})
+    assert budget({"capacity_gb_per_node": 80.0}) == pytest.approx(80e9 * 4 / 8)
+    assert budget({"capacity_gb_per_node": 1e6}) == full  # never more than the weights leave
