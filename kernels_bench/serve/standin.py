@@ -56,4 +56,5 @@ class StandinStepFunction:
             time.sleep(dt)
 
     def describe(self) -> dict:
-        return {"kind": "standin (not a measurement)", "cost": asdict(self.cost)}
+        cost = asdict(self.cost) if isinstance(self.cost, AffineCost) else type(self.cost).__name__
+        return {"kind": "standin (not a measurement)", "cost": cost}

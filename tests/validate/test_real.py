@@ -162,3 +162,45 @@ def test_hbm_tier_capacity_caps_kv(tmp_path) -> None:
     full = budget({})
     assert budget({"capacity_gb_per_node": 80.0}) == pytest.approx(80e9 * 4 / 8)
     assert budget({"capacity_gb_per_node": 1e6}) == full  # never more than the weights leave
+
+
+@dataclasses.dataclass(frozen=True)
+class _SimStepCost:
+    """A stand-in step cost that is sim's own timing model, so only scheduling can differ."""
+
+    timing: object
+    prompt_tokens: dict
+
+    def step_s(self, plan) -> float:
+        a = b = 0.0
+        for w in plan.decode:
+            t0, t1, _, _ = self.timing.decode_seq_terms(w.context_tokens + 1, 1)
+            a, b = a + t0, b + t1
+        parts = [(w.new_tokens, w.context_tokens, w.end_tokens >= self.prompt_tokens[w.seq_id], 0, 0)
+                 for w in plan.prefill]  # fmt: skip
+        return self.timing.step_s(len(plan.decode), a, b, parts)
+
+
+def test_engine_and_sim_schedule_alike_when_steps_cost_the_same(mini_model, standin_run, tmp_path) -> None:
+    """With sim's step times in the engine, the step error is zero and the request metrics differ only by
+    scheduling (engine.py lists the differences): a guard against the two drifting apart."""
+    from kernels_bench.serve.engine import Engine, EngineConfig
+    from kernels_bench.serve.records import write_run
+    from kernels_bench.serve.replay import FakeClock, read_trace, replay
+    from kernels_bench.serve.standin import StandinStepFunction
+    from sim.validate.real import load_run, simulate
+
+    timing = simulate(load_run(standin_run), MINI).timing
+    rows = read_trace(standin_run / "trace.parquet")
+    clock = FakeClock()
+    cost = _SimStepCost(timing, {r.request_id: r.input_tokens for r in rows})
+    fn = StandinStepFunction(num_blocks=96, clock=clock, cost=cost, model_name=MINI)
+    engine = Engine(fn, EngineConfig(8192, 2048, 64, 96), clock.now)
+    stats = replay(rows, engine, clock, think_scale=0.5)
+    run = tmp_path / "same_cost"
+    write_run(run, engine, rows, standin_run / "trace.parquet", 0.5, stats, "fake")
+    report = validate_real(run)
+    assert abs(report.steps["all"]["total_error_frac"]) < 1e-9
+    err = {(m.metric, m.stat): m.error_frac for m in report.metrics}
+    assert abs(err[("tpot_s", "p50")]) < 0.05 and abs(err[("e2e_s", "p50")]) < 0.05
+    assert abs(err[("output_tokens_per_s", "makespan")]) < 0.05
