@@ -14,7 +14,9 @@ class RouterWeights(StrictModel):
 
     prefix_hit: float = Field(2.0, ge=0, description="share of the prompt already cached on the instance")
     queue_depth: float = Field(1.0, ge=0, description="fewer queued tokens scores higher")
-    kv_usage: float = Field(1.0, ge=0, description="more free KV blocks scores higher")
+    kv_usage: float = Field(
+        1.0, ge=0, description="more HBM KV bytes not reserved by running sequences scores higher"
+    )
 
     @model_validator(mode="after")
     def _not_all_zero(self) -> RouterWeights:

@@ -1,6 +1,6 @@
 """How long things take: one interface (`base.TimingModel`) for prefill and mixed steps, decode
-spans and transfers; `roofline` is the first implementation, `factory.make_timing` the one
-place that picks an implementation (`timing.model: auto | roofline | calibrated`)."""
+spans and transfers; two implementations, `roofline` and `calibrated` (measured kernel tables),
+and `factory.make_timing` the one place that picks one (`timing.model: auto | roofline | calibrated`)."""
 
 from sim.timing.base import LINK_KINDS, PrefillChunk, TimingModel
 from sim.timing.factory import available_timing_models, make_timing, register_timing_model

@@ -1,4 +1,4 @@
-"""The timing interface every implementation provides (roofline now, calibrated tables later).
+"""The timing interface every implementation provides (sim.timing.roofline, sim.timing.calibrated).
 
 The simulator asks only these questions, so an implementation plugs in without touching it:
 
@@ -8,9 +8,10 @@ The simulator asks only these questions, so an implementation plugs in without t
 - `decode_seq_terms(context_tokens, steps)`: a sequence's two additive terms when it joins a
   decode batch at `context_tokens`, and their change per decode step over its next `steps`
   steps, as (t0, t1, s0, s1). What the terms mean is the implementation's business (the
-  roofline: attention+index FLOPs per row and KV bytes read; a calibrated model might use the
-  attention kernel's time and the KV bytes); the engine only adds them up, so a batch's terms
-  are a running sum kept in O(1) per join or leave. Two terms keep the hot path free of loops.
+  roofline: attention+index FLOPs per row and KV bytes read; the calibrated model: the context,
+  read through the measured attention curve at the batch's mean); the engine only adds them up,
+  so a batch's terms are a running sum kept in O(1) per join or leave. Two terms keep the hot
+  path free of loops.
 - `decode_span_s(batch_size, t0, t1, s0, s1, steps)`: time of `steps` consecutive decode-only
   steps with fixed membership, terms growing by (s0, s1) per step. This is what lets decode
   jump from one membership change to the next instead of paying an event per token.
