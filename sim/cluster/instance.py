@@ -108,8 +108,11 @@ class Instance:
         # bytes per token and fixed bytes per sequence in this instance's HBM (replicated on TP ranks)
         self._rep_bpt = kv_replication * self.policy.global_kv_bytes_per_token
         self._rep_state = kv_replication * self.policy.seq_state_bytes
-        # router view: prefill side, estimated prompt tokens still to compute; decode side, sequences
-        self.load = 0.0
+        # what the router weighs (sim.sched.router): on a prefill or colocated instance, the prompt tokens
+        # routed to it and not yet computed (estimated until the prefix lookup); on a decode instance,
+        # the sequences handed to it and not yet finished
+        self.queued_prompt_tokens = 0.0
+        self.held_sequences = 0
         self.inv_kv_capacity = 1.0 / self.hbm.capacity_bytes if self.hbm.capacity_bytes > 0 else 0.0
         # statistics
         self.busy_s = 0.0
@@ -126,7 +129,7 @@ class Instance:
         req.pinst = self
         req.prefill_pool = self.pool
         req.prefill_instance = self.index
-        self.load += req.est_new_tokens
+        self.queued_prompt_tokens += req.est_new_tokens
         self.waiting.append(req)
         self._admit()
 
@@ -135,7 +138,7 @@ class Instance:
         req.dinst = self
         req.decode_pool = self.pool
         req.decode_instance = self.index
-        self.load += 1
+        self.held_sequences += 1
         self.waiting.append(req)
         self._admit_decode()
 
@@ -165,10 +168,10 @@ class Instance:
 
     def _drop_waiting(self, req: Request, reason: str) -> None:
         if self.role == "decode":
-            self.load -= 1
+            self.held_sequences -= 1
             req.pinst.handed_off(req)  # free the prefill side
         else:
-            self.load -= req.est_new_tokens
+            self.queued_prompt_tokens -= req.est_new_tokens
         self.cluster.reject(req, reason)
 
     def _admit(self) -> None:
@@ -212,7 +215,7 @@ class Instance:
                 replay = plan.replay_tokens
                 req.replay_tokens = replay
                 new = req.input_tokens - tokens + replay
-                self.load += new - req.est_new_tokens
+                self.queued_prompt_tokens += new - req.est_new_tokens
                 req.est_new_tokens = req.new_tokens = new
                 req.ctx_before = tokens - replay
                 load_bytes = plan.load_bytes
@@ -427,7 +430,7 @@ class Instance:
         finished = False
         for req, take in self._chunks:
             req.computed_tokens += take
-            self.load -= take
+            self.queued_prompt_tokens -= take
             if req.computed_tokens >= req.new_tokens:
                 finished = True
                 req.first_token_s = now
@@ -478,7 +481,7 @@ class Instance:
         req.finish_s = now
         decode = self.role == "decode"
         if decode:
-            self.load -= 1
+            self.held_sequences -= 1
             reserved_bytes, pinned = req.reserved_d_bytes, req.d_pinned
             req.d_pinned = False
         else:

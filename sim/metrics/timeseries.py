@@ -118,14 +118,16 @@ class Sampler:
             r["running_seqs"].append(sum(len(i.running) for i in p.instances))
             r["queue_len"].append(sum(i.queued() for i in p.instances))
             r["prefill_tokens_queued"].append(
-                int(sum(max(0.0, i.load) for i in p.instances if i.role != "decode"))
+                int(sum(max(0.0, i.queued_prompt_tokens) for i in p.instances if i.role != "decode"))
             )
             r["hbm_kv_capacity_bytes"].append(sum(i.hbm.capacity_bytes for i in p.instances))
             r["hbm_reserved_bytes"].append(sum(i.hbm.reserved_bytes for i in p.instances))
             r["hbm_cached_bytes"].append(sum(i.hbm.cached_bytes for i in p.instances))
             dram = self._dram
             r["dram_kv_bytes"].append(sum(dram[n_].used_bytes for n_ in p.nodes) if dram else 0.0)
-            r["dram_kv_capacity_bytes"].append(sum(dram[n_].capacity_bytes for n_ in p.nodes) if dram else 0.0)
+            r["dram_kv_capacity_bytes"].append(
+                sum(dram[n_].capacity_bytes for n_ in p.nodes) if dram else 0.0
+            )
             r["swa_pool_bytes"].append(sum(store.swa[n_].used_bytes for n_ in p.nodes))
             for key, col in (
                 ("h2d", "pcie_h2d"),

@@ -4,13 +4,13 @@ registry (`POLICIES`); the scenario names one (`scheduler.router.policy`).
 - cache_aware: a weighted sum of three scorers, each in [0, 1] (BLIS's weighted scorers):
     prefix_hit  share of the prompt the instance holds: its HBM copy in full, a copy in its
                 node's host DRAM at half weight (it must still be loaded);
-    queue_depth 1 - load / the largest load among the candidates (`inst.load`: prompt tokens
-                still to compute on the prefill side, sequences held on the decode side);
+    queue_depth 1 - depth / the largest depth among the candidates (`_queue_depth`: prompt tokens
+                still to compute on a prefill or colocated instance, sequences held on a decode one);
     kv_usage    share of the instance's KV memory not reserved by running sequences;
   with `scheduler.router.weights`. Ties go to the lowest instance index (deterministic). The
   router never reads the true output length. The scorers are inlined: this runs for every
   request and candidate.
-- least_loaded: the smallest queue (prefill tokens, or decode sequences).
+- least_loaded: the smallest queue depth (prompt tokens, or decode sequences).
 - round_robin: instances in turn, per role.
 """
 
@@ -44,13 +44,20 @@ class Router:
         return self._choose(self, req, candidates, role)
 
 
+def _queue_depth(inst: Instance, role: str) -> float:
+    """Work waiting on an instance, in its role's unit: prompt tokens still to compute (the front:
+    prefill or colocated), sequences held (decode)."""
+    return inst.held_sequences if role == "decode" else inst.queued_prompt_tokens
+
+
 def _cache_aware(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
-    max_load = 0.0
+    max_depth = 0.0
     for inst in candidates:
-        if inst.load > max_load:
-            max_load = inst.load
+        depth = _queue_depth(inst, role)
+        if depth > max_depth:
+            max_depth = depth
     w_queue, w_kv = router.w_queue, router.w_kv
-    q = w_queue / max_load if max_load > 0.0 else 0.0
+    q = w_queue / max_depth if max_depth > 0.0 else 0.0
     holders: dict[int, int] | None = None
     dram_node = -1
     key = req.parent_lineage
@@ -63,7 +70,12 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
     best = candidates[0]
     best_score = -1.0
     for inst in candidates:
-        score = w_queue - q * inst.load + w_kv - w_kv * inst.hbm.reserved_bytes * inst.inv_kv_capacity
+        score = (
+            w_queue
+            - q * _queue_depth(inst, role)
+            + w_kv
+            - w_kv * inst.hbm.reserved_bytes * inst.inv_kv_capacity
+        )
         if holders is not None:
             tokens = holders.get(inst.index, 0)
             if tokens:
@@ -76,10 +88,11 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
 
 
 def _least_loaded(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
-    best = candidates[0]
+    best, best_depth = candidates[0], _queue_depth(candidates[0], role)
     for inst in candidates[1:]:
-        if inst.load < best.load:
-            best = inst
+        depth = _queue_depth(inst, role)
+        if depth < best_depth:
+            best, best_depth = inst, depth
     return best
 
 

@@ -10,12 +10,13 @@ from . import objects
 
 
 def _setup(policy, loads, held=None, weights=(2.0, 1.0, 1.0)):
-    """A router and instances 0.. with these loads (100 B of KV memory each, none reserved);
-    `held` = tokens of lineage 7 cached in instance 1's HBM."""
+    """A router and instances 0.. with these queue depths (queued prompt tokens as front instances, the
+    same number of sequences held as decode ones; 100 B of KV memory each, none reserved); `held` = tokens
+    of lineage 7 cached in instance 1's HBM."""
     st = objects.store(objects.policy("v41"), hbm_bytes=[100.0] * len(loads))
     insts = objects.instances(st, [0] * len(loads))
     for inst, load in zip(insts, loads, strict=True):
-        inst.load = load
+        inst.queued_prompt_tokens, inst.held_sequences = load, int(load)
     if held is not None:
         entry = st.entries[7] = Entry(7, len(st.tiers))
         entry.hbm[1] = held
