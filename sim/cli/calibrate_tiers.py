@@ -6,12 +6,25 @@ smallest instance of HW that holds M (one GPU when it fits).
     floor_s     = request_overhead_s + per_token_s x N + the step that computes the last prompt token
     recompute_s = request_overhead_s + per_token_s x N + the prefill of N tokens in chunks (timing model)
 
-The floor is what a hit in HBM costs (the engine's own work around a request, which the step times do not
-hold): defaults from the published H20 measurement (hwprofiles/nvidia-h20-hgx8.yaml S4, vLLM 0.18.1 eager):
-42 ms for a request at a 1K prefix in HBM [B], and 1 us per prompt token for tokenising and hashing the prompt
-into blocks [D] (HF fast tokenizers run at ~1M tokens/s). The published setup's engine pages are 16 tokens
-(vLLM's default block size); `--block-tokens` sets them (default: the scenario default, 256). `--scenario FILE` takes the tier chain
-from a scenario (a tier added there, a CXL expander say, is reported like the others: `<name>_s`).
+The floor is what a hit in HBM costs: the engine's own work around a request, which the step times do not
+hold, plus the one step that computes the last prompt token. Its two constants are the published H20 HBM-hit
+curve itself (hwprofiles/nvidia-h20-hgx8.yaml S4, results/gpu.json, vLLM 0.18.1 eager, Qwen3-Coder-30B-A3B,
+TTFT p50 at 1K/2K/4K/8K/16K/64K = 41.8/44.9/46.2/52.5/63.4/111 ms), so `hbm_s` reproduces that curve by
+construction; it is an input here, not a prediction:
+- 42 ms per request [B]: the 1K-prefix hit (41.8 ms). Our timing model puts the GPU's share of it, the
+  last-token step, at 2.8 ms, so about 39 ms is engine work outside the GPU steps (API server, scheduling,
+  eager launches); the floor counts the last-token step once more (~3 ms high for Qwen on one H20).
+- 1 us per prompt token [C]: the least-squares slope of those six points is 1.05 us/token (residuals within
+  3.3 ms); the points up to 16K alone give 1.37 us/token (the curve bends), which would put the 64K hit at
+  0.131 s, +18 %. Why it grows with the prompt is our reading [D]: host work per token (tokenising, hashing
+  16-token blocks, matching them); the GPU part cannot be it (one query's attention over a 64K cache
+  reads 6.4 GB, ~2 ms on an H20).
+Below HBM each tier adds its read path, whose per-request cost comes from the same source's 1K points
+(sim.kvcache.paths), and recompute the timing model's chunked prefill. These engine constants were measured
+with vLLM on a 30B MoE; taking them for DeepSeek-V4 on SGLang is an assumption [D]. The published setup's
+engine pages are 16 tokens (vLLM's default block size); `--block-tokens` sets them (default: the scenario
+default, 256). `--scenario FILE` takes the tier chain from a scenario (a tier added there, a CXL expander
+say, is reported like the others: `<name>_s`).
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from sim.cli.numbers import finite
 from sim.errors import InputError
 
 REQUEST_OVERHEAD_S = 0.042  # S4 [B]: TTFT of a 1K-token prefix hit in HBM, vLLM 0.18.1 eager on one H20
-PER_TOKEN_S = 1e-6  # [D]: tokenising + block hashing of the prompt, ~1M tokens/s
+PER_TOKEN_S = 1e-6  # S4 [C]: slope of the HBM-hit TTFT over 1K-64K (1.05 us/token); its cause is our reading [D]
 
 
 def tier_key(name: str) -> str:

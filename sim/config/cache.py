@@ -24,8 +24,9 @@ from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
 from sim.config.families import family, with_family_fields
 from sim.config.family_cache import FamilyCacheBlock
+from sim.kvcache.paths import LINK_OWNER
 
-LinkKind = Literal["pcie_h2d", "pcie_d2h", "ssd_read", "ssd_write", "net"]
+LinkKind = Literal[tuple(LINK_OWNER)]  # type: ignore[valid-type]  # the link kinds of sim.kvcache.paths
 
 
 class TierPath(StrictModel):

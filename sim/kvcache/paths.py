@@ -20,6 +20,13 @@ Default overheads (sim.config.cache DEFAULT_TIERS), measured on one H20 by gahow
   2 us on RDMA [D]: one RDMA work request per region, posted and completed by the connector (SGLang moved
   its Mooncake transfers to batches because per-region costs bounded it at ~1.5 GB/s, sglang#7236; very long
   prompts still submit "hundreds of thousands of RDMA slices", sglang#32758). Not fitted to the 64K point.
+  The source's remote tier is not a DRAM pool read: instance B pulls instance A's cached prefix through
+  Mooncake's transfer engine (do_remote_prefill), "~5-7 GB/s effective" in its own words; its points below
+  64K were not available to us, so RDMA's 13 ms per request is DRAM's, assumed [D].
+
+A link kind is one entry of each table below (which achievable share, who owns its lanes, its line rate
+and lanes) and the line rate's field in the hardware profile (sim.hardware.schema); the scenario schema
+takes the kinds from here (sim.config.cache `LinkKind`).
 """
 
 from __future__ import annotations

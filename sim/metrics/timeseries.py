@@ -55,7 +55,15 @@ class Sampler:
         self.pool_rows: dict[str, dict[str, list]] = {
             p.name: {n: [] for n in POOL_SCHEMA.names} for p in pools
         }
-        self.cluster_rows: dict[str, list] = {n: [] for n in CLUSTER_SCHEMA.names}
+        # the cluster table: its fixed columns, plus the occupancy of each tier of the run that has none
+        # there (the RDMA pool, a tier added as data): `<name>_kv_bytes`
+        self.cluster_schema = CLUSTER_SCHEMA
+        self._extra_tiers = [t.name for t in store.tiers if f"{t.name}_kv_bytes" not in CLUSTER_SCHEMA.names]
+        for name in self._extra_tiers:
+            self.cluster_schema = self.cluster_schema.append(
+                pa.field(f"{name}_kv_bytes", pa.float64(), nullable=False)
+            )
+        self.cluster_rows: dict[str, list] = {n: [] for n in self.cluster_schema.names}
         self._t_last = env.now
         # time integrals of tier occupancy (for means) and sampled peaks of the cluster-wide sums
         # (the configured chain, enabled or not, and V4.1's SWA pool)
@@ -150,6 +158,8 @@ class Sampler:
         c["hbm_kv_bytes"].append(tiers["hbm"])
         c["dram_kv_bytes"].append(tiers.get("dram", 0.0))
         c["swa_pool_bytes"].append(tiers["swa_pool"])
+        for name in self._extra_tiers:
+            c[f"{name}_kv_bytes"].append(tiers[name])
         for k in self.tier_area:
             used = tiers.get(k, 0.0)  # a tier not in the run holds nothing
             self.tier_area[k] += used * dt
@@ -165,7 +175,7 @@ class Sampler:
         folder.mkdir(parents=True, exist_ok=True)
         out = []
         items = [(p.name, self.pool_rows[p.name], POOL_SCHEMA) for p in self.pools]
-        items.append(("_cluster", self.cluster_rows, CLUSTER_SCHEMA))  # "_" cannot start a pool name
+        items.append(("_cluster", self.cluster_rows, self.cluster_schema))  # "_" cannot start a pool name
         for name, rows, schema in items:
             path = folder / f"{name}.parquet"
             tmp = path.with_name(path.name + ".tmp")

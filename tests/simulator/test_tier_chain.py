@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 from sim.api import run_scenario
+from sim.cluster.build import build_simulation
 from sim.config.scenario import load_scenario
 from sim.errors import InputError
+from sim.timing.arith import build_arith
 
 from .helpers import DISAGG, scenario
 from .traces import agent_trace
@@ -73,6 +75,8 @@ def test_a_cxl_tier_added_in_yaml_only_serves_hits(tmp_path):
     log = pq.read_table(tmp_path / "out" / V4 / "requests.parquet").to_pandas()
     from_cxl = log[log.prefix_source == "cxl"]
     assert len(from_cxl) > 0 and (from_cxl.load_end_s - from_cxl.load_start_s >= 0.015).all()
+    cluster = pq.read_table(tmp_path / "out" / V4 / "timeseries" / "_cluster.parquet")
+    assert cluster.schema.metadata and max(cluster["cxl_kv_bytes"].to_pylist()) > 0  # its occupancy over time
 
 
 def test_a_demote_tier_narrower_than_the_one_above_it_is_refused(tmp_path):
@@ -81,3 +85,19 @@ def test_a_demote_tier_narrower_than_the_one_above_it_is_refused(tmp_path):
                "read": {"link": "pcie_h2d"}, "write": {"link": "pcie_d2h"}}  # fmt: skip
     with pytest.raises(InputError, match="cache.tiers.gpu_side.scope"):
         scenario(tmp_path, trace, cache={"tiers": {"gpu_side": per_gpu}})
+
+
+def test_tiers_on_one_link_kind_share_its_lanes_unless_a_path_sets_its_own_share(tmp_path):
+    """Host DRAM and the CXL expander both read over an instance's PCIe at the profile's share: one link, so
+    their loads contend; a path with its own `bw_frac` gets lanes of its own (sim.cluster.build LinkSet)."""
+    scn = load_scenario(REPO / "scenarios" / "tiers_cxl.yaml")
+    ref = scn.models[0]
+    inst = build_simulation(scn, ref, build_arith(ref.name), out_dir=None).instances[0]
+    dram, cxl, ssd = (inst.read_links[inst.store.tier_names.index(n)] for n in ("dram", "cxl", "ssd"))
+    assert dram is cxl and ssd is not dram
+    tiers = yaml.safe_load((REPO / "scenarios" / "tiers_cxl.yaml").read_text())["cache"]["tiers"]
+    tiers["cxl"]["read"]["bw_frac"] = 0.25
+    own = scenario(tmp_path, agent_trace(tmp_path / "t.parquet", sessions=2, turns=2), cache={"tiers": tiers})
+    inst = build_simulation(own, own.models[0], build_arith(own.models[0].name), out_dir=None).instances[0]
+    dram, cxl = (inst.read_links[inst.store.tier_names.index(n)] for n in ("dram", "cxl"))
+    assert dram is not cxl and cxl.bw_bytes_per_s == pytest.approx(dram.bw_bytes_per_s * 0.25 / 0.8)
