@@ -129,8 +129,12 @@ class RefKernels:
 
     name = "reference"
 
-    def __init__(self):
+    def __init__(self, act_dtype: torch.dtype = torch.bfloat16):
         self._deq: dict[int, torch.Tensor] = {}  # dequantised weights, by id of the quantised tensor
+        # activations between ops; float64 (the served model's reference) accumulates in float64 too, so
+        # that a row's result does not depend on the other rows of its batch
+        self.act_dtype = act_dtype
+        self.acc_dtype = torch.float64 if act_dtype == torch.float64 else torch.float32
 
     def _dequant(self, q: torch.Tensor, make) -> torch.Tensor:
         if id(q) not in self._deq:
@@ -144,28 +148,30 @@ class RefKernels:
     def gemm(self, xqs, w: BlockwiseWeight) -> torch.Tensor:
         xq, xs = xqs
         m, k = xq.shape
-        xd = (xq.float().view(m, k // 128, 128) * xs[:, :, None]).view(m, k)
-        return (xd @ self._dequant(w.q, w.dequant).t()).to(torch.bfloat16)
+        xd = (xq.float().view(m, k // 128, 128) * xs[:, :, None]).view(m, k).to(self.acc_dtype)
+        wd = self._dequant(w.q, lambda: w.dequant().to(self.acc_dtype))
+        return (xd @ wd.t()).to(self.act_dtype)
 
     def linear(self, x: torch.Tensor, w: BlockwiseWeight) -> torch.Tensor:
         return self.gemm(self.quant(x), w)
 
     def grouped(self, x: torch.Tensor, w: GroupedWeight, counts: torch.Tensor) -> torch.Tensor:
         xq, xs = act_quant_rowwise(x)
-        xd = xq.float() * xs
-        out = torch.empty(x.shape[0], w.q.shape[1], dtype=torch.bfloat16, device=x.device)
+        xd = (xq.float() * xs).to(self.acc_dtype)
+        out = torch.empty(x.shape[0], w.q.shape[1], dtype=self.act_dtype, device=x.device)
         start = 0
-        wall = self._dequant(w.q, lambda: w.q.float() * w.s[:, :, None])
+        wall = self._dequant(w.q, lambda: (w.q.float() * w.s[:, :, None]).to(self.acc_dtype))
         for e, c in enumerate(counts.tolist()):
             wd = wall[e]
-            out[start : start + c] = (xd[start : start + c] @ wd.t()).to(torch.bfloat16)
+            out[start : start + c] = (xd[start : start + c] @ wd.t()).to(self.act_dtype)
             start += c
         return out
 
     def make_mhc(self, T: int, H: int, p: mhc_tk.TkParams, device):
         def run(x, y, post, comb):
-            xn, out, post_n, comb_n = mhc_tk.boundary_ref(x, y, post, comb, p, dtype=torch.float32)
-            return xn, out, post_n.float(), comb_n.float()
+            xn, out, post_n, comb_n = mhc_tk.boundary_ref(x, y, post, comb, p, dtype=self.acc_dtype)
+            cast = self.act_dtype  # the kernel's outputs are bf16; the float64 reference keeps the rounding
+            return xn.to(cast), out.to(cast), post_n.to(self.acc_dtype), comb_n.to(self.acc_dtype)
 
         return run
 
@@ -299,6 +305,96 @@ class GpuKernels(RefKernels):
         )[0]
 
 
+@dataclass
+class LayerWeights:
+    """One decoder layer's weights (random, the model's shapes): FP8 blockwise linears, wo_a (bf16, 8 groups),
+    the indexer's head weights, the router, the routed experts (FP8 rowwise) and the q / kv norm weights."""
+
+    w: dict[str, BlockwiseWeight]
+    wo_a: torch.Tensor
+    w_index_weights: torch.Tensor
+    w_router: torch.Tensor
+    gate_up: GroupedWeight
+    down: GroupedWeight
+    norm_w: dict[str, torch.Tensor]
+
+
+def make_layer_weights(kind: str, d: Dims, g: torch.Generator, device) -> LayerWeights:
+    """Draw a layer's weights from ``g`` (the forward-pass stack and the served model share them)."""
+    H = d.hidden
+
+    def lin(n_out, n_in):
+        w = torch.randn(n_out, n_in, generator=g, device=device) / math.sqrt(n_in)
+        return quant_weight_blockwise(w.to(torch.bfloat16))
+
+    w = {
+        "q_a": lin(d.q_lora, H),
+        "q_b": lin(d.heads * d.head_dim, d.q_lora),
+        "kv": lin(d.head_dim, H),
+        "wo_b": lin(H, d.o_groups * d.o_lora),
+        "shared_gate_up": lin(2 * d.shared_inter, H),
+        "shared_down": lin(H, d.shared_inter),
+    }
+    if kind != "SWA":
+        w["compressor"] = lin(d.compressor_out[kind], H)
+    if kind == "CSA":
+        w["index_q"] = lin(d.index_heads * d.index_dim, d.q_lora)
+        w["index_compressor"] = lin(d.index_compressor_out, H)
+    gi = d.o_groups
+    wo_a = (
+        torch.randn(gi, d.heads * d.head_dim // gi, d.o_lora, generator=g, device=device)
+        / math.sqrt(d.heads * d.head_dim // gi)
+    ).to(torch.bfloat16)
+    w_index_weights = (torch.randn(H, d.index_heads, generator=g, device=device) / math.sqrt(H)).to(
+        torch.bfloat16
+    )
+    w_router = (torch.randn(H, d.experts, generator=g, device=device) / math.sqrt(H)).to(torch.bfloat16)
+    gate_up = quant_weight_grouped(
+        torch.randn(d.experts, 2 * d.inter, H, generator=g, device=device) / math.sqrt(H)
+    )
+    down = quant_weight_grouped(
+        torch.randn(d.experts, H, d.inter, generator=g, device=device) / math.sqrt(d.inter)
+    )
+    norm_w = {
+        n: (1 + 0.1 * torch.randn(s, generator=g, device=device)).to(torch.bfloat16)
+        for n, s in (("q", d.q_lora), ("kv", d.head_dim))
+    }
+    return LayerWeights(w, wo_a, w_index_weights, w_router, gate_up, down, norm_w)
+
+
+def rope_(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rope_dim: int) -> None:
+    """Rotate, in place, the last ``rope_dim`` dims of x [m, heads, d] (or [m, d]) by angles with cos / sin
+    [m, rope_dim / 2] (rotate-half pairs)."""
+    r = x[..., -rope_dim:]
+    h = rope_dim // 2
+    c = cos.view(x.shape[0], *([1] * (x.dim() - 2)), h).to(x.dtype)
+    s = sin.view(x.shape[0], *([1] * (x.dim() - 2)), h).to(x.dtype)
+    a, b = r[..., :h].clone(), r[..., h:].clone()
+    r[..., :h] = a * c - b * s
+    r[..., h:] = b * c + a * s
+
+
+def route_tokens(x: torch.Tensor, w_router: torch.Tensor, experts: int, top_k: int):
+    """Sigmoid router, top-k, dispatch sorted by expert: (token of each routed row, its normalised weight,
+    rows per expert, the gathered rows)."""
+    logits = (x @ w_router.to(x.dtype)).float() if x.dtype != torch.float64 else x @ w_router.double()
+    w, ids = torch.sigmoid(logits).topk(top_k, dim=1)
+    flat = ids.view(-1)
+    order = torch.argsort(flat, stable=True)
+    tok = order // top_k
+    wsorted = (w / w.sum(dim=1, keepdim=True)).view(-1)[order]
+    counts = torch.zeros(experts, dtype=torch.int64, device=flat.device).scatter_add_(
+        0, flat, torch.ones_like(flat)
+    )
+    return tok, wsorted, counts, x[tok]
+
+
+def swiglu_(gu: torch.Tensor, inter: int) -> torch.Tensor:
+    """SwiGLU of [rows, 2·inter] gate|up (computed in float32, or float64 for the float64 reference)."""
+    acc = torch.float64 if gu.dtype == torch.float64 else torch.float32
+    return (torch.nn.functional.silu(gu[:, :inter].to(acc)) * gu[:, inter:].to(acc)).to(gu.dtype)
+
+
 # ---- attention state -----------------------------------------------------------------------------------
 
 
@@ -360,45 +456,15 @@ class Layer:
         self.m = ceil_to(self.n, 16)  # GEMM rows (cuBLASLt FP8 wants M % 16 == 0)
         H = d.hidden
 
-        def lin(n_out, n_in):
-            w = torch.randn(n_out, n_in, generator=g, device=device) / math.sqrt(n_in)
-            return quant_weight_blockwise(w.to(torch.bfloat16))
-
-        self.w = {
-            "q_a": lin(d.q_lora, H),
-            "q_b": lin(d.heads * d.head_dim, d.q_lora),
-            "kv": lin(d.head_dim, H),
-            "wo_b": lin(H, d.o_groups * d.o_lora),
-            "shared_gate_up": lin(2 * d.shared_inter, H),
-            "shared_down": lin(H, d.shared_inter),
-        }
-        if kind != "SWA":
-            self.w["compressor"] = lin(d.compressor_out[kind], H)
-        if kind == "CSA":
-            self.w["index_q"] = lin(d.index_heads * d.index_dim, d.q_lora)
-            self.w["index_compressor"] = lin(d.index_compressor_out, H)
+        lw = make_layer_weights(kind, d, g, device)
+        self.w, self.wo_a, self.w_index_weights, self.w_router = (
+            lw.w,
+            lw.wo_a,
+            lw.w_index_weights,
+            lw.w_router,
+        )
+        self.gate_up, self.down, self.norm_w = lw.gate_up, lw.down, lw.norm_w
         bf = dict(device=device, dtype=torch.bfloat16)
-        gi = d.o_groups
-        self.wo_a = (
-            torch.randn(gi, d.heads * d.head_dim // gi, d.o_lora, generator=g, device=device)
-            / math.sqrt(d.heads * d.head_dim // gi)
-        ).to(torch.bfloat16)
-        self.w_index_weights = (torch.randn(H, d.index_heads, generator=g, device=device) / math.sqrt(H)).to(
-            torch.bfloat16
-        )
-        self.w_router = (torch.randn(H, d.experts, generator=g, device=device) / math.sqrt(H)).to(
-            torch.bfloat16
-        )
-        self.gate_up = quant_weight_grouped(
-            torch.randn(d.experts, 2 * d.inter, H, generator=g, device=device) / math.sqrt(H)
-        )
-        self.down = quant_weight_grouped(
-            torch.randn(d.experts, H, d.inter, generator=g, device=device) / math.sqrt(d.inter)
-        )
-        self.norm_w = {
-            n: (1 + 0.1 * torch.randn(s, generator=g, device=device)).to(torch.bfloat16)
-            for n, s in (("q", d.q_lora), ("kv", d.head_dim))
-        }
         ang = torch.rand(self.m, d.rope_dim // 2, generator=g, device=device) * 6.283
         self.cos, self.sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
         sink = torch.randn(d.heads, generator=g, device=device)
@@ -453,14 +519,7 @@ class Layer:
 
     # -- helpers --
     def _rope(self, x: torch.Tensor) -> None:
-        """In place on the last 64 dims of x [m, heads, d] (or [m, d])."""
-        r = x[..., -self.d.rope_dim :]
-        h = self.d.rope_dim // 2
-        c = self.cos.view(self.m, *([1] * (x.dim() - 2)), h)
-        s = self.sin.view(self.m, *([1] * (x.dim() - 2)), h)
-        a, b = r[..., :h].clone(), r[..., h:].clone()
-        r[..., :h] = a * c - b * s
-        r[..., h:] = b * c + a * s
+        rope_(x, self.cos, self.sin, self.d.rope_dim)
 
     # -- ops --
     def ops(self, st: dict) -> list[Op]:
@@ -588,25 +647,13 @@ class Layer:
         E, kx = d.experts, d.experts_per_token
 
         def route():
-            logits = (L["x"][:n] @ self.w_router).float()
-            w, ids = torch.sigmoid(logits).topk(kx, dim=1)
-            flat = ids.view(-1)
-            order = torch.argsort(flat, stable=True)
-            L["tok"] = order // kx
-            L["wsorted"] = (w / w.sum(dim=1, keepdim=True)).view(-1)[order]
-            L["counts"] = torch.zeros(E, dtype=torch.int64, device=flat.device).scatter_add_(
-                0, flat, torch.ones_like(flat)
-            )
-            L["xs"] = L["x"][:n][L["tok"]]
+            L["tok"], L["wsorted"], L["counts"], L["xs"] = route_tokens(L["x"][:n], self.w_router, E, kx)
 
         add("routing", "route_dispatch", route)
         add("moe", "gate_up", lambda: L.__setitem__("gu", k.grouped(L["xs"], self.gate_up, L["counts"])))
 
         def swiglu():
-            gu = L["gu"]
-            L["a"] = (torch.nn.functional.silu(gu[:, : d.inter].float()) * gu[:, d.inter :].float()).to(
-                torch.bfloat16
-            )
+            L["a"] = swiglu_(L["gu"], d.inter)
 
         add("other", "swiglu", swiglu)
         add("moe", "down", lambda: L.__setitem__("dn", k.grouped(L["a"], self.down, L["counts"])))
@@ -615,9 +662,7 @@ class Layer:
         gemm("shared_gate_up", "x", "su")
 
         def shared_swiglu():
-            su = L["su"]
-            a = torch.nn.functional.silu(su[:, : d.shared_inter].float()) * su[:, d.shared_inter :].float()
-            L["sa"] = a.to(torch.bfloat16)
+            L["sa"] = swiglu_(L["su"], d.shared_inter)
 
         add("other", "shared_swiglu", shared_swiglu)
         quant("sa")

@@ -1,0 +1,318 @@
+"""The served reduced model on the GPU: correctness against the float64 reference, then a step-time table.
+
+    python3 -m kernels_bench.serve.bench --out DIR [--commit SHA] [--budget-s S] [--skip-check]
+
+Correctness (``check``): one multi-sequence schedule (chunked prefill, decode, different contexts, a
+prefix-reused block table, pure-decode steps replayed from CUDA graphs) run (1) with the production kernels,
+(2) with each sequence alone, (3) with the float64 reference kernels (``ServeRef``, on the GPU), (4) with
+the production kernels without graphs. Relative errors of every work's logits are written to
+``serve_check.json``. Step times (``serve_step_times.csv``): the engine's view, a synchronised wall clock
+around ``model(plan)``, for decode batches x contexts (CUDA graphs), prefill chunks and mixed steps, KV pools
+filled with random valid rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from kernels_bench import formats
+from kernels_bench.production import forward as fw
+from kernels_bench.serve import model as sm
+from kernels_bench.serve.step_api import SeqWork, StepPlan
+
+STEP_COLUMNS = [
+    "model",
+    "spec",
+    "mode",
+    "batch",
+    "context_tokens",
+    "chunk_tokens",
+    "prefill_context_tokens",
+    "graph_bucket",
+    "wall_us_p50",
+    "wall_us_p10",
+    "wall_us_p90",
+    "reps",
+    "kv_bytes_per_block",
+    "note",
+]
+
+
+def _tokens(seed: int, n: int, vocab: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g).tolist()
+
+
+def _w(seq_id, blocks, ctx, toks) -> SeqWork:
+    return SeqWork(seq_id, tuple(blocks), ctx, len(toks), tuple(toks))
+
+
+def check_schedule(vocab: int):
+    """(mixed steps, alone schedules): A 2600-token prompt in 512 chunks + 4 decodes; B reuses A's first
+    10 blocks (2560 tokens) + 300 new + 3 decodes; C 700 + 90 prompt + 2 decodes; the last two steps are
+    pure decode (graphs)."""
+    A = _tokens(1, 2604, vocab)
+    B = A[:2560] + _tokens(2, 303, vocab)
+    C = _tokens(3, 792, vocab)
+    abt, bbt, cbt = list(range(11)), list(range(10)) + [20, 21], [30, 31, 32, 33]
+    steps = [([], [_w(1, abt, s, A[s : min(s + 512, 2600)])]) for s in range(0, 2600, 512)]
+    steps += [
+        ([_w(1, abt, 2600, A[2600:2601])], [_w(2, bbt, 2560, B[2560:2860]), _w(3, cbt, 0, C[:512])]),
+        ([_w(1, abt, 2601, A[2601:2602]), _w(2, bbt, 2860, B[2860:2861])], [_w(3, cbt, 512, C[512:700])]),
+        ([_w(1, abt, 2602, A[2602:2603]), _w(2, bbt, 2861, B[2861:2862])], [_w(3, cbt, 700, C[700:790])]),
+        ([_w(3, cbt, 790, C[790:791])], []),
+        ([_w(1, abt, 2603, A[2603:2604]), _w(2, bbt, 2862, B[2862:2863]), _w(3, cbt, 791, C[791:792])], []),
+    ]
+    # alone: A's and C's own works in the same steps; B after another sequence (9) wrote its prefix in
+    # other blocks in one pass
+    b2 = list(range(40, 50)) + [60, 61]
+    alone = {
+        sid: [([w for w in d if w.seq_id == sid], [w for w in p if w.seq_id == sid]) for d, p in steps]
+        for sid in (1, 3)
+    }
+    alone[2] = [
+        ([], [_w(9, list(range(40, 50)), 0, B[:2560])]),
+        ([], [_w(2, b2, 2560, B[2560:2860])]),
+        ([_w(2, b2, 2860, B[2860:2861])], []),
+        ([_w(2, b2, 2861, B[2861:2862])], []),
+        ([_w(2, b2, 2862, B[2862:2863])], []),
+    ]
+    return steps, {k: [s for s in v if s[0] or s[1]] for k, v in alone.items()}
+
+
+def _run(model, steps) -> list[tuple[int, int, torch.Tensor]]:
+    """[(seq_id, n-th work of that sequence, logits float32 cpu)]."""
+    out, count = [], {}
+    for dec, pre in steps:
+        lg = model.step(StepPlan(tuple(dec), tuple(pre)))
+        for w, row in zip(list(dec) + list(pre), lg, strict=True):
+            i = count.get(w.seq_id, 0)
+            count[w.seq_id] = i + 1
+            out.append((w.seq_id, i, row.float().cpu()))
+    torch.cuda.synchronize()
+    return out
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def check(log, num_blocks: int = 80) -> dict:
+    """The correctness check on the GPU (real shapes, 8 routed experts so the float64 reference fits)."""
+    from kernels_bench.serve.kernels import ServeGpu, ServeRef
+
+    cfg = replace(sm.ServeConfig(), dims=replace(fw.Dims(), experts=8))
+    steps, alone = check_schedule(cfg.vocab)
+    t0 = time.monotonic()
+    gpu = sm.ServedModel(cfg, ServeGpu(), num_blocks, "cuda", graphs=True)
+    mixed = _run(gpu, steps)
+    buckets = sorted(gpu._graphs)
+    del gpu
+    eager = _run(sm.ServedModel(cfg, ServeGpu(), num_blocks, "cuda", graphs=False), steps)
+    alone_out = {}
+    for sid, sched in alone.items():
+        res = _run(sm.ServedModel(cfg, ServeGpu(), num_blocks, "cuda"), sched)
+        alone_out.update({(s, i): lg for s, i, lg in res if s == sid})
+    torch.cuda.empty_cache()
+    print(f"[check] gpu runs {time.monotonic() - t0:.1f}s", file=log, flush=True)
+    ref = _run(sm.ServedModel(cfg, ServeRef(), num_blocks, "cuda"), steps)
+    print(f"[check] reference run {time.monotonic() - t0:.1f}s", file=log, flush=True)
+    rows = []
+    ref_map = {(s, i): lg for s, i, lg in ref}
+    eager_map = {(s, i): lg for s, i, lg in eager}
+    for s, i, lg in mixed:
+        r = ref_map[(s, i)]
+        rows.append(
+            {
+                "seq": s,
+                "work": i,
+                "finite": bool(torch.isfinite(lg).all()),
+                "rel_vs_reference": _rel(lg, r),
+                "rel_vs_alone": _rel(lg, alone_out[(s, i)]),
+                "rel_graph_vs_eager": _rel(lg, eager_map[(s, i)]),
+                "argmax_equals_reference": bool(lg.argmax() == r.argmax()),
+            }
+        )
+    # the scale of a "wrong" answer: logits of neighbouring positions of one sequence in the reference
+    nb = [_rel(ref[j][2], ref[j + 1][2]) for j in range(len(ref) - 1) if ref[j][0] == ref[j + 1][0]]
+    out = {
+        "works": rows,
+        "graph_buckets": [list(b) for b in buckets],
+        "max_rel_vs_reference": max(r["rel_vs_reference"] for r in rows),
+        "median_rel_vs_reference": sorted(r["rel_vs_reference"] for r in rows)[len(rows) // 2],
+        "max_rel_vs_alone": max(r["rel_vs_alone"] for r in rows),
+        "max_rel_graph_vs_eager": max(r["rel_graph_vs_eager"] for r in rows),
+        "argmax_agreement": sum(r["argmax_equals_reference"] for r in rows) / len(rows),
+        "neighbour_rel_min": min(nb) if nb else None,
+        "all_finite": all(r["finite"] for r in rows),
+        "elapsed_s": round(time.monotonic() - t0, 1),
+    }
+    return out
+
+
+# ---- step times ----------------------------------------------------------------------------------------------
+
+
+def fill_random(model: sm.ServedModel, seed: int = 0) -> None:
+    """Every pool row a random valid row (timing never runs on zeros)."""
+    g = torch.Generator(device=model.device)
+    g.manual_seed(seed)
+    blk584 = formats.random_rows("fp8_584", 65536, generator=g, device=model.device)
+    blk132 = formats.random_rows("fp8_132", 65536, generator=g, device=model.device)
+    for kv in model.kv:
+        for pool in (kv.raw, kv.comp):
+            if pool is None:
+                continue
+            for s in range(0, pool.rows, 65536):
+                r = torch.arange(s, min(s + 65536, pool.rows), device=model.device)
+                pool.write(r, blk584[: r.shape[0]])
+        if kv.keys is not None:
+            for s in range(0, kv.keys.shape[0], 65536):
+                e = min(s + 65536, kv.keys.shape[0])
+                kv.keys[s:e] = blk132[: e - s]
+
+
+def _time_plan(model, make_plan, reps: int) -> dict:
+    """Wall clock around model(plan) (synchronised), the engine's measurement; after 2 warm-up calls."""
+    for _ in range(2):
+        model(make_plan())
+    ts = []
+    for _ in range(reps):
+        plan = make_plan()
+        t0 = time.perf_counter()
+        model(plan)
+        ts.append((time.perf_counter() - t0) * 1e6)
+    ts.sort()
+
+    def q(p):
+        return ts[min(len(ts) - 1, int(p * len(ts)))]
+
+    return {"wall_us_p50": q(0.5), "wall_us_p10": q(0.1), "wall_us_p90": q(0.9), "reps": reps}
+
+
+DECODE_POINTS = [(b, L) for L in (2048, 8192, 32768) for b in (1, 2, 4, 8, 16, 32, 64)] + [
+    (1, 131072),
+    (8, 131072),
+]
+PREFILL_POINTS = [(t, 0) for t in (128, 512, 1024, 2048, 4096, 8192)] + [(2048, 8192), (2048, 32768)]
+MIXED_POINTS = [(16, 8192, 2048, 8192), (32, 8192, 512, 0), (4, 32768, 4096, 0)]  # (B, L, chunk, chunk ctx)
+
+
+def step_table(log, budget_s: float, num_blocks: int = 12000) -> list[dict]:
+    from kernels_bench.serve.kernels import ServeGpu
+
+    cfg = sm.ServeConfig()
+    t0 = time.monotonic()
+    model = sm.ServedModel(cfg, ServeGpu(), num_blocks, "cuda", graphs=True)
+    fill_random(model)
+    torch.cuda.synchronize()
+    print(f"[table] model + fill {time.monotonic() - t0:.1f}s", file=log, flush=True)
+    bt = cfg.block_tokens
+    vocab = cfg.vocab
+    rows = []
+    seq_counter = [1000]
+
+    def decode_works(B, L, first_block=0):
+        nb = -(-L // bt)
+        return [
+            _w(i, range(first_block + i * nb, first_block + (i + 1) * nb), L - 1, [(7 * i + L) % vocab])
+            for i in range(B)
+        ]
+
+    def prefill_work(T, C, first_block):
+        nb = -(-(C + T) // bt)
+        seq_counter[0] += 1
+        return _w(seq_counter[0], range(first_block, first_block + nb), C, _tokens(T, T, vocab))
+
+    def base(mode, B, L, T, C, note=""):
+        return {
+            "model": "deepseek-v4-flash-mini",
+            "spec": sm.SPEC,
+            "mode": mode,
+            "batch": B,
+            "context_tokens": L,
+            "chunk_tokens": T,
+            "prefill_context_tokens": C,
+            "kv_bytes_per_block": sm.kv_bytes_per_block(cfg),
+            "note": note,
+        }
+
+    points = [("decode", b, L, 0, 0) for b, L in DECODE_POINTS]
+    points += [("prefill", 0, 0, t, c) for t, c in PREFILL_POINTS]
+    points += [("mixed", b, L, t, c) for b, L, t, c in MIXED_POINTS]
+    for mode, B, L, T, C in points:
+        if time.monotonic() - t0 > budget_s:
+            print(f"[table] budget exhausted before {mode} B={B} L={L} T={T}", file=log, flush=True)
+            break
+        row = base(mode, B, L, T, C)
+        try:
+            dec = decode_works(B, L) if B else []
+            used = sum(-(-L // bt) for _ in range(B))
+            pre_first = used
+
+            def make(dec=dec, T=T, C=C, pre_first=pre_first):
+                pre = [prefill_work(T, C, pre_first)] if T else []
+                return StepPlan(tuple(dec), tuple(pre))
+
+            row.update(_time_plan(model, make, reps=20 if mode == "decode" else 8))
+            row["graph_bucket"] = model.last_graph_bucket if mode == "decode" else ""
+        except Exception as e:  # noqa: BLE001 - a failing point is reported, never silent
+            row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            import traceback
+
+            traceback.print_exc(file=log)
+        rows.append(row)
+        line = (
+            f"[{time.monotonic() - t0:6.1f}s] {mode} B={B} L={L} T={T} C={C} "
+            f"p50={row.get('wall_us_p50', '-')} {row.get('note', '')}"
+        )
+        print(line, flush=True)
+        print(line, file=log, flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="kernels_bench.serve.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--commit", default=None)
+    ap.add_argument("--budget-s", type=float, default=240.0)
+    ap.add_argument("--skip-check", action="store_true")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: CUDA is not available (the served model runs on the GPU)", file=sys.stderr)
+        return 2
+    from kernels_bench import report
+    from kernels_bench.production.run import production_provenance
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    prov = production_provenance(args.commit)
+    prov["spec"] = sm.SPEC
+    log = (out / "serve_bench_log.txt").open("w")
+    if not args.skip_check:
+        try:
+            res = check(log)
+        except Exception as e:  # noqa: BLE001 - reported in the JSON
+            import traceback
+
+            traceback.print_exc(file=log)
+            res = {"error": f"{type(e).__name__}: {e}"}
+        res["provenance"] = prov
+        report.atomic_write(out / "serve_check.json", json.dumps(res, indent=1, default=str) + "\n")
+        summary = {k: v for k, v in res.items() if k not in ("works", "provenance")}
+        print("check", json.dumps(summary, default=str), flush=True)
+        torch.cuda.empty_cache()
+    rows = step_table(log, args.budget_s)
+    report.write_csv(out / "serve_step_times.csv", rows, prov, columns=STEP_COLUMNS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""The served model's kernel backends: the float64 reference (CPU, CI) and the production kernels (H200).
+
+Both extend the forward-pass backends of ``kernels_bench.production.forward`` (FP8 blockwise GEMMs, FP8
+grouped expert GEMMs, mHC boundaries) with what serving adds: quantise-on-write of rows, the lightning
+indexer over a *paged* key cache, and attention over the paged MODEL1 pools with per-row index lists
+(-1 = no entry), for decode rows (one query per sequence) and for prefill chunks.
+
+Attention index convention (both backends): row ``i`` attends to window rows ``win[i]`` of the raw pool and
+to entries ``ext[i]`` of the compressed pool, absolute pool rows, -1 where nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernels_bench import formats
+from kernels_bench.production import forward as fw
+
+SM_SCALE = 1.0 / math.sqrt(formats.LATENT_DIM)  # FlashMLA's default for d_qk = 512
+
+
+def _quant_index_q(q: torch.Tensor) -> torch.Tensor:
+    """Indexer queries as the FP8 kernel reads them (e4m3 codes, unit scales; forward.GpuKernels)."""
+    return q.float().clamp(-formats.E4M3_MAX, formats.E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+class ServeRef(fw.RefKernels):
+    """Float64 reference: every op on dequantised bytes, no row depends on another row of its batch."""
+
+    pad_rows = 1  # GEMM rows need no padding
+    ext_align = 1  # HCA entries per row: no padding
+
+    def __init__(self):
+        super().__init__(act_dtype=torch.float64)
+
+    def quant_rows(self, fmt: str, x: torch.Tensor) -> torch.Tensor:
+        return formats.quant_rows(fmt, x.float())
+
+    def index_logits(self, q, w, keys: torch.Tensor, key_rows: torch.Tensor, visible: torch.Tensor):
+        """q [n, h, 128], w [n, h], keys pool [R, 132], key_rows [n, N] absolute rows (clamped), visible [n]
+        -> [n, N] float64 scores, -inf for keys j >= visible."""
+        qd = _quant_index_q(q).double()
+        kd = formats.dequant_rows("fp8_132", keys[key_rows.reshape(-1)]).view(*key_rows.shape, -1)
+        s = torch.einsum("nhd,nkd->nhk", qd, kd.double())
+        out = (torch.relu(s) * w.double()[:, :, None]).sum(dim=1)
+        j = torch.arange(out.shape[1], device=out.device)
+        return out.masked_fill(j[None, :] >= visible[:, None], float("-inf"))
+
+    def attend(self, q, raw_pool, win, comp_pool, ext, sink) -> torch.Tensor:
+        """q [n, h, 512] -> [n, h, 512]: softmax over the window rows and compressed entries, with sink."""
+        parts, masks = [], []
+        for pool, idx in ((raw_pool, win), (comp_pool, ext)):
+            if idx is None or idx.shape[1] == 0:
+                continue
+            rows = pool.gather(idx.clamp_min(0).reshape(-1))
+            parts.append(formats.dequant_rows("fp8_584", rows).double().view(*idx.shape, -1))
+            masks.append(idx >= 0)
+        kv, valid = torch.cat(parts, dim=1), torch.cat(masks, dim=1)
+        s = torch.einsum("nhd,nkd->nhk", q.double(), kv) * SM_SCALE
+        s = s.masked_fill(~valid[:, None, :], float("-inf"))
+        sk = sink.double()[None, :, None].expand(s.shape[0], -1, 1)
+        p = torch.softmax(torch.cat([s, sk], dim=-1), dim=-1)[..., :-1]
+        return torch.einsum("nhk,nkd->nhd", p, kv).to(self.act_dtype)
+
+
+class ServeGpu(fw.GpuKernels):
+    """Production kernels: FlashMLA sparse decode / prefill on the MODEL1 pools, the Triton FP8 indexer
+    through block tables (its Reindex mode), Triton quantise-on-write, plus forward.GpuKernels' GEMMs and
+    TileKernels mHC."""
+
+    pad_rows = 16  # cuBLASLt blockwise FP8 wants M % 16 == 0
+    ext_align = 64  # FlashMLA decode: extra top-k a multiple of 64
+
+    def __init__(self):
+        super().__init__()
+        self._meta: dict[tuple, object] = {}
+
+    def quant_rows(self, fmt: str, x: torch.Tensor) -> torch.Tensor:
+        from kernels_bench.kvquant_triton import quantize_on_write
+
+        out = torch.empty(x.shape[0], formats.ROW_BYTES[fmt], dtype=torch.uint8, device=x.device)
+        slots = torch.arange(x.shape[0], device=x.device)
+        return quantize_on_write(fmt, x.to(torch.bfloat16).contiguous(), slots, out)
+
+    def index_logits_paged(self, q, w, keys, pages, n_keys: int, *, causal_base: int | None = None):
+        """FP8 indexer scores through a block table of 8-key pages: decode (``pages`` [n, P], one row per
+        query) or one prefill sequence (``pages`` [1, P], causal from ``causal_base``)."""
+        from kernels_bench.indexer_triton import indexer_logits
+
+        qc = _quant_index_q(q)
+        qs = torch.ones(q.shape[0], q.shape[1], 4, device=q.device)
+        nq = q.shape[0]
+        if causal_base is None:
+            return indexer_logits(
+                "fp8_132",
+                qc,
+                qs,
+                w.float().contiguous(),
+                keys,
+                n_keys,
+                q_per_seq=1,
+                rows_per_seq=0,
+                block_table=pages,
+                block_n=64,
+                num_warps=4,
+            )[0]
+        bq = 4 if nq % 4 == 0 else 1
+        return indexer_logits(
+            "fp8_132",
+            qc,
+            qs,
+            w.float().contiguous(),
+            keys,
+            n_keys,
+            q_per_seq=nq,
+            rows_per_seq=0,
+            block_table=pages,
+            causal_base=causal_base,
+            ratio=fw.RATIO["CSA"],
+            block_n=128,
+            bq=bq,
+            num_warps=8,
+        )[0]
+
+    def attend_decode(self, q, raw_pool, win, comp_pool, ext, sink) -> torch.Tensor:
+        """FlashMLA sparse decode, one query per row, straight from the MODEL1 pools."""
+        key = (q.shape[0], win.shape[1], None if ext is None else ext.shape[1], id(raw_pool), id(comp_pool))
+        if key not in self._meta:
+            self._meta[key] = self.flash_mla.get_mla_metadata()[0]
+        return self.flash_mla.flash_mla_with_kvcache(
+            q[:, None],
+            raw_pool.view,
+            None,
+            None,
+            formats.LATENT_DIM,
+            self._meta[key],
+            softmax_scale=SM_SCALE,
+            is_fp8_kvcache=True,
+            indices=win[:, None].int(),
+            attn_sink=sink,
+            extra_k_cache=None if ext is None else comp_pool.view,
+            extra_indices_in_kvcache=None if ext is None else ext[:, None].int(),
+            use_legacy=True,
+            kv_format="V4",
+        )[0][:, 0]
+
+    def dequant_rows_bf16(self, rows: torch.Tensor) -> torch.Tensor:
+        from kernels_bench.kvquant_triton import bulk_dequant
+
+        return bulk_dequant("fp8_584", rows.contiguous())
+
+    def attend_prefill(self, q, kv, idx, sink) -> torch.Tensor:
+        """FlashMLA sparse prefill over a bf16 gather of the chunk's rows (``idx`` into ``kv``, -1 = none)."""
+        return self.flash_mla.flash_mla_sparse_fwd(
+            q.contiguous(),
+            kv,
+            idx[:, None].int().contiguous(),
+            SM_SCALE,
+            formats.LATENT_DIM,
+            attn_sink=sink,
+            use_legacy=True,
+        )[0]
+
+
+def masked_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """[n, N] scores (-inf = not visible) -> [n, k] selected key numbers, -1 where fewer than k are visible."""
+    kk = min(k, scores.shape[1])
+    v, i = torch.topk(scores, kk, dim=1, sorted=False)
+    i = torch.where(torch.isinf(v) & (v < 0), torch.full_like(i, -1), i)
+    if kk < k:
+        i = torch.cat([i, torch.full((i.shape[0], k - kk), -1, dtype=i.dtype, device=i.device)], dim=1)
+    return i

@@ -1,0 +1,643 @@
+"""A reduced DeepSeek-V4-Flash served for real: the real layer types and byte layouts, fewer layers and experts.
+
+Issue 14 item 1. Five decoder layers mixing the full model's kinds (SWA, CSA ratio 4 with the lightning
+indexer and top-512, HCA ratio 128; ``sim/model/specs/deepseek-v4-flash-mini.yaml``), each with its mHC
+boundaries and an MoE of the real expert shape (32 routed experts, top-6, as one GPU of an EP8 node sees,
+plus one shared expert), the real embedding and LM head, random weights (``forward.make_layer_weights``).
+
+Serving, unlike ``kernels_bench.production.forward``:
+
+* **Paged KV** shared by all sequences. The engine owns blocks of ``block_tokens`` raw tokens (a multiple
+  of 256) and hands each sequence's block ids; block ``b`` owns, in every layer, raw (window) rows
+  ``b·block_tokens ..``, compressed rows ``b·block_tokens/ratio ..`` and (CSA) FP8 index keys at the same
+  numbers (``paged.RowPool``: FP8-584 rows in FlashMLA's MODEL1 layout). Raw rows of every token are kept in
+  the block (the window of any position, in particular at a reused prefix's end, is then in KV) [D].
+* **Per-sequence contexts** in one batch: every row carries its position and its sequence's block-table
+  row; window indices, visible compressed entries (CSA ``(pos+1)//4`` keys scored and top-512 selected, HCA
+  all ``(pos+1)//128``) and write destinations are computed from them on the device.
+* **Compressors** pool each group of ``ratio`` tokens with a per-channel softmax over the group (the
+  gate), then norm, RoPE and quantise-on-write to the compressed row (and, CSA, the index key). A group
+  that spans steps keeps its partial pool in a per-sequence state slot as one (log-sum-exp, mean) pair per
+  channel, merged exactly with the next tokens; a reused prefix ends on a block boundary, so no state
+  crosses sequences. The overlapping halves of V4's CSA compressor are not modelled (the GEMM keeps its
+  full width) [D].
+* **Mixed steps**: decode rows (one token per sequence, FlashMLA sparse decode from the pools) and prefill
+  chunks (FlashMLA sparse prefill over a bf16 gather of the rows they read) in one forward pass; GEMMs, mHC
+  and MoE run over all rows together.
+* **CUDA graphs for decode**: a pure-decode step replays a graph captured for (batch bucket, context
+  bucket), padded like vLLM (padding rows have position -1 and write to scratch rows).
+
+``ServedModel.step(plan)`` runs one ``step_api.StepPlan`` and returns the sampled token of every sequence
+(logits of the last row of its work); ``ServedModel`` is the engine's ``StepFunction``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from kernels_bench import formats
+from kernels_bench.production import forward as fw
+from kernels_bench.production import mhc_tk
+from kernels_bench.serve import paged
+from kernels_bench.serve.paged import paged_rows
+
+KINDS = ("SWA", "CSA", "HCA", "CSA", "HCA")  # the forward-pass "reduced" stack (forward.STACKS)
+SPEC = "deepseek-v4-flash-mini"
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+CONTEXT_BUCKET_TOKENS = 4096  # decode graphs are captured per multiple of this (indexer keys, HCA entries)
+INDEX_KEY_FMT = "fp8_132"  # V4's FP8 index keys (the fp8_index layout of the spec)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    dims: fw.Dims = field(default_factory=fw.Dims)
+    kinds: tuple[str, ...] = KINDS
+    vocab: int = 129280  # deepseek-v4-flash.yaml
+    block_tokens: int = 256
+    state_slots: int = 512  # sequences with a compressor state at once (least recently used recycled)
+    rope_base: float = 10000.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_tokens <= 0 or self.block_tokens % 256:
+            raise ValueError(f"block_tokens={self.block_tokens}: must be a positive multiple of 256")
+        bad = [k for k in self.kinds if k not in fw.RATIO]
+        if bad:
+            raise ValueError(f"layer kinds {bad}: allowed {sorted(fw.RATIO)}")
+
+    def per_block(self, kind: str) -> int:
+        """Compressed entries of a ``kind`` layer per engine block."""
+        return self.block_tokens // fw.RATIO[kind]
+
+
+def kv_bytes_per_block(cfg: ServeConfig) -> int:
+    """HBM bytes one engine block occupies over all layers: raw rows, compressed rows (MODEL1 pages: 585 B
+    a row with the page padding) and FP8 index keys (132 B)."""
+    row = paged.RowPool.row_bytes_with_padding()
+    total = 0
+    for kind in cfg.kinds:
+        total += cfg.block_tokens * row
+        if kind != "SWA":
+            total += cfg.per_block(kind) * row
+        if kind == "CSA":
+            total += cfg.per_block(kind) * formats.ROW_BYTES[INDEX_KEY_FMT]
+    return int(math.ceil(total))
+
+
+# ---- one step's rows ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRows:
+    """The rows of one forward pass (device tensors unless noted). Rows ``[0, n_dec)`` are decode rows (one
+    per sequence, block-table row = row); the rest are prefill chunks, sequence by sequence."""
+
+    n: int  # rows (tokens, plus graph padding)
+    m: int  # GEMM rows (n padded for the kernels)
+    n_dec: int
+    pos: torch.Tensor  # [n] int64 absolute position, -1 = padding
+    seq: torch.Tensor  # [n] int64 row of bt
+    start: torch.Tensor  # [n] int64 tokens of the row's sequence in KV before the step
+    end: torch.Tensor  # [n] int64 ... after the step
+    slot: torch.Tensor  # [n] int64 compressor-state slot (the dummy slot for padding)
+    tokens: torch.Tensor  # [n] int64
+    bt: torch.Tensor  # [S, NB] int64 block tables
+    out_rows: torch.Tensor  # [k] rows whose next token is sampled
+    emit: dict[int, torch.Tensor]  # ratio -> rows that close a compressor group or end their sequence's work
+    members: int  # most rows of one sequence in the step (host)
+    n_keys: int  # CSA keys scored per row (host; >= every row's visible count)
+    hca_width: int  # HCA entries per row (host)
+    prefill: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row0, rows, start, bt row)
+
+
+# ---- the model -----------------------------------------------------------------------------------------------
+
+
+class LayerKv:
+    """One layer's pools: raw rows, compressed rows, index keys (CSA) and compressor states."""
+
+    def __init__(self, kind: str, cfg: ServeConfig, num_blocks: int, state_dtype, device):
+        self.kind, self.ratio = kind, fw.RATIO[kind]
+        self.raw = paged.RowPool(num_blocks * cfg.block_tokens, device)
+        self.comp = self.keys = None
+        self.state: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        slots = cfg.state_slots + 1  # + the dummy slot of padding rows
+        d = cfg.dims
+        if kind != "SWA":
+            self.comp = paged.RowPool(num_blocks * cfg.per_block(kind), device)
+            self.state["main"] = self._state(slots, d.head_dim, state_dtype, device)
+        if kind == "CSA":
+            n_keys = num_blocks * cfg.per_block(kind) + 1  # + a scratch row
+            self.keys = torch.zeros(
+                n_keys, formats.ROW_BYTES[INDEX_KEY_FMT], dtype=torch.uint8, device=device
+            )
+            self.state["index"] = self._state(slots, d.index_dim, state_dtype, device)
+
+    @staticmethod
+    def _state(slots, width, dtype, device):
+        return (
+            torch.zeros(slots, width, dtype=dtype, device=device),
+            torch.full((slots, width), float("-inf"), dtype=dtype, device=device),
+        )
+
+
+class ServedModel:
+    """The reduced model on one device with its paged KV (``num_blocks`` engine blocks)."""
+
+    def __init__(self, cfg: ServeConfig, kernels, num_blocks: int, device, *, graphs: bool = False):
+        self.cfg, self.k, self.device = cfg, kernels, torch.device(device)
+        self.num_blocks = num_blocks
+        self.block_tokens = cfg.block_tokens
+        self.graphs = graphs
+        self.last_graph_bucket: int | None = None
+        d = cfg.dims
+        g = torch.Generator(device=self.device)
+        g.manual_seed(cfg.seed)
+        self.weights = []
+        self.sinks = []
+        for i, kind in enumerate(cfg.kinds):
+            gl = torch.Generator(device=self.device)
+            gl.manual_seed(cfg.seed + 101 * i)
+            self.weights.append(fw.make_layer_weights(kind, d, gl, self.device))
+            self.sinks.append(torch.randn(d.heads, generator=gl, device=self.device))
+        self.mhc_params = mhc_tk.make_params(d.hidden, device=self.device, generator=g)
+        scale = 1 / math.sqrt(d.hidden)
+        self.embed = (torch.randn(cfg.vocab, d.hidden, generator=g, device=self.device)).to(torch.bfloat16)
+        self.head = (torch.randn(cfg.vocab, d.hidden, generator=g, device=self.device) * scale).to(
+            torch.bfloat16
+        )
+        self.final_gamma = (1 + 0.1 * torch.randn(d.hidden, generator=g, device=self.device)).to(
+            torch.bfloat16
+        )
+        half = d.rope_dim // 2
+        self.inv_freq = cfg.rope_base ** (-torch.arange(half, device=self.device, dtype=torch.float64) / half)
+        state_dtype = torch.float64 if kernels.act_dtype == torch.float64 else torch.float32
+        self.kv = [LayerKv(kind, cfg, num_blocks, state_dtype, self.device) for kind in cfg.kinds]
+        self.dummy_slot = cfg.state_slots
+        self._slots: OrderedDict[int, int] = OrderedDict()  # seq_id -> slot, least recently used first
+        self._mhc: OrderedDict[int, list] = OrderedDict()  # GEMM rows -> a pair of boundaries (eager)
+        self._graphs: dict[tuple[int, int], _DecodeGraph] = {}
+
+    # -- sizes --
+    @property
+    def kv_bytes_per_block(self) -> int:
+        return kv_bytes_per_block(self.cfg)
+
+    @staticmethod
+    def blocks_that_fit(cfg: ServeConfig, kv_hbm_bytes: float) -> int:
+        return int(kv_hbm_bytes // kv_bytes_per_block(cfg))
+
+    # -- the engine's step function --
+    def __call__(self, plan) -> None:
+        self.step(plan)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step(self, plan) -> torch.Tensor:
+        """Run one StepPlan (decode + prefill works); returns the logits of each work's last row, in the
+        plan's order (decode then prefill). Greedy sampling is their argmax; the engine reads nothing back."""
+        works = list(plan.decode) + list(plan.prefill)
+        if not works:
+            return torch.empty(0, dtype=torch.int64)
+        self._check(works)
+        dec = [w for w in works if w.new_tokens == 1]
+        pre = [w for w in works if w.new_tokens > 1]
+        order = dec + pre
+        if self.graphs and not pre and self.device.type == "cuda":
+            out = self._decode_graph(dec)
+        else:
+            self.last_graph_bucket = None
+            out = self.forward(self._rows(dec, pre))
+        # back to the plan's order (decode then prefill; single-token prefills run as decode rows)
+        pos = {id(w): i for i, w in enumerate(order)}
+        return out[torch.tensor([pos[id(w)] for w in works], device=out.device)]
+
+    def _check(self, works) -> None:
+        bt = self.cfg.block_tokens
+        for w in works:
+            need = -(-w.end_tokens // bt)
+            if len(w.block_ids) < need:
+                raise ValueError(
+                    f"seq {w.seq_id}: {len(w.block_ids)} blocks for {w.end_tokens} tokens (need {need})"
+                )
+            if any(not 0 <= b < self.num_blocks for b in w.block_ids[:need]):
+                raise ValueError(f"seq {w.seq_id}: block id outside 0..{self.num_blocks - 1}")
+
+    def _slot(self, seq_id: int) -> int:
+        if seq_id in self._slots:
+            self._slots.move_to_end(seq_id)
+            return self._slots[seq_id]
+        if len(self._slots) < self.cfg.state_slots:
+            slot = len(self._slots)
+        else:  # recycle the least recently used sequence's state (finished sequences are never seen again)
+            _, slot = self._slots.popitem(last=False)
+        self._slots[seq_id] = slot
+        return slot
+
+    # -- rows of a step --
+    def _rows(self, dec, pre, *, n_pad: int | None = None, nb_pad: int | None = None) -> StepRows:
+        """Host-side layout of a step: decode rows, then each prefill chunk's rows."""
+        cfg = self.cfg
+        seqs = list(dec) + list(pre)
+        n_real = len(dec) + sum(w.new_tokens for w in pre)
+        n = n_pad or n_real
+        pos = np.full(n, -1, dtype=np.int64)
+        seq = np.zeros(n, dtype=np.int64)
+        start = np.zeros(n, dtype=np.int64)
+        end = np.zeros(n, dtype=np.int64)
+        slot = np.full(n, self.dummy_slot, dtype=np.int64)
+        tokens = np.zeros(n, dtype=np.int64)
+        nb = nb_pad or max(-(-w.end_tokens // cfg.block_tokens) for w in seqs)
+        n_seq_rows = max(len(seqs), len(dec) if n_pad is None else n)
+        bt = np.zeros((n_seq_rows, nb), dtype=np.int64)
+        out_rows, prefill = [], []
+        r = 0
+        for i, w in enumerate(seqs):
+            t = w.new_tokens
+            k = -(-w.end_tokens // cfg.block_tokens)
+            bt[i, :k] = w.block_ids[:k]
+            pos[r : r + t] = np.arange(w.context_tokens, w.end_tokens)
+            seq[r : r + t] = i
+            start[r : r + t] = w.context_tokens
+            end[r : r + t] = w.end_tokens
+            slot[r : r + t] = self._slot(w.seq_id)
+            tokens[r : r + t] = np.asarray(w.token_ids, dtype=np.int64) % cfg.vocab
+            if t > 1:
+                prefill.append((r, t, w.context_tokens, i))
+            r += t
+            out_rows.append(r - 1)
+        emit = {}
+        for ratio in {fw.RATIO[k] for k in cfg.kinds if k != "SWA"}:
+            e = (pos >= 0) & ((pos % ratio == ratio - 1) | (pos == end - 1))
+            emit[ratio] = np.nonzero(e)[0] if n_pad is None else np.arange(n)
+        vis_csa = (pos + 1) // 4
+        ctx_max = nb * cfg.block_tokens
+        n_keys = max(1, int(vis_csa.max())) if n_pad is None else ctx_max // 4
+        hca = int(((pos + 1) // 128).max()) if n_pad is None else ctx_max // 128
+        al = self.k.ext_align
+        hca_width = max(al, -(-hca // al) * al)
+        dev = self.device
+
+        def t_(a):
+            return torch.as_tensor(a, device=dev)
+
+        return StepRows(
+            n=n,
+            m=-(-n // self.k.pad_rows) * self.k.pad_rows,
+            n_dec=len(dec) if n_pad is None else n,
+            pos=t_(pos),
+            seq=t_(seq),
+            start=t_(start),
+            end=t_(end),
+            slot=t_(slot),
+            tokens=t_(tokens),
+            bt=t_(bt),
+            out_rows=t_(np.asarray(out_rows, dtype=np.int64)),
+            emit={q: t_(v) for q, v in emit.items()},
+            members=max([w.new_tokens for w in seqs]),
+            n_keys=n_keys,
+            hca_width=hca_width,
+            prefill=prefill,
+        )
+
+    # -- the forward pass --
+    def _boundaries(self, m: int) -> list:
+        """Two mHC boundaries for m rows, used alternately (one's output is the other's input)."""
+        if m not in self._mhc:
+            self._mhc[m] = [
+                self.k.make_mhc(m, self.cfg.dims.hidden, self.mhc_params, self.device) for _ in (0, 1)
+            ]
+            while len(self._mhc) > 8:
+                self._mhc.popitem(last=False)
+        self._mhc.move_to_end(m)
+        return self._mhc[m]
+
+    def _rope_tables(self, pos: torch.Tensor, m: int):
+        p = torch.zeros(m, dtype=torch.float64, device=self.device)
+        p[: pos.shape[0]] = pos.clamp_min(0).double()
+        ang = p[:, None] * self.inv_freq[None, :]
+        dt = self.k.act_dtype if self.k.act_dtype == torch.float64 else torch.float32
+        return ang.cos().to(dt), ang.sin().to(dt)
+
+    def forward(self, st: StepRows, boundaries=None) -> torch.Tensor:
+        """One pass over the step's rows; returns the logits of each ``out_rows`` row."""
+        d, k, n, m = self.cfg.dims, self.k, st.n, st.m
+        act = k.act_dtype
+        bnd = boundaries or self._boundaries(m)
+        tok = torch.zeros(m, dtype=torch.int64, device=self.device)
+        tok[:n] = st.tokens
+        x0 = self.embed[tok].to(act)
+        X = x0[:, None, :].expand(m, mhc_tk.STREAMS, d.hidden).contiguous()
+        y = torch.zeros(m, d.hidden, dtype=act, device=self.device)
+        post = torch.zeros(m, mhc_tk.STREAMS, dtype=k.acc_dtype, device=self.device)
+        comb = torch.eye(mhc_tk.STREAMS, dtype=k.acc_dtype, device=self.device).expand(m, -1, -1).contiguous()
+        cos, sin = self._rope_tables(st.pos, m)
+        valid = (st.pos >= 0)[:, None, None]
+        b = 0
+        for li, kind in enumerate(self.cfg.kinds):
+            X, x, post, comb = bnd[b % 2](X, y, post, comb)
+            b += 1
+            y = self._attention_block(li, kind, st, x, cos, sin, valid)
+            X, x, post, comb = bnd[b % 2](X, y, post, comb)
+            b += 1
+            y = self._moe_block(li, x, n)
+        _, h, _, _ = bnd[b % 2](X, y, post, comb)
+        h = torch.nn.functional.rms_norm(h, (d.hidden,), self.final_gamma.to(h.dtype), mhc_tk.RMS_EPS)
+        rows = h[st.out_rows]
+        return rows @ self.head.to(rows.dtype).t()
+
+    def _attention_block(self, li, kind, st: StepRows, x, cos, sin, valid) -> torch.Tensor:
+        d, k, n, m = self.cfg.dims, self.k, st.n, st.m
+        w, kv_l = self.weights[li], self.kv[li]
+        xq = k.quant(x)
+        qa = k.gemm(xq, w.w["q_a"])
+        qa = torch.nn.functional.rms_norm(qa, (d.q_lora,), w.norm_w["q"].to(qa.dtype), 1e-6)
+        qa_q = k.quant(qa)
+        q = k.gemm(qa_q, w.w["q_b"]).view(m, d.heads, d.head_dim)
+        fw.rope_(q, cos, sin, d.rope_dim)
+        kv = k.gemm(xq, w.w["kv"])
+        kv = torch.nn.functional.rms_norm(kv, (d.head_dim,), w.norm_w["kv"].to(kv.dtype), 1e-6)
+        fw.rope_(kv, cos, sin, d.rope_dim)
+        bt_tokens = self.cfg.block_tokens
+        raw_dest = torch.where(
+            st.pos >= 0,
+            paged_rows(st.bt, st.seq, st.pos, bt_tokens),
+            torch.full_like(st.pos, kv_l.raw.scratch_row),
+        )
+        kv_l.raw.write(raw_dest, k.quant_rows("fp8_584", kv[:n]))
+        if kind != "SWA":
+            self._compress(li, kind, st, xq, x)
+        # window: positions pos-W+1 .. pos
+        W = d.window
+        win_pos = st.pos[:, None] - torch.arange(W - 1, -1, -1, device=self.device)[None, :]
+        win = torch.where(win_pos >= 0, paged_rows(st.bt, st.seq, win_pos, bt_tokens), -1)
+        ext = None
+        if kind == "CSA":
+            ext = self._select_csa(li, st, qa_q, x)
+        elif kind == "HCA":
+            j = torch.arange(st.hca_width, device=self.device)[None, :].expand(n, -1)
+            vis = (st.pos + 1) // fw.RATIO["HCA"]
+            ext = torch.where(j < vis[:, None], j, -1)
+        o = self._attend(li, kind, st, q[:n], win, ext)
+        o = torch.where(valid, o, torch.zeros((), dtype=o.dtype, device=o.device))
+        om = torch.zeros(m, d.heads, d.head_dim, dtype=q.dtype, device=self.device)
+        om[:n] = o
+        fw.rope_(om, cos, -sin, d.rope_dim)  # inverse RoPE on the output (V4)
+        g = d.o_groups
+        oa = torch.bmm(om.view(m, g, -1).transpose(0, 1), w.wo_a.to(om.dtype)).transpose(0, 1).reshape(m, -1)
+        return k.gemm(k.quant(oa), w.w["wo_b"])
+
+    def _compress(self, li, kind, st: StepRows, xq, x) -> None:
+        """Pool this step's tokens into compressed rows (groups that close) and states (groups left open)."""
+        d, k = self.cfg.dims, self.k
+        w, kv_l, ratio = self.weights[li], self.kv[li], fw.RATIO[kind]
+        c = k.gemm(xq, w.w["compressor"])
+        half = c.shape[1] // 2
+        val, closed, e_rows = self._pool(
+            kv_l.state["main"], st, ratio, c[:, : d.head_dim], c[:, half : half + d.head_dim]
+        )
+        ent = st.pos[e_rows] // ratio
+        # the entry: norm, RoPE at its group's first position, quantise-on-write
+        v = torch.nn.functional.rms_norm(
+            val.to(k.act_dtype), (d.head_dim,), w.norm_w["kv"].to(k.act_dtype), 1e-6
+        )
+        ang = (ent * ratio).clamp_min(0).double()[:, None] * self.inv_freq[None, :]
+        dt = torch.float64 if k.act_dtype == torch.float64 else torch.float32
+        fw.rope_(v, ang.cos().to(dt), ang.sin().to(dt), d.rope_dim)
+        per = self.cfg.per_block(kind)
+        dest = torch.where(closed, paged_rows(st.bt, st.seq[e_rows], ent, per), kv_l.comp.scratch_row)
+        kv_l.comp.write(dest, k.quant_rows("fp8_584", v))
+        if kind == "CSA":
+            ic = k.gemm(xq, w.w["index_compressor"])
+            ih = ic.shape[1] // 2
+            ival, _, _ = self._pool(
+                kv_l.state["index"], st, ratio, ic[:, : d.index_dim], ic[:, ih : ih + d.index_dim]
+            )
+            kdest = torch.where(closed, paged_rows(st.bt, st.seq[e_rows], ent, per), kv_l.keys.shape[0] - 1)
+            kv_l.keys[kdest] = k.quant_rows(INDEX_KEY_FMT, ival.to(k.act_dtype))
+
+    def _pool(self, state, st: StepRows, ratio: int, kv: torch.Tensor, score: torch.Tensor):
+        """Per-channel softmax pool of each emitting row's group so far (this step's rows of the group, and
+        the sequence's state when the group began before the step). Groups that close give entries; the
+        others are stored back to the state. Returns (pooled values [E, D], closed [E], emitting rows)."""
+        s_val, s_lse = state
+        e_rows = st.emit[ratio]
+        pos, start = st.pos[e_rows], st.start[e_rows]
+        grp0 = (pos // ratio) * ratio
+        K = min(ratio, st.members)
+        kk = torch.arange(K, device=self.device)
+        first = torch.maximum(grp0, start)  # first position of the group inside this step
+        mem = e_rows[:, None] - kk[None, :]
+        mem_ok = kk[None, :] <= (pos - first)[:, None]
+        mem = torch.where(mem_ok, mem, 0)
+        acc = s_val.dtype
+        sv = score[mem].to(acc).masked_fill(~mem_ok[:, :, None], float("-inf"))  # [E, K, D]
+        vv = kv[mem].to(acc)
+        slot = st.slot[e_rows]
+        use_state = (grp0 < start) & (pos >= 0)
+        st_l = torch.where(use_state[:, None], s_lse[slot], float("-inf"))
+        st_v = torch.where(use_state[:, None], s_val[slot], 0.0)
+        allv = torch.cat([vv, st_v[:, None]], dim=1)
+        alls = torch.cat([sv, st_l[:, None]], dim=1)
+        mx = alls.amax(dim=1, keepdim=True).clamp_min(-1e30)
+        wgt = torch.exp(alls - mx)
+        den = wgt.sum(dim=1)
+        val = (wgt * allv).sum(dim=1) / den.clamp_min(1e-30)
+        lse = mx[:, 0] + torch.log(den.clamp_min(1e-30))
+        closed = (pos % ratio == ratio - 1) & (pos >= 0)
+        sdest = torch.where(closed | (pos < 0), self.dummy_slot, slot)
+        s_val[sdest] = val
+        s_lse[sdest] = lse
+        return val, closed, e_rows
+
+    def _select_csa(self, li, st: StepRows, qa_q, x) -> torch.Tensor:
+        """Lightning indexer over each row's visible keys, top-512: [n, topk] entry numbers (-1 = none)."""
+        from kernels_bench.serve.kernels import masked_topk
+
+        d, k, n = self.cfg.dims, self.k, st.n
+        w, kv_l = self.weights[li], self.kv[li]
+        iq = k.gemm(qa_q, w.w["index_q"]).view(st.m, d.index_heads, d.index_dim)[:n]
+        iw = (x[:n] @ w.w_index_weights.to(x.dtype)).to(k.acc_dtype) / math.sqrt(d.index_heads * d.index_dim)
+        vis = (st.pos + 1) // fw.RATIO["CSA"]
+        per = self.cfg.per_block("CSA")
+        if not hasattr(k, "index_logits_paged"):  # the reference: gather every row's keys
+            j = torch.arange(st.n_keys, device=self.device)[None, :].expand(n, -1)
+            rows = torch.where(j < vis[:, None], paged_rows(st.bt, st.seq, j, per), 0)
+            return masked_topk(k.index_logits(iq, iw, kv_l.keys, rows, vis), d.topk)
+        sel = torch.full((n, d.topk), -1, dtype=torch.int64, device=self.device)
+        pages_per_block = per // 8
+        pages = (
+            st.bt[:, :, None] * pages_per_block + torch.arange(pages_per_block, device=self.device)
+        ).flatten(1)
+        if st.n_dec:
+            nd = st.n_dec
+            sc = k.index_logits_paged(
+                iq[:nd], iw[:nd], kv_l.keys, pages[st.seq[:nd]].int().contiguous(), st.n_keys
+            )
+            j = torch.arange(sc.shape[1], device=self.device)[None, :]
+            sc = sc.masked_fill(j >= vis[:nd, None], float("-inf"))
+            sel[:nd] = masked_topk(sc, d.topk)
+        for r0, t, c, srow in st.prefill:
+            nk = (c + t) // fw.RATIO["CSA"]
+            if nk == 0:
+                continue
+            sc = k.index_logits_paged(
+                iq[r0 : r0 + t],
+                iw[r0 : r0 + t],
+                kv_l.keys,
+                pages[srow : srow + 1].int().contiguous(),
+                nk,
+                causal_base=c,
+            )
+            sel[r0 : r0 + t] = masked_topk(sc, d.topk)
+        return sel
+
+    def _attend(self, li, kind, st: StepRows, q, win, ext) -> torch.Tensor:
+        k, kv_l, sink = self.k, self.kv[li], self.sinks[li]
+        per = self.cfg.per_block(kind) if kind != "SWA" else 1
+        ext_rows = None
+        if ext is not None:
+            ext_rows = torch.where(ext >= 0, paged_rows(st.bt, st.seq, ext, per), -1)
+        if not hasattr(k, "attend_decode"):  # the reference: every row alike
+            return k.attend(q, kv_l.raw, win, kv_l.comp, ext_rows, sink)
+        out = torch.empty_like(q)
+        nd = st.n_dec
+        if nd:
+            out[:nd] = k.attend_decode(
+                q[:nd], kv_l.raw, win[:nd], kv_l.comp, None if ext_rows is None else ext_rows[:nd], sink
+            )
+        if st.prefill:
+            out[nd:] = self._attend_prefill(kind, st, q, ext, kv_l, sink)
+        return out
+
+    def _attend_prefill(self, kind, st: StepRows, q, ext, kv_l, sink) -> torch.Tensor:
+        """Gather (and dequantise to bf16) each prefill sequence's window rows and compressed entries once,
+        then one FlashMLA sparse prefill over all chunk rows with indices into that gather."""
+        d, k, bt_tokens = self.cfg.dims, self.k, self.cfg.block_tokens
+        W = d.window
+        parts, idx_parts = [], []
+        base = 0
+        ratio = fw.RATIO[kind]
+        for r0, t, c, srow in st.prefill:
+            lo = max(0, c - W + 1)
+            p = torch.arange(lo, c + t, device=self.device)
+            sq = torch.full_like(p, srow)
+            raw = kv_l.raw.gather(paged_rows(st.bt, sq, p, bt_tokens))
+            parts.append(k.dequant_rows_bf16(raw))
+            pos = st.pos[r0 : r0 + t]
+            wp = pos[:, None] - torch.arange(W - 1, -1, -1, device=self.device)[None, :]
+            widx = torch.where(wp >= 0, wp - lo + base, -1)
+            base += p.shape[0]
+            cols = [widx]
+            if ext is not None:
+                nc = (c + t) // ratio
+                if nc:
+                    j = torch.arange(nc, device=self.device)
+                    comp = kv_l.comp.gather(
+                        paged_rows(st.bt, torch.full_like(j, srow), j, self.cfg.per_block(kind))
+                    )
+                    parts.append(k.dequant_rows_bf16(comp))
+                e = ext[r0 : r0 + t]
+                cols.append(torch.where(e >= 0, e + base, -1))
+                base += nc
+            idx_parts.append(torch.cat(cols, dim=1))
+        width = max(p.shape[1] for p in idx_parts)
+        width = -(-width // 128) * 128  # FlashMLA prefill: top-k a multiple of 128
+        idx = torch.cat(
+            [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in idx_parts], dim=0
+        )
+        kv = torch.cat(parts, dim=0)[:, None, :]
+        return k.attend_prefill(q[st.n_dec :], kv, idx, sink).to(q.dtype)
+
+    def _moe_block(self, li, x, n) -> torch.Tensor:
+        d, k = self.cfg.dims, self.k
+        w = self.weights[li]
+        tok, wsorted, counts, xs = fw.route_tokens(x[:n], w.w_router, d.experts, d.experts_per_token)
+        gu = k.grouped(xs, w.gate_up, counts)
+        dn = k.grouped(fw.swiglu_(gu, d.inter), w.down, counts)
+        su = k.gemm(k.quant(x), w.w["shared_gate_up"])
+        sh = k.gemm(k.quant(fw.swiglu_(su, d.shared_inter)), w.w["shared_down"])
+        acc = k.acc_dtype
+        y = sh.to(acc)
+        y[:n].index_add_(0, tok, dn.to(acc) * wsorted.to(acc)[:, None])
+        return y.to(k.act_dtype)
+
+    # -- CUDA graphs for decode --
+    def _decode_graph(self, dec) -> torch.Tensor:
+        n = len(dec)
+        bucket = next((b for b in DECODE_BUCKETS if b >= n), None)
+        ctx = max(w.end_tokens for w in dec)
+        cb = -(-ctx // CONTEXT_BUCKET_TOKENS) * CONTEXT_BUCKET_TOKENS
+        if bucket is None:  # larger than every bucket: eager
+            self.last_graph_bucket = None
+            return self.forward(self._rows(dec, []))
+        key = (bucket, cb)
+        if key not in self._graphs:
+            self._graphs[key] = _DecodeGraph(self, bucket, cb)
+        self.last_graph_bucket = bucket
+        return self._graphs[key].run(self._rows(dec, [], n_pad=bucket, nb_pad=cb // self.cfg.block_tokens))[
+            :n
+        ]
+
+
+class _DecodeGraph:
+    """A pure-decode forward pass for ``bucket`` rows and contexts up to ``ctx_tokens``, captured once."""
+
+    def __init__(self, model: ServedModel, bucket: int, ctx_tokens: int):
+        self.model = model
+        nb = ctx_tokens // model.cfg.block_tokens
+        self.st = _static_rows(model, bucket, nb)
+        bnd = [
+            model.k.make_mhc(self.st.m, model.cfg.dims.hidden, model.mhc_params, model.device) for _ in (0, 1)
+        ]
+        self.bnd = bnd
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: compile, FlashMLA scheduler metadata, cuBLASLt handles
+                model.forward(self.st, bnd)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = model.forward(self.st, bnd)
+
+    def run(self, rows: StepRows) -> torch.Tensor:
+        st = self.st
+        for name in ("pos", "seq", "start", "end", "slot", "tokens"):
+            getattr(st, name).copy_(getattr(rows, name))
+        st.bt.zero_()
+        st.bt[: rows.bt.shape[0], : rows.bt.shape[1]].copy_(rows.bt)
+        self.graph.replay()
+        return self.out
+
+
+def _static_rows(model: ServedModel, bucket: int, nb: int) -> StepRows:
+    """Padding-only rows of a decode bucket (position -1 everywhere), the graph's static inputs."""
+    dev, n = model.device, bucket
+    z = torch.zeros(n, dtype=torch.int64, device=dev)
+    ar = torch.arange(n, device=dev)
+    pad = model.k.pad_rows
+    ratios = {fw.RATIO[k] for k in model.cfg.kinds if k != "SWA"}
+    ctx = nb * model.cfg.block_tokens
+    return StepRows(
+        n=n,
+        m=-(-n // pad) * pad,
+        n_dec=n,
+        pos=torch.full((n,), -1, dtype=torch.int64, device=dev),
+        seq=ar.clone(),
+        start=z.clone(),
+        end=z.clone(),
+        slot=torch.full((n,), model.dummy_slot, dtype=torch.int64, device=dev),
+        tokens=z.clone(),
+        bt=torch.zeros(n, nb, dtype=torch.int64, device=dev),
+        out_rows=ar.clone(),
+        emit={r: ar.clone() for r in ratios},
+        members=1,
+        n_keys=ctx // 4,
+        hca_width=max(64, -(-(ctx // 128) // 64) * 64),
+    )
