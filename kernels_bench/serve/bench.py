@@ -7,7 +7,7 @@ prefix-reused block table, pure-decode steps replayed from CUDA graphs) run (1) 
 (2) with each sequence alone, (3) with the float64 reference kernels (``ServeRef``, on the GPU), (4) with
 the production kernels without graphs. Relative errors of every work's logits are written to
 ``serve_check.json``. Step times (``serve_step_times.csv``): the engine's view, a synchronised wall clock
-around ``model(plan)``, for decode batches x contexts (CUDA graphs), prefill chunks and mixed steps, KV pools
+around ``model(plan)`` (every step a CUDA graph), for decode batches x contexts, prefill chunks and mixed steps, KV pools
 filled with random valid rows.
 """
 
@@ -262,7 +262,7 @@ def step_table(log, budget_s: float, num_blocks: int = 12000) -> list[dict]:
                 return StepPlan(tuple(dec), tuple(pre))
 
             row.update(_time_plan(model, make, reps=20 if mode == "decode" else 8))
-            row["graph_bucket"] = model.last_graph_bucket if mode == "decode" else ""
+            row["graph_bucket"] = model.last_graph_bucket
         except Exception as e:  # noqa: BLE001 - a failing point is reported, never silent
             row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             import traceback

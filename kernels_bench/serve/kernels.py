@@ -3,7 +3,7 @@
 Both extend the forward-pass backends of ``kernels_bench.production.forward`` (FP8 blockwise GEMMs, FP8
 grouped expert GEMMs, mHC boundaries) with what serving adds: quantise-on-write of rows, the lightning
 indexer over a *paged* key cache, and attention over the paged MODEL1 pools with per-row index lists
-(-1 = no entry), for decode rows (one query per sequence) and for prefill chunks.
+(-1 = no entry), one query per row: a decode's token or a prefill chunk's token alike.
 
 Attention index convention (both backends): row ``i`` attends to window rows ``win[i]`` of the raw pool and
 to entries ``ext[i]`` of the compressed pool, absolute pool rows, -1 where nothing.
@@ -66,9 +66,9 @@ class ServeRef(fw.RefKernels):
 
 
 class ServeGpu(fw.GpuKernels):
-    """Production kernels: FlashMLA sparse decode / prefill on the MODEL1 pools, the Triton FP8 indexer
-    through block tables (its Reindex mode), Triton quantise-on-write, plus forward.GpuKernels' GEMMs and
-    TileKernels mHC."""
+    """Production kernels: FlashMLA sparse decode on the MODEL1 pools (every row, prefill rows too: one
+    query per row, static shapes for CUDA graphs), the Triton FP8 indexer through block tables (its Reindex
+    mode), Triton quantise-on-write, plus forward.GpuKernels' GEMMs and TileKernels mHC."""
 
     pad_rows = 16  # cuBLASLt blockwise FP8 wants M % 16 == 0
     ext_align = 64  # FlashMLA decode: extra top-k a multiple of 64
@@ -84,29 +84,13 @@ class ServeGpu(fw.GpuKernels):
         slots = torch.arange(x.shape[0], device=x.device)
         return quantize_on_write(fmt, x.to(torch.bfloat16).contiguous(), slots, out)
 
-    def index_logits_paged(self, q, w, keys, pages, n_keys: int, *, causal_base: int | None = None):
-        """FP8 indexer scores through a block table of 8-key pages: decode (``pages`` [n, P], one row per
-        query) or one prefill sequence (``pages`` [1, P], causal from ``causal_base``)."""
+    def index_logits_paged(self, q, w, keys, pages, n_keys: int):
+        """FP8 indexer scores of ``n_keys`` keys per row through a block table of 8-key pages (``pages``
+        [n, P], one row per query; the kernel's Reindex mode)."""
         from kernels_bench.indexer_triton import indexer_logits
 
         qc = _quant_index_q(q)
         qs = torch.ones(q.shape[0], q.shape[1], 4, device=q.device)
-        nq = q.shape[0]
-        if causal_base is None:
-            return indexer_logits(
-                "fp8_132",
-                qc,
-                qs,
-                w.float().contiguous(),
-                keys,
-                n_keys,
-                q_per_seq=1,
-                rows_per_seq=0,
-                block_table=pages,
-                block_n=64,
-                num_warps=4,
-            )[0]
-        bq = 4 if nq % 4 == 0 else 1
         return indexer_logits(
             "fp8_132",
             qc,
@@ -114,18 +98,17 @@ class ServeGpu(fw.GpuKernels):
             w.float().contiguous(),
             keys,
             n_keys,
-            q_per_seq=nq,
+            q_per_seq=1,
             rows_per_seq=0,
             block_table=pages,
-            causal_base=causal_base,
-            ratio=fw.RATIO["CSA"],
-            block_n=128,
-            bq=bq,
-            num_warps=8,
+            block_n=64,
+            num_warps=4,
         )[0]
 
     def attend_decode(self, q, raw_pool, win, comp_pool, ext, sink) -> torch.Tensor:
         """FlashMLA sparse decode, one query per row, straight from the MODEL1 pools."""
+        if q.shape[0] == 0:
+            return q
         key = (q.shape[0], win.shape[1], None if ext is None else ext.shape[1], id(raw_pool), id(comp_pool))
         if key not in self._meta:
             self._meta[key] = self.flash_mla.get_mla_metadata()[0]
@@ -145,23 +128,6 @@ class ServeGpu(fw.GpuKernels):
             use_legacy=True,
             kv_format="V4",
         )[0][:, 0]
-
-    def dequant_rows_bf16(self, rows: torch.Tensor) -> torch.Tensor:
-        from kernels_bench.kvquant_triton import bulk_dequant
-
-        return bulk_dequant("fp8_584", rows.contiguous())
-
-    def attend_prefill(self, q, kv, idx, sink) -> torch.Tensor:
-        """FlashMLA sparse prefill over a bf16 gather of the chunk's rows (``idx`` into ``kv``, -1 = none)."""
-        return self.flash_mla.flash_mla_sparse_fwd(
-            q.contiguous(),
-            kv,
-            idx[:, None].int().contiguous(),
-            SM_SCALE,
-            formats.LATENT_DIM,
-            attn_sink=sink,
-            use_legacy=True,
-        )[0]
 
 
 def masked_topk(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -21,11 +21,14 @@ Serving, unlike ``kernels_bench.production.forward``:
   channel, merged exactly with the next tokens; a reused prefix ends on a block boundary, so no state
   crosses sequences. The overlapping halves of V4's CSA compressor are not modelled (the GEMM keeps its
   full width) [D].
-* **Mixed steps**: decode rows (one token per sequence, FlashMLA sparse decode from the pools) and prefill
-  chunks (FlashMLA sparse prefill over a bf16 gather of the rows they read) in one forward pass; GEMMs, mHC
-  and MoE run over all rows together.
-* **CUDA graphs for decode**: a pure-decode step replays a graph captured for (batch bucket, context
-  bucket), padded like vLLM (padding rows have position -1 and write to scratch rows).
+* **Mixed steps**: decode rows and prefill chunk rows in one forward pass, every row alike: GEMMs, mHC and
+  MoE over all rows, and each row's attention with FlashMLA's sparse decode kernel straight from the FP8
+  pools (one query per row) and its indexer scores through its block table. Prefill rows thus do not use
+  FlashMLA's sparse prefill kernel (which needs a bf16 gather of dynamic size) [D].
+* **CUDA graphs for every step**: a step replays the graph captured for its (row bucket, context bucket),
+  padded like vLLM (padding rows have position -1 and write to scratch rows); the graphs share one memory
+  pool. Eager steps launch ~1,800 kernels from Python (40 ms of host time for a 512-token chunk on the
+  H200, 10 ms of GPU work), which no serving engine pays.
 
 ``ServedModel.step(plan)`` runs one ``step_api.StepPlan`` and returns the sampled token of every sequence
 (logits of the last row of its work); ``ServedModel`` is the engine's ``StepFunction``.
@@ -48,8 +51,13 @@ from kernels_bench.serve.paged import paged_rows
 
 KINDS = ("SWA", "CSA", "HCA", "CSA", "HCA")  # the forward-pass "reduced" stack (forward.STACKS)
 SPEC = "deepseek-v4-flash-mini"
-DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-CONTEXT_BUCKET_TOKENS = 4096  # decode graphs are captured per multiple of this (indexer keys, HCA entries)
+# rows of a step's CUDA graph (decode rows and prefill chunk rows alike), padded up like vLLM
+ROW_BUCKETS = (
+    *(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024, 1280, 1536, 1792, 2048),
+    *(2112, 2560, 3072, 3584, 4096, 4160, 5120, 6144, 7168, 8192),  # 2112, 4160: chunks of 2048 + 64 decodes
+)
+MAX_SEQS_PER_STEP = 128  # sequences per graphed step (a step with more runs eagerly)
+CONTEXT_BUCKET_TOKENS = 8192  # graphs are captured per multiple of this (indexer keys, HCA entries)
 INDEX_KEY_FMT = "fp8_132"  # V4's FP8 index keys (the fp8_index layout of the spec)
 
 
@@ -94,12 +102,11 @@ def kv_bytes_per_block(cfg: ServeConfig) -> int:
 
 @dataclass
 class StepRows:
-    """The rows of one forward pass (device tensors unless noted). Rows ``[0, n_dec)`` are decode rows (one
-    per sequence, block-table row = row); the rest are prefill chunks, sequence by sequence."""
+    """The rows of one forward pass (device tensors unless noted): each sequence's new tokens in order,
+    decodes and prefill chunks alike; graph padding rows have position -1."""
 
     n: int  # rows (tokens, plus graph padding)
     m: int  # GEMM rows (n padded for the kernels)
-    n_dec: int
     pos: torch.Tensor  # [n] int64 absolute position, -1 = padding
     seq: torch.Tensor  # [n] int64 row of bt
     start: torch.Tensor  # [n] int64 tokens of the row's sequence in KV before the step
@@ -107,12 +114,9 @@ class StepRows:
     slot: torch.Tensor  # [n] int64 compressor-state slot (the dummy slot for padding)
     tokens: torch.Tensor  # [n] int64
     bt: torch.Tensor  # [S, NB] int64 block tables
-    out_rows: torch.Tensor  # [k] rows whose next token is sampled
-    emit: dict[int, torch.Tensor]  # ratio -> rows that close a compressor group or end their sequence's work
-    members: int  # most rows of one sequence in the step (host)
+    out_rows: torch.Tensor  # [k] rows whose next token is sampled (each sequence's last row)
     n_keys: int  # CSA keys scored per row (host; >= every row's visible count)
     hca_width: int  # HCA entries per row (host)
-    prefill: list[tuple[int, int, int, int]] = field(default_factory=list)  # (row0, rows, start, bt row)
 
 
 # ---- the model -----------------------------------------------------------------------------------------------
@@ -181,7 +185,8 @@ class ServedModel:
         self.dummy_slot = cfg.state_slots
         self._slots: OrderedDict[int, int] = OrderedDict()  # seq_id -> slot, least recently used first
         self._mhc: OrderedDict[int, list] = OrderedDict()  # GEMM rows -> a pair of boundaries (eager)
-        self._graphs: dict[tuple[int, int], _DecodeGraph] = {}
+        self._graphs: dict[tuple[int, int], _StepGraph] = {}
+        self._graph_pool = None
 
     # -- sizes --
     @property
@@ -191,6 +196,21 @@ class ServedModel:
     @staticmethod
     def blocks_that_fit(cfg: ServeConfig, kv_hbm_bytes: float) -> int:
         return int(kv_hbm_bytes // kv_bytes_per_block(cfg))
+
+    def warm_up(self, context_tokens: int, max_rows: int) -> None:
+        """Capture, before serving, the graph of every row bucket up to ``max_rows`` for every context
+        bucket up to ``context_tokens`` (largest first, so the shared pool is sized once); compilation and
+        capture then stay out of the measured steps."""
+        if not (self.graphs and context_tokens and self.device.type == "cuda"):
+            return
+        buckets = [b for b in ROW_BUCKETS if b <= max_rows]
+        for cb in range(CONTEXT_BUCKET_TOKENS, context_tokens + CONTEXT_BUCKET_TOKENS, CONTEXT_BUCKET_TOKENS):
+            if cb // self.cfg.block_tokens > self.num_blocks:
+                break
+            for b in sorted(buckets, reverse=True):
+                if (b, cb) not in self._graphs:
+                    self._graphs[(b, cb)] = _StepGraph(self, b, cb)
+        torch.cuda.synchronize()
 
     # -- the engine's step function --
     def __call__(self, plan) -> None:
@@ -205,17 +225,12 @@ class ServedModel:
         if not works:
             return torch.empty(0, dtype=torch.int64)
         self._check(works)
-        dec = [w for w in works if w.new_tokens == 1]
-        pre = [w for w in works if w.new_tokens > 1]
-        order = dec + pre
-        if self.graphs and not pre and self.device.type == "cuda":
-            out = self._decode_graph(dec)
-        else:
-            self.last_graph_bucket = None
-            out = self.forward(self._rows(dec, pre))
-        # back to the plan's order (decode then prefill; single-token prefills run as decode rows)
-        pos = {id(w): i for i, w in enumerate(order)}
-        return out[torch.tensor([pos[id(w)] for w in works], device=out.device)]
+        if self.graphs and self.device.type == "cuda":
+            out = self._graph_step(works)
+            if out is not None:
+                return out
+        self.last_graph_bucket = None
+        return self.forward(self._rows(works))
 
     def _check(self, works) -> None:
         bt = self.cfg.block_tokens
@@ -240,24 +255,22 @@ class ServedModel:
         return slot
 
     # -- rows of a step --
-    def _rows(self, dec, pre, *, n_pad: int | None = None, nb_pad: int | None = None) -> StepRows:
-        """Host-side layout of a step: decode rows, then each prefill chunk's rows."""
+    def _rows(self, works, *, n_pad: int = 0, nb_pad: int = 0, seq_pad: int = 0) -> StepRows:
+        """Host-side layout of a step: each work's rows in order (padded to ``n_pad`` rows, ``seq_pad``
+        sequences and ``nb_pad`` blocks each for a graph)."""
         cfg = self.cfg
-        seqs = list(dec) + list(pre)
-        n_real = len(dec) + sum(w.new_tokens for w in pre)
-        n = n_pad or n_real
+        n = n_pad or sum(w.new_tokens for w in works)
         pos = np.full(n, -1, dtype=np.int64)
         seq = np.zeros(n, dtype=np.int64)
         start = np.zeros(n, dtype=np.int64)
         end = np.zeros(n, dtype=np.int64)
         slot = np.full(n, self.dummy_slot, dtype=np.int64)
         tokens = np.zeros(n, dtype=np.int64)
-        nb = nb_pad or max(-(-w.end_tokens // cfg.block_tokens) for w in seqs)
-        n_seq_rows = max(len(seqs), len(dec) if n_pad is None else n)
-        bt = np.zeros((n_seq_rows, nb), dtype=np.int64)
-        out_rows, prefill = [], []
+        nb = nb_pad or max(-(-w.end_tokens // cfg.block_tokens) for w in works)
+        bt = np.zeros((seq_pad or len(works), nb), dtype=np.int64)
+        out_rows = np.zeros(seq_pad or len(works), dtype=np.int64)
         r = 0
-        for i, w in enumerate(seqs):
+        for i, w in enumerate(works):
             t = w.new_tokens
             k = -(-w.end_tokens // cfg.block_tokens)
             bt[i, :k] = w.block_ids[:k]
@@ -267,42 +280,35 @@ class ServedModel:
             end[r : r + t] = w.end_tokens
             slot[r : r + t] = self._slot(w.seq_id)
             tokens[r : r + t] = np.asarray(w.token_ids, dtype=np.int64) % cfg.vocab
-            if t > 1:
-                prefill.append((r, t, w.context_tokens, i))
             r += t
-            out_rows.append(r - 1)
-        emit = {}
-        for ratio in {fw.RATIO[k] for k in cfg.kinds if k != "SWA"}:
-            e = (pos >= 0) & ((pos % ratio == ratio - 1) | (pos == end - 1))
-            emit[ratio] = np.nonzero(e)[0] if n_pad is None else np.arange(n)
-        vis_csa = (pos + 1) // 4
+            out_rows[i] = r - 1
         ctx_max = nb * cfg.block_tokens
-        n_keys = max(1, int(vis_csa.max())) if n_pad is None else ctx_max // 4
-        hca = int(((pos + 1) // 128).max()) if n_pad is None else ctx_max // 128
+        n_keys = ctx_max // 4 if n_pad else max(1, int(((pos + 1) // 4).max()))
+        hca = ctx_max // 128 if n_pad else int(((pos + 1) // 128).max())
         al = self.k.ext_align
         hca_width = max(al, -(-hca // al) * al)
-        dev = self.device
-
-        def t_(a):
-            return torch.as_tensor(a, device=dev)
-
+        # one host-to-device copy for every index array of the step (each separate copy costs a sync)
+        parts = [pos, seq, start, end, slot, tokens, out_rows, bt.ravel()]
+        flat = torch.from_numpy(np.concatenate(parts))
+        if self.device.type == "cuda":
+            flat = flat.pin_memory().to(self.device, non_blocking=True)
+        views, o = [], 0
+        for a in parts:
+            views.append(flat[o : o + a.shape[0]])
+            o += a.shape[0]
         return StepRows(
             n=n,
             m=-(-n // self.k.pad_rows) * self.k.pad_rows,
-            n_dec=len(dec) if n_pad is None else n,
-            pos=t_(pos),
-            seq=t_(seq),
-            start=t_(start),
-            end=t_(end),
-            slot=t_(slot),
-            tokens=t_(tokens),
-            bt=t_(bt),
-            out_rows=t_(np.asarray(out_rows, dtype=np.int64)),
-            emit={q: t_(v) for q, v in emit.items()},
-            members=max([w.new_tokens for w in seqs]),
+            pos=views[0],
+            seq=views[1],
+            start=views[2],
+            end=views[3],
+            slot=views[4],
+            tokens=views[5],
+            bt=views[7].view(bt.shape),
+            out_rows=views[6],
             n_keys=n_keys,
             hca_width=hca_width,
-            prefill=prefill,
         )
 
     # -- the forward pass --
@@ -398,10 +404,10 @@ class ServedModel:
         w, kv_l, ratio = self.weights[li], self.kv[li], fw.RATIO[kind]
         c = k.gemm(xq, w.w["compressor"])
         half = c.shape[1] // 2
-        val, closed, e_rows = self._pool(
+        val, closed = self._pool(
             kv_l.state["main"], st, ratio, c[:, : d.head_dim], c[:, half : half + d.head_dim]
         )
-        ent = st.pos[e_rows] // ratio
+        ent = st.pos // ratio
         # the entry: norm, RoPE at its group's first position, quantise-on-write
         v = torch.nn.functional.rms_norm(
             val.to(k.act_dtype), (d.head_dim,), w.norm_w["kv"].to(k.act_dtype), 1e-6
@@ -410,53 +416,57 @@ class ServedModel:
         dt = torch.float64 if k.act_dtype == torch.float64 else torch.float32
         fw.rope_(v, ang.cos().to(dt), ang.sin().to(dt), d.rope_dim)
         per = self.cfg.per_block(kind)
-        dest = torch.where(closed, paged_rows(st.bt, st.seq[e_rows], ent, per), kv_l.comp.scratch_row)
+        dest = torch.where(closed, paged_rows(st.bt, st.seq, ent, per), kv_l.comp.scratch_row)
         kv_l.comp.write(dest, k.quant_rows("fp8_584", v))
         if kind == "CSA":
             ic = k.gemm(xq, w.w["index_compressor"])
             ih = ic.shape[1] // 2
-            ival, _, _ = self._pool(
+            ival, _ = self._pool(
                 kv_l.state["index"], st, ratio, ic[:, : d.index_dim], ic[:, ih : ih + d.index_dim]
             )
-            kdest = torch.where(closed, paged_rows(st.bt, st.seq[e_rows], ent, per), kv_l.keys.shape[0] - 1)
+            kdest = torch.where(closed, paged_rows(st.bt, st.seq, ent, per), kv_l.keys.shape[0] - 1)
             kv_l.keys[kdest] = k.quant_rows(INDEX_KEY_FMT, ival.to(k.act_dtype))
 
     def _pool(self, state, st: StepRows, ratio: int, kv: torch.Tensor, score: torch.Tensor):
-        """Per-channel softmax pool of each emitting row's group so far (this step's rows of the group, and
-        the sequence's state when the group began before the step). Groups that close give entries; the
-        others are stored back to the state. Returns (pooled values [E, D], closed [E], emitting rows)."""
+        """Per-channel softmax pool of each row's group over this step (and the sequence's state when the
+        group began before the step), with static shapes: every row's group is reduced at its first row in
+        the step (scatter), so the row that closes a group, or ends its sequence's work, reads the group's
+        pool so far. Closed groups give entries; the group left open at a sequence's last row goes back to
+        the state. Returns (pooled values [n, D], closes a group [n])."""
         s_val, s_lse = state
-        e_rows = st.emit[ratio]
-        pos, start = st.pos[e_rows], st.start[e_rows]
+        n, dev = st.n, self.device
+        pos, start, slot = st.pos, st.start, st.slot
+        ok = pos >= 0
         grp0 = (pos // ratio) * ratio
-        K = min(ratio, st.members)
-        kk = torch.arange(K, device=self.device)
-        first = torch.maximum(grp0, start)  # first position of the group inside this step
-        mem = e_rows[:, None] - kk[None, :]
-        mem_ok = kk[None, :] <= (pos - first)[:, None]
-        mem = torch.where(mem_ok, mem, 0)
+        i = torch.arange(n, device=dev)
+        lead = torch.where(ok, i - (pos - torch.maximum(grp0, start)), i)
         acc = s_val.dtype
-        sv = score[mem].to(acc).masked_fill(~mem_ok[:, :, None], float("-inf"))  # [E, K, D]
-        vv = kv[mem].to(acc)
-        slot = st.slot[e_rows]
-        use_state = (grp0 < start) & (pos >= 0)
-        st_l = torch.where(use_state[:, None], s_lse[slot], float("-inf"))
+        ninf = float("-inf")
+        sc = score[:n].to(acc).masked_fill(~ok[:, None], ninf)
+        v = kv[:n].to(acc)
+        idx = lead[:, None].expand_as(sc)
+        use_state = (grp0 < start) & ok
+        st_l = torch.where(use_state[:, None], s_lse[slot], ninf)
         st_v = torch.where(use_state[:, None], s_val[slot], 0.0)
-        allv = torch.cat([vv, st_v[:, None]], dim=1)
-        alls = torch.cat([sv, st_l[:, None]], dim=1)
-        mx = alls.amax(dim=1, keepdim=True).clamp_min(-1e30)
-        wgt = torch.exp(alls - mx)
-        den = wgt.sum(dim=1)
-        val = (wgt * allv).sum(dim=1) / den.clamp_min(1e-30)
-        lse = mx[:, 0] + torch.log(den.clamp_min(1e-30))
-        closed = (pos % ratio == ratio - 1) & (pos >= 0)
-        sdest = torch.where(closed | (pos < 0), self.dummy_slot, slot)
+        mx = torch.maximum(torch.full_like(sc, ninf).scatter_reduce(0, idx, sc, "amax"), st_l)
+        mx = mx.clamp_min(-1e30)  # (rows with nothing: all -inf)
+        wgt = torch.exp(sc - mx[lead])
+        ws = torch.exp(st_l - mx)  # the state enters at the group's first row (its own row's state)
+        den = torch.zeros_like(sc).scatter_add(0, idx, wgt) + ws
+        num = torch.zeros_like(sc).scatter_add(0, idx, wgt * v) + ws * st_v
+        den_r = den[lead].clamp_min(1e-30)
+        val = num[lead] / den_r
+        lse = mx[lead] + torch.log(den_r)
+        closed = (pos % ratio == ratio - 1) & ok
+        open_end = (pos == st.end - 1) & ok & ~closed
+        sdest = torch.where(open_end, slot, self.dummy_slot)
         s_val[sdest] = val
         s_lse[sdest] = lse
-        return val, closed, e_rows
+        return val, closed
 
     def _select_csa(self, li, st: StepRows, qa_q, x) -> torch.Tensor:
-        """Lightning indexer over each row's visible keys, top-512: [n, topk] entry numbers (-1 = none)."""
+        """Lightning indexer over each row's visible keys ((pos+1)//4, through its block table), top-512:
+        [n, topk] entry numbers (-1 = none). Every row alike, decode or prefill (static shapes)."""
         from kernels_bench.serve.kernels import masked_topk
 
         d, k, n = self.cfg.dims, self.k, st.n
@@ -469,90 +479,22 @@ class ServedModel:
             j = torch.arange(st.n_keys, device=self.device)[None, :].expand(n, -1)
             rows = torch.where(j < vis[:, None], paged_rows(st.bt, st.seq, j, per), 0)
             return masked_topk(k.index_logits(iq, iw, kv_l.keys, rows, vis), d.topk)
-        sel = torch.full((n, d.topk), -1, dtype=torch.int64, device=self.device)
-        pages_per_block = per // 8
-        pages = (
-            st.bt[:, :, None] * pages_per_block + torch.arange(pages_per_block, device=self.device)
-        ).flatten(1)
-        if st.n_dec:
-            nd = st.n_dec
-            sc = k.index_logits_paged(
-                iq[:nd], iw[:nd], kv_l.keys, pages[st.seq[:nd]].int().contiguous(), st.n_keys
-            )
-            j = torch.arange(sc.shape[1], device=self.device)[None, :]
-            sc = sc.masked_fill(j >= vis[:nd, None], float("-inf"))
-            sel[:nd] = masked_topk(sc, d.topk)
-        for r0, t, c, srow in st.prefill:
-            nk = (c + t) // fw.RATIO["CSA"]
-            if nk == 0:
-                continue
-            sc = k.index_logits_paged(
-                iq[r0 : r0 + t],
-                iw[r0 : r0 + t],
-                kv_l.keys,
-                pages[srow : srow + 1].int().contiguous(),
-                nk,
-                causal_base=c,
-            )
-            sel[r0 : r0 + t] = masked_topk(sc, d.topk)
-        return sel
+        pp = per // 8  # the kernel's 8-key pages per engine block
+        pages = (st.bt[:, :, None] * pp + torch.arange(pp, device=self.device)).flatten(1)
+        sc = k.index_logits_paged(iq, iw, kv_l.keys, pages[st.seq].int().contiguous(), st.n_keys)
+        j = torch.arange(sc.shape[1], device=self.device)[None, :]
+        return masked_topk(sc.masked_fill(j >= vis[:, None], float("-inf")), d.topk)
 
     def _attend(self, li, kind, st: StepRows, q, win, ext) -> torch.Tensor:
+        """Every row attends to its window rows and compressed entries straight from the pools (FlashMLA
+        sparse decode on the GPU, one query per row; the float64 reference on the CPU)."""
         k, kv_l, sink = self.k, self.kv[li], self.sinks[li]
-        per = self.cfg.per_block(kind) if kind != "SWA" else 1
         ext_rows = None
         if ext is not None:
-            ext_rows = torch.where(ext >= 0, paged_rows(st.bt, st.seq, ext, per), -1)
-        if not hasattr(k, "attend_decode"):  # the reference: every row alike
+            ext_rows = torch.where(ext >= 0, paged_rows(st.bt, st.seq, ext, self.cfg.per_block(kind)), -1)
+        if not hasattr(k, "attend_decode"):
             return k.attend(q, kv_l.raw, win, kv_l.comp, ext_rows, sink)
-        out = torch.empty_like(q)
-        nd = st.n_dec
-        if nd:
-            out[:nd] = k.attend_decode(
-                q[:nd], kv_l.raw, win[:nd], kv_l.comp, None if ext_rows is None else ext_rows[:nd], sink
-            )
-        if st.prefill:
-            out[nd:] = self._attend_prefill(kind, st, q, ext, kv_l, sink)
-        return out
-
-    def _attend_prefill(self, kind, st: StepRows, q, ext, kv_l, sink) -> torch.Tensor:
-        """Gather (and dequantise to bf16) each prefill sequence's window rows and compressed entries once,
-        then one FlashMLA sparse prefill over all chunk rows with indices into that gather."""
-        d, k, bt_tokens = self.cfg.dims, self.k, self.cfg.block_tokens
-        W = d.window
-        parts, idx_parts = [], []
-        base = 0
-        ratio = fw.RATIO[kind]
-        for r0, t, c, srow in st.prefill:
-            lo = max(0, c - W + 1)
-            p = torch.arange(lo, c + t, device=self.device)
-            sq = torch.full_like(p, srow)
-            raw = kv_l.raw.gather(paged_rows(st.bt, sq, p, bt_tokens))
-            parts.append(k.dequant_rows_bf16(raw))
-            pos = st.pos[r0 : r0 + t]
-            wp = pos[:, None] - torch.arange(W - 1, -1, -1, device=self.device)[None, :]
-            widx = torch.where(wp >= 0, wp - lo + base, -1)
-            base += p.shape[0]
-            cols = [widx]
-            if ext is not None:
-                nc = (c + t) // ratio
-                if nc:
-                    j = torch.arange(nc, device=self.device)
-                    comp = kv_l.comp.gather(
-                        paged_rows(st.bt, torch.full_like(j, srow), j, self.cfg.per_block(kind))
-                    )
-                    parts.append(k.dequant_rows_bf16(comp))
-                e = ext[r0 : r0 + t]
-                cols.append(torch.where(e >= 0, e + base, -1))
-                base += nc
-            idx_parts.append(torch.cat(cols, dim=1))
-        width = max(p.shape[1] for p in idx_parts)
-        width = -(-width // 128) * 128  # FlashMLA prefill: top-k a multiple of 128
-        idx = torch.cat(
-            [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=-1) for p in idx_parts], dim=0
-        )
-        kv = torch.cat(parts, dim=0)[:, None, :]
-        return k.attend_prefill(q[st.n_dec :], kv, idx, sink).to(q.dtype)
+        return k.attend_decode(q, kv_l.raw, win, kv_l.comp, ext_rows, sink)
 
     def _moe_block(self, li, x, n) -> torch.Tensor:
         d, k = self.cfg.dims, self.k
@@ -567,77 +509,97 @@ class ServedModel:
         y[:n].index_add_(0, tok, dn.to(acc) * wsorted.to(acc)[:, None])
         return y.to(k.act_dtype)
 
-    # -- CUDA graphs for decode --
-    def _decode_graph(self, dec) -> torch.Tensor:
-        n = len(dec)
-        bucket = next((b for b in DECODE_BUCKETS if b >= n), None)
-        ctx = max(w.end_tokens for w in dec)
+    # -- CUDA graphs --
+    def _graph_step(self, works) -> torch.Tensor | None:
+        """Replay the graph of the step's (row bucket, context bucket), capturing it on first use; None when
+        the step is larger than every bucket (it then runs eagerly)."""
+        n = sum(w.new_tokens for w in works)
+        bucket = next((b for b in ROW_BUCKETS if b >= n), None)
+        ctx = max(w.end_tokens for w in works)
         cb = -(-ctx // CONTEXT_BUCKET_TOKENS) * CONTEXT_BUCKET_TOKENS
-        if bucket is None:  # larger than every bucket: eager
-            self.last_graph_bucket = None
-            return self.forward(self._rows(dec, []))
+        if bucket is None or len(works) > min(bucket, MAX_SEQS_PER_STEP):
+            return None
         key = (bucket, cb)
         if key not in self._graphs:
-            self._graphs[key] = _DecodeGraph(self, bucket, cb)
+            self._graphs[key] = _StepGraph(self, bucket, cb)
         self.last_graph_bucket = bucket
-        return self._graphs[key].run(self._rows(dec, [], n_pad=bucket, nb_pad=cb // self.cfg.block_tokens))[
-            :n
+        g = self._graphs[key]
+        return g.run(self._rows(works, n_pad=bucket, nb_pad=cb // self.cfg.block_tokens, seq_pad=g.seqs))[
+            : len(works)
         ]
 
 
-class _DecodeGraph:
-    """A pure-decode forward pass for ``bucket`` rows and contexts up to ``ctx_tokens``, captured once."""
+class _StepGraph:
+    """The forward pass of ``bucket`` rows (any mix of decode and prefill rows, up to ``seqs`` sequences)
+    for contexts up to ``ctx_tokens``, captured once. Graphs share one memory pool (they replay one at a
+    time), so a graph costs its logits buffer, not its activations."""
 
     def __init__(self, model: ServedModel, bucket: int, ctx_tokens: int):
-        self.model = model
-        nb = ctx_tokens // model.cfg.block_tokens
-        self.st = _static_rows(model, bucket, nb)
-        bnd = [
+        self.seqs = min(bucket, MAX_SEQS_PER_STEP)
+        self.st = _static_rows(model, bucket, ctx_tokens // model.cfg.block_tokens, self.seqs)
+        self.bnd = [
             model.k.make_mhc(self.st.m, model.cfg.dims.hidden, model.mhc_params, model.device) for _ in (0, 1)
         ]
-        self.bnd = bnd
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: compile, FlashMLA scheduler metadata, cuBLASLt handles
-                model.forward(self.st, bnd)
+                model.forward(self.st, self.bnd)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = model.forward(self.st, bnd)
+        with torch.cuda.graph(self.graph, pool=model._graph_pool):
+            self.out = model.forward(self.st, self.bnd)
+        if model._graph_pool is None:
+            model._graph_pool = self.graph.pool()
 
     def run(self, rows: StepRows) -> torch.Tensor:
         st = self.st
-        for name in ("pos", "seq", "start", "end", "slot", "tokens"):
+        for name in ("pos", "seq", "start", "end", "slot", "tokens", "bt", "out_rows"):
             getattr(st, name).copy_(getattr(rows, name))
-        st.bt.zero_()
-        st.bt[: rows.bt.shape[0], : rows.bt.shape[1]].copy_(rows.bt)
         self.graph.replay()
         return self.out
 
 
-def _static_rows(model: ServedModel, bucket: int, nb: int) -> StepRows:
-    """Padding-only rows of a decode bucket (position -1 everywhere), the graph's static inputs."""
+def _static_rows(model: ServedModel, bucket: int, nb: int, seqs: int) -> StepRows:
+    """A graph's static inputs: padding rows only (position -1), ``seqs`` block-table rows of ``nb``."""
     dev, n = model.device, bucket
     z = torch.zeros(n, dtype=torch.int64, device=dev)
-    ar = torch.arange(n, device=dev)
     pad = model.k.pad_rows
-    ratios = {fw.RATIO[k] for k in model.cfg.kinds if k != "SWA"}
     ctx = nb * model.cfg.block_tokens
+    al = model.k.ext_align
     return StepRows(
         n=n,
         m=-(-n // pad) * pad,
-        n_dec=n,
         pos=torch.full((n,), -1, dtype=torch.int64, device=dev),
-        seq=ar.clone(),
+        seq=z.clone(),
         start=z.clone(),
         end=z.clone(),
         slot=torch.full((n,), model.dummy_slot, dtype=torch.int64, device=dev),
         tokens=z.clone(),
-        bt=torch.zeros(n, nb, dtype=torch.int64, device=dev),
-        out_rows=ar.clone(),
-        emit={r: ar.clone() for r in ratios},
-        members=1,
+        bt=torch.zeros(seqs, nb, dtype=torch.int64, device=dev),
+        out_rows=torch.zeros(seqs, dtype=torch.int64, device=dev),
         n_keys=ctx // 4,
-        hca_width=max(64, -(-(ctx // 128) // 64) * 64),
+        hca_width=max(al, -(-(ctx // 128) // al) * al),
     )
+
+
+def gpu_step_function(
+    num_blocks: int | None = None,
+    kv_gib: float = 40.0,
+    graphs: bool = True,
+    warm_context_tokens: int = 0,
+    warm_rows: int = 0,
+    seed: int = 0,
+) -> ServedModel:
+    """The engine's step function (``python3 -m kernels_bench.serve.run --step
+    kernels_bench.serve.model:gpu_step_function``): the reduced model on CUDA with the production kernels,
+    ``num_blocks`` engine blocks (default: as many as ``kv_gib`` GiB of HBM hold, ``kv_bytes_per_block``
+    each), every step replayed from a CUDA graph; ``warm_context_tokens`` and ``warm_rows`` > 0 capture the
+    graphs up to those sizes before the replay."""
+    from kernels_bench.serve.kernels import ServeGpu
+
+    cfg = ServeConfig(seed=seed)
+    n = num_blocks or ServedModel.blocks_that_fit(cfg, kv_gib * 2**30)
+    model = ServedModel(cfg, ServeGpu(), n, "cuda", graphs=graphs)
+    model.warm_up(warm_context_tokens, warm_rows)
+    return model

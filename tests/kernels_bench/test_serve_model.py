@@ -196,4 +196,4 @@ def test_production_served_model_matches_reference_and_alone():
     assert res["max_rel_vs_reference"] < 0.5 * res["neighbour_rel_min"]
     assert res["max_rel_vs_alone"] < 0.3
     assert res["max_rel_graph_vs_eager"] < 0.05
-    assert [1, 4096] in res["graph_buckets"] and [4, 4096] in res["graph_buckets"]
+    assert [1, 8192] in res["graph_buckets"] and [512, 8192] in res["graph_buckets"]
