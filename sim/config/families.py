@@ -37,7 +37,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         key="v4",
         label="V4",
-        models=("deepseek-v4-flash",),
+        # the mini: the reduced V4 served for real on one H200 (issue 14, kernels_bench/serve), V4's kernels
+        models=("deepseek-v4-flash", "deepseek-v4-flash-mini"),
         cache_block=V4CachePolicy,
         # V4 ships one MTP block, depth 1 (model.md §9 #1; V4 report arXiv 2606.19348 §2.1: "the same strategy
         # as V3"); V3's second-token acceptance is 85-90 % (arXiv 2412.19437 §5.4.3) -> 1.85 tokens/step

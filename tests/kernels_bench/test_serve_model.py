@@ -197,3 +197,16 @@ def test_production_served_model_matches_reference_and_alone():
     assert res["max_rel_vs_alone"] < 0.3
     assert res["max_rel_graph_vs_eager"] < 0.05
     assert [1, 8192] in res["graph_buckets"] and [512, 8192] in res["graph_buckets"]
+
+
+def test_sim_times_the_mini_spec():
+    """sim's calibrated H200 timing accepts deepseek-v4-flash-mini (one GPU, all 32 experts) and answers
+    the step shapes the bench measures (kernels_bench.serve.predict)."""
+    from kernels_bench.serve import predict
+
+    tm = predict.mini_timing()
+    d1, d64 = (predict.predict_step_s(tm, b, 8192, 0, 0) for b in (1, 64))
+    p512, p4096 = (predict.predict_step_s(tm, 0, 0, t, 0) for t in (512, 4096))
+    mixed = predict.predict_step_s(tm, 16, 8192, 2048, 8192)
+    assert 0 < d1 < d64 < 0.05 and 0 < p512 < p4096 < 0.5
+    assert mixed > predict.predict_step_s(tm, 0, 0, 2048, 8192)
