@@ -188,6 +188,28 @@ class ServedModel:
         self._graphs: dict[tuple[int, int], _StepGraph] = {}
         self._graph_pool = None
 
+    model_name = SPEC  # the run directory's provenance names the served spec
+
+    def describe(self) -> dict:
+        """The step function in the run's provenance: the model, its KV and graphs, the kernel packages."""
+        from kernels_bench.production.run import production_provenance
+
+        return {
+            "spec": SPEC,
+            "layers": list(self.cfg.kinds),
+            "routed_experts": self.cfg.dims.experts,
+            "experts_per_token": self.cfg.dims.experts_per_token,
+            "block_tokens": self.cfg.block_tokens,
+            "num_blocks": self.num_blocks,
+            "kv_bytes_per_block": self.kv_bytes_per_block,
+            "kernels": self.k.name,
+            "cuda_graphs": self.graphs,
+            "graphs_captured": len(self._graphs),
+            "row_buckets": list(ROW_BUCKETS),
+            "context_bucket_tokens": CONTEXT_BUCKET_TOKENS,
+            "provenance": production_provenance(None) if self.device.type == "cuda" else {},
+        }
+
     # -- sizes --
     @property
     def kv_bytes_per_block(self) -> int:
