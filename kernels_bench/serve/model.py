@@ -54,26 +54,8 @@ SPEC = "deepseek-v4-flash-mini"
 # rows of a step's CUDA graph (decode rows and prefill chunk rows alike), padded up like vLLM
 ROW_BUCKETS = (
     *(1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512),
-    *(
-        640,
-        768,
-        896,
-        1024,
-        1280,
-        1536,
-        1792,
-        2048,
-        2112,
-        2560,
-        3072,
-        3584,
-        4096,
-        4160,
-        5120,
-        6144,
-        7168,
-        8192,
-    ),
+    *(640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2112, 2560, 3072, 3584, 4096, 4160),
+    *(5120, 6144, 7168, 8192),
 )  # 2112, 4160: chunks of 2048 plus 64 decodes
 MAX_SEQS_PER_STEP = 128  # sequences per graphed step (a step with more runs eagerly)
 CONTEXT_BUCKET_TOKENS = 8192  # graphs are captured per multiple of this (indexer keys, HCA entries)
