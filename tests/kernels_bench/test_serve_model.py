@@ -170,7 +170,7 @@ def test_bad_block_table_is_refused():
 @pytest.mark.gpu
 def test_production_served_model_matches_reference_and_alone():
     """The GPU check of kernels_bench.serve.bench (real shapes, 8 experts): the production kernels against
-    the float64 reference on one mixed schedule, each sequence alone, and decode graphs against eager. FP8
+    the float64 reference on one mixed schedule (every step a CUDA graph) and each sequence alone. FP8
     activation rounding makes the stack rough (forward.component_errors: a 0.1 % input change moves the
     output by ~7 %), so agreement is judged against that scale and against the O(1) distance between
     neighbouring positions' logits."""
@@ -195,7 +195,6 @@ def test_production_served_model_matches_reference_and_alone():
     assert res["median_rel_vs_reference"] < 0.1 and res["max_rel_vs_reference"] < 0.3
     assert res["max_rel_vs_reference"] < 0.5 * res["neighbour_rel_min"]
     assert res["max_rel_vs_alone"] < 0.3
-    assert res["max_rel_graph_vs_eager"] < 0.05
     assert [1, 8192] in res["graph_buckets"] and [512, 8192] in res["graph_buckets"]
 
 
