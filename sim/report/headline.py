@@ -1,5 +1,6 @@
 """The top of the page: the verdict (which model, how much cheaper, why) and headline cards with the
-new / old ratio of each model and its predecessor (V4.1 / V4; sim.report.compare). Every number comes from summary.json as written by the run."""
+new / old ratio of each model and its predecessor (V4.1 / V4; sim.report.compare). Every number comes
+from summary.json as written by the run."""
 
 from __future__ import annotations
 
