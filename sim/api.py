@@ -1,7 +1,8 @@
 """`run_scenario`: what the CLI, the tests and the planner call to simulate a scenario.
 
-Each model of the scenario runs on the same cluster and the same trace, one after the other,
-each in its own SimPy environment. Outputs (when `out_dir` is given):
+Each model of the scenario runs on the same cluster and the same trace in its own SimPy
+environment: one after the other, or (`jobs` > 1) at the same time in separate processes
+(`sim.processes`), which write the same bytes. Outputs (when `out_dir` is given):
 
     out_dir/summary.json                      {"scenario": {...inputs}, "seed", "models": {name: summary}}
     out_dir/<model>/requests.parquet          sim.metrics.schema.REQUEST_SCHEMA
@@ -27,19 +28,21 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from sim.cluster.build import build_simulation
 from sim.cluster.events import run_until
+from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
 from sim.metrics.schema import RUN_FORMAT
 from sim.metrics.summarize import SessionStats, summarize_model
 from sim.outputs import probe_output_dir, staged_output_dir
 from sim.preflight import preflight
+from sim.processes import run_jobs
 from sim.rng import RngStreams
-from sim.sched.arrivals import Arrivals, BenchmarkArrivals, iter_trace_sessions
+from sim.sched.arrivals import Arrivals, BenchmarkArrivals, iter_trace_columns
 from sim.timing.arith import build_arith
 from sim.workload.io import trace_info
 
@@ -102,7 +105,10 @@ def run_scenario(
     progress: Progress | None = None,
     *,
     force: bool = False,
+    jobs: int = 1,
 ) -> RunResult:
+    """Simulate every model of `scenario` (module doc); `jobs` > 1 simulates up to that many models
+    at once, each in its own process, with the same outputs byte for byte as one after the other."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     seed = scn.seed if seed is None else seed
     if seed < 0:
@@ -119,10 +125,10 @@ def run_scenario(
         "models": {},
     }
     if target is None:
-        _run_models(scn, seed, None, rid, progress, result["models"])
+        _run_models(scn, seed, None, rid, progress, result["models"], jobs)
         return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=None)
     with staged_output_dir(target, run_id=rid, command="sim run") as stage:
-        written = _run_models(scn, seed, stage, rid, progress, result["models"])
+        written = _run_models(scn, seed, stage, rid, progress, result["models"], jobs)
         (stage / "summary.json").write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
         written.append(stage / "summary.json")
     files = [target.path / path.relative_to(stage) for path in written]
@@ -142,18 +148,58 @@ def _require_measured(scn: Scenario, model: str, summary: dict) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ModelRun:
+    """One model of a scenario to simulate: everything its process needs (picklable)."""
+
+    scn: Scenario
+    index: int  # in scn.models
+    trace: Path | None
+    seed: int
+    out: Path | None
+    run_id: str
+    expected: int  # requests the progress bar expects
+
+    def __str__(self) -> str:
+        return self.scn.models[self.index].name
+
+    def __reduce__(self):
+        """Pickled with the scenario as its validated document (its hardware profiles do not
+        pickle); validating it again in the worker gives the same scenario."""
+        doc = self.scn.model_dump(mode="json")
+        rest = tuple(getattr(self, f.name) for f in fields(self) if f.name != "scn")
+        return _unpickle_model_run, (doc, self.scn.source_file, *rest)
+
+
+def _unpickle_model_run(doc: dict, file: str | None, *rest) -> ModelRun:
+    scn = validate_or_raise(Scenario, doc, file=file or "scenario")
+    scn._file = file
+    return ModelRun(scn, *rest)
+
+
 def _run_models(
-    scn: Scenario, seed: int, out: Path | None, rid: str, progress: Progress | None, models: dict
+    scn: Scenario, seed: int, out: Path | None, rid: str, progress: Progress | None, models: dict, jobs: int
 ) -> list[Path]:
-    """Each model in turn; its summary into `models`; the files written."""
+    """Every model, `jobs` at a time in their own processes (one: in turn, in this process); each
+    summary into `models` in the scenario's order; the files written."""
     files: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="sim-run-") as tmp:
         trace = _trace_path(scn, seed, Path(tmp))
         expected = _expected_requests(scn, trace)
-        for index, ref in enumerate(scn.models):
-            summary, written = _run_model(scn, ref, trace, seed, out, rid, index, expected, progress)
-            _require_measured(scn, ref.name, summary)
-            models[ref.name] = summary
+        runs = [ModelRun(scn, index, trace, seed, out, rid, expected) for index in range(len(scn.models))]
+        if min(jobs, len(runs)) <= 1:
+            send = (lambda message: progress(*message)) if progress is not None else None
+            outcomes = []
+            for run in runs:
+                outcomes.append(_model_job(run, send))
+                _require_measured(scn, str(run), outcomes[-1][0])  # before the next model runs
+        else:
+            on_message = (lambda _index, message: progress(*message)) if progress is not None else None
+            outcomes = run_jobs(_model_job, runs, min(jobs, len(runs)), on_message)
+            for run, (summary, _written) in zip(runs, outcomes, strict=True):
+                _require_measured(scn, str(run), summary)
+        for run, (summary, written) in zip(runs, outcomes, strict=True):
+            models[str(run)] = summary
             files += written
     return files
 
@@ -185,7 +231,7 @@ def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: Sessi
     )
     if trace is not None:
         return Arrivals(
-            sim.env, iter_trace_sessions(trace), sim.cluster, closed_loop=w.replay == "closed_loop", **common
+            sim.env, iter_trace_columns(trace), sim.cluster, closed_loop=w.replay == "closed_loop", **common
         )
     b = w.benchmark
     return BenchmarkArrivals(
@@ -204,23 +250,22 @@ def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: Sessi
     )
 
 
-def _run_model(
-    scn: Scenario,
-    ref,
-    trace: Path | None,
-    seed: int,
-    out: Path | None,
-    rid: str,
-    index: int,
-    expected: int,
-    progress: Progress | None,
-) -> tuple[dict, list[Path]]:
+def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dict, list[Path]]:
+    """Simulate one model: (its summary, the files written); `send` gets the progress tuples."""
+    scn, ref, trace, seed, out, rid = (
+        run.scn,
+        run.scn.models[run.index],
+        run.trace,
+        run.seed,
+        run.out,
+        run.run_id,
+    )
     arith = build_arith(ref.name, prefill_mode=ref.prefill_mode, kv_layout=ref.kv_layout)
     hook = None
-    if progress is not None:
+    if send is not None:
 
         def hook(now: float, ended: int) -> None:
-            progress(ref.name, index, len(scn.models), now, ended, expected)
+            send((ref.name, run.index, len(scn.models), now, ended, run.expected))
 
     sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook, run_id=rid)
     w = scn.workload

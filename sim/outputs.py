@@ -117,8 +117,7 @@ def probe_output_file(path: Path, *, flag: str) -> None:
 
 def probe_writable_dir(path: Path, *, flag: str = "--out") -> None:
     """Check, before any work, a folder that a command writes into in place (`sim plan` resumes from
-    its ledger there, `sim sweep` and `sim validate` replace their two files): not a file, and writable where it is or
-    will be made."""
+    its ledger there): not a file, and writable where it is or will be made."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError("exists and is not a folder", where=f"{flag} {path}", allowed="a folder")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import pyarrow.parquet as pq
 import typer
 import yaml
 from rich.console import Console
@@ -26,6 +25,7 @@ from sim import native
 from sim.api import run_scenario
 from sim.config.scenario import load_scenario
 from sim.timing.arith import build_arith
+from sim.workload.io import TraceWriter
 from sim.workload.rows import request_table
 from sim.workload.schema import ARRIVAL_ABSOLUTE, ARRIVAL_THINK
 
@@ -84,7 +84,8 @@ def agent_trace(path: Path, requests: int, seed: int) -> Path:
         "shared_prefix_id": session % 4,
         "shared_prefix_tokens": SHARED_PREFIX_TOKENS,
     }
-    pq.write_table(request_table(requests, cols), path)
+    with TraceWriter(path) as writer:  # with its summary in the metadata: `trace_info` reads no rows
+        writer.write(request_table(requests, cols))
     return path
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +18,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from sim.cli.options import CORES, RayAddress, Workers
+
 
 def register(app: typer.Typer) -> None:
     """Add `sim plan` to the top-level app."""
@@ -30,18 +31,8 @@ def plan(
     out: Annotated[
         Path, typer.Option("--out", help="output folder; a folder holding a partial plan is resumed")
     ],
-    workers: Annotated[
-        int,
-        typer.Option("--workers", min=1, help="simulations run at once (local processes or local Ray CPUs)"),
-    ] = os.cpu_count() or 1,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            help="'local': start a local Ray instance of --workers CPUs; else the address of a Ray cluster, "
-            "whose CPUs decide the parallelism",
-        ),
-    ] = None,
+    workers: Workers = CORES,
+    ray: RayAddress = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="print only the recommendation JSON on stdout")
     ] = False,

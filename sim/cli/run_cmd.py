@@ -1,6 +1,7 @@
-"""`sim run SCENARIO [--out DIR] [--force] [--seed N] [--json]`: simulate every model of a scenario
-on the same cluster and trace, write the outputs (whole or not at all: sim.outputs), print the models
-side by side (ratio last/first) next to the DeepSeek API list prices."""
+"""`sim run SCENARIO [--out DIR] [--force] [--seed N] [--jobs N] [--json]`: simulate every model of a
+scenario on the same cluster and trace (up to --jobs models at once, one process each), write the
+outputs (whole or not at all: sim.outputs), print the models side by side (ratio last/first) next
+to the DeepSeek API list prices."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rich.table import Table
 from sim import native, units
 from sim.api import run_scenario
 from sim.cli.capacity_view import capacity_lines, capacity_table
+from sim.cli.options import CORES, Jobs
 from sim.config.scenario import load_scenario
 
 
@@ -56,6 +58,7 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="print summary.json to stdout, nothing else")
     ] = False,
+    jobs: Jobs = CORES,
 ) -> None:
     """Replay the scenario's trace on its cluster for each model; write Parquet + summary.json."""
     scn = load_scenario(scenario)
@@ -63,7 +66,7 @@ def run(
     err = Console(stderr=True, highlight=False)
     started = time.perf_counter()
     try:
-        result = _run(scn, seed, out_dir, force, as_json, err)
+        result = _run(scn, seed, out_dir, force, as_json, err, jobs)
     except KeyboardInterrupt:
         err.print(f"nothing of this run was written; {out_dir} is as it was", markup=False, soft_wrap=True)
         raise
@@ -87,9 +90,9 @@ def run(
     )
 
 
-def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: Console):
+def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: Console, jobs: int):
     """The simulation under a progress bar per model (shown from the first model on: the checks
-    before it print only errors)."""
+    before it print only errors); models run `jobs` at a time, their bars side by side."""
     bar = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -111,7 +114,7 @@ def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: 
         bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
 
     try:
-        result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force)
+        result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs)
         for model, task in tasks.items():
             s = result.summary["models"][model]
             bar.update(

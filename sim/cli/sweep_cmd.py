@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sim.cli.numbers import finite
+from sim.cli.options import CORES, RayAddress, Workers
 from sim.errors import InputError
 
 
@@ -51,20 +51,21 @@ def sweep(
             help="interpolate the point where TPOT p50 equals this (default: SLO TPOT)",
         ),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="simulations run at once")] = os.cpu_count()
-    or 1,
-    ray: Annotated[
-        str | None,
-        typer.Option("--ray", help="'local': a local Ray instance of --workers CPUs; else a Ray address"),
-    ] = None,
+    workers: Workers = CORES,
+    ray: RayAddress = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="seed of every point (default: the scenario's)")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print only sweep.json on stdout")] = False,
+    force: Annotated[bool, typer.Option("--force", help="replace an earlier sweep in --out (whole)")] = False,
     gpus: Annotated[
         int | None,
-        typer.Option("--gpus", min=1, help="search every aggregated and prefill:decode deployment of this many "
-                     "GPUs (sim.sweep.space) instead of the scenario's pools"),
+        typer.Option(
+            "--gpus",
+            min=1,
+            help="search every aggregated and prefill:decode deployment of this many "
+            "GPUs (sim.sweep.space) instead of the scenario's pools",
+        ),
     ] = None,
     prefill_layouts: Annotated[
         str | None, typer.Option("--prefill-layouts", help="with --gpus: tp4,tp8,dp8,wide (default tp4,dp8)")
@@ -77,26 +78,28 @@ def sweep(
     ] = None,
 ) -> None:
     """Run a benchmark scenario at each concurrency for each model and draw the frontier."""
-    from sim.config.scenario import load_scenario
-    from sim.outputs import probe_writable_dir
-    from sim.sweep.runner import load_benchmark_template, run_sweep, write_outputs
+    from sim.outputs import probe_output_dir, staged_output_dir
+    from sim.sweep.runner import load_benchmark, run_sweep, scenario_digest, write_outputs
 
-    probe_writable_dir(out)
+    target = probe_output_dir(out, force=force)
     if (concurrency is None) == (not auto):
         raise InputError("give --concurrency LIST or --auto (one of them)", where="--concurrency",
                          value=concurrency, allowed="--concurrency 1,2,4,... | --auto")  # fmt: skip
     if at_tpot_ms is not None and at_tpot_ms <= 0:
         raise InputError("must be > 0", where="--at-tpot-ms", value=at_tpot_ms)
     levels = parse_concurrencies(concurrency) if concurrency is not None else None
-    scn = load_scenario(scenario)  # every problem of the file, reported the usual way
-    template = load_benchmark_template(scenario)
+    template, scn = load_benchmark(scenario)  # every problem of the file, reported the usual way
     target_s = at_tpot_ms / 1e3 if at_tpot_ms is not None else scn.slo.tpot_s
     if gpus is not None:
         from sim.cli import sweep_space
 
         layouts = {"prefill": prefill_layouts, "decode": decode_layouts, "colocated": colocated_layouts}
-        sweep_space.run(template, scn, gpus=gpus, layouts=layouts, concurrencies=levels, target_s=target_s,
-                        workers=workers, ray=ray, seed=seed, out=out, json_output=json_output)  # fmt: skip
+        with staged_output_dir(
+            target, run_id=scenario_digest(template, gpus), command="sim sweep --gpus"
+        ) as stage:
+            sweep_space.run(template, scn, gpus=gpus, layouts=layouts, concurrencies=levels, target_s=target_s,
+                            workers=workers, ray=ray, seed=seed, out=stage, json_output=json_output,
+                            shown_out=out)  # fmt: skip
         return
 
     err = Console(stderr=True)
@@ -109,7 +112,9 @@ def sweep(
 
         result = run_sweep(template, concurrencies=levels, target_tpot_s=target_s, workers=workers, ray=ray,
                            seed=seed, progress=on_progress)  # fmt: skip
-    files = write_outputs(result, out)
+    with staged_output_dir(target, run_id=scenario_digest(template, levels), command="sim sweep") as stage:
+        written = write_outputs(result, stage)
+    files = [out / path.relative_to(stage) for path in written]
     if json_output:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return

@@ -19,8 +19,10 @@ SPACE_JSON = "space.json"
 
 
 def run(template: dict[str, Any], scn, *, gpus: int, layouts: dict[str, str | None], concurrencies: list[int] | None,
-        target_s: float, workers: int, ray: str | None, seed: int | None, out: Path, json_output: bool) -> None:  # fmt: skip
-    """Enumerate, sweep, write `space.json` and each deployment's sweep under `deployments/`, print."""
+        target_s: float, workers: int, ray: str | None, seed: int | None, out: Path, json_output: bool,
+        shown_out: Path | None = None) -> None:  # fmt: skip
+    """Enumerate, sweep, write `space.json` and each deployment's sweep under `deployments/` of
+    `out` (a staged folder that becomes `shown_out`: sim.outputs), print."""
     from sim.sweep.runner import write_outputs
 
     hw = scn.pool_profile(scn.cluster.pools[0])
@@ -44,7 +46,7 @@ def run(template: dict[str, Any], scn, *, gpus: int, layouts: dict[str, str | No
     if json_output:
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
-    _print(result, scn.name, path)
+    _print(result, scn.name, (shown_out or out) / SPACE_JSON)
 
 
 def _slug(label: str) -> str:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.cli.options import CORES, RayAddress, Workers
 from sim.paths import project_root
 
 VALIDATE_JSON = "validate.json"
@@ -33,12 +34,11 @@ def validate(
         Path | None, typer.Option("--out", help="write validate.json and validate.html here")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="print only the JSON ({cases: [...]})")] = False,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="simulations run at once")] = os.cpu_count()
-    or 1,
-    ray: Annotated[
-        str | None,
-        typer.Option("--ray", help="'local': a local Ray instance of --workers CPUs; else a Ray address"),
-    ] = None,
+    workers: Workers = CORES,
+    ray: RayAddress = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace an earlier validation in --out (whole)")
+    ] = False,
     real: Annotated[
         Path | None,
         typer.Option("--real", help="a run directory of kernels_bench.serve.run: compare it with sim instead"),
@@ -54,14 +54,13 @@ def validate(
 
         validate_real_cmd(real, model, out, json_output)
         return
-    from sim.outputs import probe_writable_dir
+    from sim.outputs import probe_output_dir, staged_output_dir
     from sim.validate.cases import load_cases
     from sim.validate.page import validate_page
     from sim.validate.runner import run_cases
 
     folder = cases if cases is not None else project_root() / "scenarios" / "validation"
-    if out is not None:
-        probe_writable_dir(out)
+    target = probe_output_dir(out, force=force) if out is not None else None
     loaded = load_cases(folder)  # every case file is checked before anything runs
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -73,16 +72,12 @@ def validate(
 
         results = run_cases(loaded, workers=workers, ray=ray, progress=on_progress)
     document = {"format": "sim.validate/v1", "cases": [r.to_json() for r in results]}
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in (
-            (VALIDATE_JSON, json.dumps(document, indent=2) + "\n"),
-            (VALIDATE_HTML, validate_page(results)),
-        ):
-            path = out / name
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+    if target is not None:
+        text = json.dumps(document, indent=2) + "\n"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        with staged_output_dir(target, run_id=digest, command="sim validate") as stage:
+            (stage / VALIDATE_JSON).write_text(text)
+            (stage / VALIDATE_HTML).write_text(validate_page(results))
     if json_output:
         typer.echo(json.dumps(document, indent=2))
         return

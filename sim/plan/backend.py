@@ -88,15 +88,20 @@ class SimBackend:
     def load_template(self, path: Path) -> dict[str, Any]:
         """The template document with its workload paths made absolute, so that every candidate
         (and the scenario files written for reproduction) can live in any folder."""
+        return self.load_template_and_scenario(path)[0]
+
+    def load_template_and_scenario(self, path: Path) -> tuple[dict[str, Any], Scenario]:
+        """`load_template` and the scenario it validated (the file is read once)."""
         document = read_yaml_mapping(path)
         scenario = validate_or_raise(
             Scenario, document, file=str(path), context={"base_dir": path.parent.resolve()}
         )
+        scenario._file = str(path)
         workload = dict(document["workload"])
         for name in _PATH_FIELDS:
             if workload.get(name) is not None:
                 workload[name] = getattr(scenario.workload, name)  # absolute after validation
-        return {**document, "workload": workload}
+        return {**document, "workload": workload}, scenario
 
     def model_overrides(self, template: dict[str, Any], model: str) -> dict[str, Any]:
         """Serve only `model`, keeping the template's engine options for it when it lists them."""

@@ -10,18 +10,14 @@ worker whose simulator or files differ refuses to run: see `sim.plan.backend.eva
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
 
 from sim.errors import InputError
+from sim.processes import die_with_parent
 
 
 class Executor(Protocol):
@@ -34,25 +30,6 @@ class Executor(Protocol):
     def pending(self) -> int: ...
 
     def close(self) -> None: ...
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Worker initialiser: end this process when its parent ends, however the parent ends (SIGKILL
-    included), so no simulation runs on orphaned. Linux: the kernel's parent-death signal; elsewhere
-    a thread that watches the parent id."""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    else:  # pragma: no cover - CI runs Linux
-
-        def watch() -> None:
-            while os.getppid() == parent_pid:
-                time.sleep(1.0)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True).start()
-    if os.getppid() != parent_pid:  # the parent ended before the signal was armed
-        os._exit(1)
 
 
 class LocalExecutor:

@@ -24,9 +24,10 @@ past `max_requests`, or depending on one of those, never arrive (`not_arrived` c
 A session is complete when all its arriving requests have ended; `on_session` gets
 (session_id, first arrival, last end, requests, rejected, largest context in tokens).
 
-The trace is read a row batch at a time, each batch validated by sim.workload's TraceValidator
-(the checks `iter_sessions` makes), and turned into Python lists column by column: per-session
-tables would cost more than the simulation of their requests.
+The trace is read by sim.workload.io (the reader of every command: the same casts and checks),
+a batch of whole sessions at a time, and each batch's columns turned into Python lists
+(`TraceColumns`) that the loader indexes row by row: per-row or per-session objects would cost
+more than the simulation of their requests.
 """
 
 from __future__ import annotations
@@ -36,21 +37,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
+import pyarrow.compute as pc
 
 from sim.cluster.cluster import Cluster
 from sim.cluster.events import call_at
 from sim.cluster.request import Request, lineage_key, shared_key
-from sim.errors import InputError
-from sim.workload.io import file_format, open_parquet
-from sim.workload.schema import (
-    ARRIVAL_ABSOLUTE,
-    FORMAT_VERSION,
-    OPTIONAL_COLUMNS,
-    REQUEST_SCHEMA,
-    complete_columns,
-)
-from sim.workload.validate import TraceValidator
+from sim.workload.io import iter_session_batches
+from sim.workload.schema import ARRIVAL_ABSOLUTE
 
 COLUMNS = (
     "session_id",
@@ -74,39 +68,43 @@ COLUMNS = (
 BATCH_ROWS = 65_536
 
 
-def iter_trace_sessions(path: str | Path, batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, float, list]]:
-    """(session_id, start_s, rows) in file order; rows are tuples in COLUMNS order."""
-    pf = open_parquet(path)
-    if file_format(pf) not in (None, FORMAT_VERSION):
-        raise InputError(
-            "not a request trace", file=str(path), where="metadata format", allowed=FORMAT_VERSION
-        )
-    schema = pa.schema(
-        [f for f in REQUEST_SCHEMA if f.name != "block_hashes" and f.name not in OPTIONAL_COLUMNS]
-    )
-    missing = [n for n in schema.names if n not in pf.schema_arrow.names]
-    if missing:
-        raise InputError("missing column", file=str(path), where=f"column {missing[0]}",
-                         allowed=f"the columns of {FORMAT_VERSION}")  # fmt: skip
-    validator = TraceValidator(str(path))
-    sid: Any = None  # no session yet
-    start = 0.0
-    rows: list = []
-    for batch in pf.iter_batches(batch_size=batch_rows, columns=schema.names, use_threads=False):
-        table = pa.Table.from_batches([batch])
-        try:
-            table = table.cast(schema, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-            raise InputError(f"column types differ from {FORMAT_VERSION} ({err})", file=str(path)) from None
-        validator.check(complete_columns(table))
-        for row in zip(*(table.column(name).to_pylist() for name in COLUMNS), strict=True):
-            if row[0] != sid:
-                if rows:
-                    yield sid, start, rows
-                sid, start, rows = row[0], row[1], []
-            rows.append(row)
-    if rows:
-        yield sid, start, rows
+class TraceColumns:
+    """Whole sessions of a trace, column by column as Python lists (what compiled code indexes
+    fastest); `bounds[k]:bounds[k + 1]` are the rows of the k-th session."""
+
+    def __init__(self, table: Any) -> None:
+        def ints(name: str) -> list[int]:
+            return table.column(name).to_numpy().tolist()
+
+        def floats(name: str) -> list[float]:
+            return table.column(name).to_numpy().tolist()
+
+        sid = table.column("session_id").to_numpy()
+        self.bounds: list[int] = [0, *(np.flatnonzero(sid[1:] != sid[:-1]) + 1).tolist(), len(sid)]
+        self.session_id: list[int] = sid.tolist()
+        self.session_start_s = floats("session_start_s")
+        self.request_id = ints("request_id")
+        self.request_index = ints("request_index")
+        self.agent_id = ints("agent_id")
+        self.absolute: list[bool] = pc.equal(table.column("arrival"), ARRIVAL_ABSOLUTE).to_pylist()
+        self.arrival_time_s = floats("arrival_time_s")
+        self.think_time_s = floats("think_time_s")
+        self.depends_on_request_id = ints("depends_on_request_id")
+        self.input_tokens = ints("input_tokens")
+        self.output_tokens = ints("output_tokens")
+        self.prefix_parent_request_id = ints("prefix_parent_request_id")
+        self.prefix_tokens = ints("prefix_tokens")
+        self.shared_prefix_id = ints("shared_prefix_id")
+        self.shared_prefix_tokens = ints("shared_prefix_tokens")
+        self.image_count = ints("image_count")
+        self.image_tokens = ints("image_tokens")
+
+
+def iter_trace_columns(path: str | Path, batch_rows: int = BATCH_ROWS) -> Iterator[TraceColumns]:
+    """The trace's sessions in file order, a batch of whole sessions at a time, read and validated
+    by sim.workload.io (the reader every command uses)."""
+    for table in iter_session_batches(path, batch_rows, list(COLUMNS)):
+        yield TraceColumns(table)
 
 
 class _Session:
@@ -126,7 +124,7 @@ class Arrivals:
     def __init__(
         self,
         env: Any,
-        sessions: Iterator[tuple[int, float, list]],
+        trace: Iterator[TraceColumns],
         cluster: Cluster,
         *,
         closed_loop: bool,
@@ -137,7 +135,7 @@ class Arrivals:
         on_idle: Callable[[], None],
     ) -> None:
         self.env = env
-        self._sessions = sessions
+        self._trace = trace
         self.cluster = cluster
         cluster.arrivals = self
         self.closed_loop = closed_loop
@@ -163,51 +161,66 @@ class Arrivals:
 
     def _loader(self):
         env = self.env
-        for sid, start, rows in self._sessions:
-            if start >= self.horizon_s:
-                break
-            if start > env.now:
-                yield env.timeout(start - env.now)
-            self._load(sid, rows)
-            if self.max_requests is not None and self.scheduled >= self.max_requests:
-                break
+        for cols in self._trace:
+            bounds = cols.bounds
+            for k in range(len(bounds) - 1):
+                lo = bounds[k]
+                start = cols.session_start_s[lo]
+                if start >= self.horizon_s or self._full():
+                    self._stop_loading()
+                    return
+                if start > env.now:
+                    yield env.timeout(start - env.now)
+                self._load(cols, lo, bounds[k + 1])
+        self._stop_loading()
+
+    def _full(self) -> bool:
+        return self.max_requests is not None and self.scheduled >= self.max_requests
+
+    def _stop_loading(self) -> None:
         self.loaded_all = True
         self._check_idle()
 
-    def _load(self, sid: int, rows: list) -> None:
+    def _load(self, cols: TraceColumns, lo: int, hi: int) -> None:
+        """Make the requests of rows lo..hi-1 (one session) and schedule those that do not wait."""
+        sid = cols.session_id[lo]
         state = _Session(sid)
         agent_of: dict[int, int] = {}
         limit = self.max_requests
         closed = self.closed_loop
         session_of = self._session_of
         children = self._children
-        for (_sid, _start, rid, index, agent, arrival, at_s, think_s, dep, inp, out, parent, prefix, shared,
-             shared_tokens, image_count, image_tokens) in rows:  # fmt: skip
+        for i in range(lo, hi):
             if limit is not None and self.scheduled >= limit:
                 break
-            parent_agent = agent_of.get(parent)
+            rid = cols.request_id[i]
+            agent = cols.agent_id[i]
+            shared = cols.shared_prefix_id[i]
+            at_s = cols.arrival_time_s[i]
+            parent_agent = agent_of.get(cols.prefix_parent_request_id[i])
             req = Request(
                 rid,
                 sid,
-                index,
+                cols.request_index[i],
                 agent,
                 lineage_key(sid, agent),
                 lineage_key(sid, parent_agent) if parent_agent is not None else None,
                 shared_key(shared) if shared >= 0 else None,
                 at_s,
-                inp,
-                out,
-                prefix if parent_agent is not None else 0,
-                shared_tokens if shared >= 0 else 0,
-                image_tokens,
-                image_count,
+                cols.input_tokens[i],
+                cols.output_tokens[i],
+                cols.prefix_tokens[i] if parent_agent is not None else 0,
+                cols.shared_prefix_tokens[i] if shared >= 0 else 0,
+                cols.image_tokens[i],
+                cols.image_count[i],
             )
             agent_of[rid] = agent
             self.scheduled += 1
             state.pending += 1
             session_of[rid] = state
-            if closed and arrival != ARRIVAL_ABSOLUTE and dep in agent_of and dep != rid:
-                children.setdefault(dep, []).append((req, think_s))
+            dep = cols.depends_on_request_id[i]
+            if closed and not cols.absolute[i] and dep in agent_of and dep != rid:
+                children.setdefault(dep, []).append((req, cols.think_time_s[i]))
             else:
                 self._schedule(req, at_s)
 

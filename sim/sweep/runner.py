@@ -14,6 +14,7 @@ Outputs in `out_dir`: `sweep.json` (`models.<name>.points[]`, `models.<name>.at_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.config.scenario import Scenario
 from sim.errors import InputError
 from sim.plan.backend import SimBackend
 from sim.plan.executors import make_executor
@@ -59,9 +61,10 @@ class SweepResult:
         }
 
 
-def load_benchmark_template(path: Path) -> dict[str, Any]:
-    """The scenario document (paths made absolute), refused unless its workload is a benchmark."""
-    template = SimBackend().load_template(path)
+def load_benchmark(path: Path) -> tuple[dict[str, Any], Scenario]:
+    """The scenario document (paths made absolute) and the validated scenario, read once; refused
+    unless its workload is a benchmark."""
+    template, scenario = SimBackend().load_template_and_scenario(path)
     if not isinstance(template.get("workload", {}).get("benchmark"), dict):
         raise InputError(
             "sim sweep raises a benchmark client's concurrency; this scenario's workload has none",
@@ -69,7 +72,7 @@ def load_benchmark_template(path: Path) -> dict[str, Any]:
             where="workload.benchmark",
             allowed="a workload.benchmark block (README: Benchmark workloads)",
         )
-    return template
+    return template, scenario
 
 
 def model_names(template: dict[str, Any]) -> list[str]:
@@ -176,6 +179,13 @@ def _saturated(results: dict[int, dict[str, Any]], target_tpot_s: float) -> bool
     top = results[max(results)]["summary"]
     tpot = top.get("tpot_p50_s")
     return (tpot is not None and tpot >= target_tpot_s) or bool(top.get("requests_rejected"))
+
+
+def scenario_digest(template: dict[str, Any], *args: Any) -> str:
+    """The id a sweep's output folder carries (its `.sim-output` marker): a hash of what it was asked."""
+    return hashlib.sha256(json.dumps([template, *args], sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
 
 
 def write_outputs(result: SweepResult, out_dir: Path) -> list[Path]:

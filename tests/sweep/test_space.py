@@ -80,7 +80,7 @@ def test_the_cli_searches_the_deployments_and_writes_space_json(tmp_path):
     assert best["aggregated"]["deployment"] in ("agg tp4x2", "agg dp8x1")
     assert all(d["tok_s_gpu"] is None or d["tok_s_gpu"] > 0 for d in data["deployments"])
     assert (out / "deployments" / "p4-tp4x1-d4-tp4x1" / "sweep.json").is_file()
-    bad = CliRunner().invoke(app, [*args[:-1], "--decode-layouts", "ep3"])
+    bad = CliRunner().invoke(app, [*args[:-1], "--decode-layouts", "ep3", "--force"])
     assert bad.exit_code != 0 and "unknown layout" in str(bad.exception) + bad.output
 
 
