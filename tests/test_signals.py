@@ -39,7 +39,8 @@ def test_a_signal_mid_run_keeps_the_previous_folder_and_leaves_nothing_half_writ
     tmp.mkdir()
     sim = Path(sys.executable).with_name("sim")
     proc = subprocess.Popen(
-        [str(sim), "run", str(_scenario(tmp_path)), "--out", str(out), "--force"],
+        # models in turn: the first model's folder appears when it ends, the signal lands in the second
+        [str(sim), "run", str(_scenario(tmp_path)), "--out", str(out), "--force", "--jobs", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,14 +10,20 @@ worker whose simulator or files differ refuses to run: see `sim.plan.backend.eva
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable
+import socket
+import sys
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
 
 from sim.errors import InputError
 from sim.processes import die_with_parent
+
+RAY_ALLOWED = "local, auto, or the HOST:PORT (ray://HOST:PORT for Ray Client) of a running Ray head"
+CONNECT_TIMEOUT_S = 10.0  # a Ray head answers a TCP connect in milliseconds, even across a WAN
 
 
 class Executor(Protocol):
@@ -67,7 +73,8 @@ class LocalExecutor:
 
 
 class RayExecutor:
-    """Ray tasks of one CPU each. `address` None starts a local instance of `workers` CPUs."""
+    """Ray tasks of one CPU each. `address` None starts a local instance of `workers` CPUs; else
+    it joins the running cluster at `address` (checked first: `ray_reachable`)."""
 
     def __init__(self, fn: Callable[[Any], Any], workers: int, address: str | None) -> None:
         import ray  # imported here: Ray is optional (`pip install sim[dist]`) and slow to import
@@ -76,12 +83,13 @@ class RayExecutor:
         if address is None:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
         else:
+            ray_reachable(address)
             try:
-                ray.init(address=address, log_to_driver=False, logging_level="WARNING")
-            except ConnectionError as err:
-                raise InputError(
-                    f"cannot reach the Ray cluster: {err}", where="--ray", value=address
-                ) from None
+                with _stderr_silenced():  # Ray's core logs every retry there: the error says it once
+                    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+            except (ConnectionError, RuntimeError) as err:
+                raise InputError(f"cannot join a Ray cluster at {address}: {err}", where="--ray",
+                                 allowed=RAY_ALLOWED) from None  # fmt: skip
         self._remote = ray.remote(num_cpus=1, max_retries=0)(fn)
         self._running: dict[Any, str] = {}
 
@@ -102,6 +110,37 @@ class RayExecutor:
             self._ray.cancel(ref, force=True)
         self._running.clear()
         self._ray.shutdown()
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for the block (C++ libraries write there directly)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def ray_reachable(address: str) -> None:
+    """Fail at once, in one line, when nothing listens at `address`: `ray.init` would retry for
+    minutes, logging as it goes. `auto` (RAY_ADDRESS, or the cluster started on this machine) is
+    left to Ray, which answers at once when there is none."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InputError("not a Ray address", where="--ray", value=address, allowed=RAY_ALLOWED)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        reason = (err.strerror or str(err) or type(err).__name__).lower()
+        raise InputError(f"cannot reach a Ray cluster at {address} ({reason})", where="--ray",
+                         allowed=RAY_ALLOWED) from None  # fmt: skip
 
 
 def make_executor(fn: Callable[[Any], Any], workers: int, ray: str | None) -> Executor:

@@ -3,6 +3,8 @@ the same bytes as one after the other, progress from every model, a failure rais
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 
 from sim.api import run_scenario
@@ -39,6 +41,19 @@ def test_a_model_failing_in_its_process_raises_its_error_in_the_parent(tmp_path)
     with pytest.raises(InputError, match="workload.warmup_s: no request .* nothing was measured"):
         run_scenario(scn, out_dir=tmp_path / "out", jobs=2)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupt_stops_the_model_processes_and_leaves_nothing(tmp_path):
+    trace = agent_trace(tmp_path / "t.parquet", sessions=8, turns=3)
+    scn = scenario(tmp_path, trace, models=MODELS)
+
+    def progress(*_args):
+        raise KeyboardInterrupt  # what Ctrl-C or SIGTERM (sim.cli.signals) raises mid-run
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(scn, out_dir=tmp_path / "out", jobs=2, progress=progress)
+    assert multiprocessing.active_children() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.parquet", scn.source_file.rsplit("/", 1)[1]])
 
 
 def _square(job, send):
