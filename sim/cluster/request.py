@@ -1,7 +1,8 @@
 """One request (a turn of an agent session) as it moves through the cluster.
 
 Trace fields are set once at arrival; the rest is written only by the instance engines and the
-cluster wiring (style.md §6 ownership table), and read by the recorder when it ends.
+cluster wiring (style.md §6 ownership table), and read by the request log when it ends
+(sim.metrics.requestlog).
 Timestamps that never happened stay NaN. Run-time fields start as class-level defaults, so
 making a request sets only its trace fields (millions are made per run).
 
@@ -15,44 +16,6 @@ from typing import Any
 
 NAN: float = float("nan")
 LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
-# What the request log keeps of an ended request, in `Request.logged()` order (the recorder,
-# sim.metrics.recorder, names their columns; a test checks the two lists agree).
-LOGGED_FIELDS = (
-    "request_id",
-    "session_id",
-    "request_index",
-    "agent_id",
-    "status",
-    "reject_reason",
-    "measured",
-    "arrival_s",
-    "admitted_s",
-    "load_start_s",
-    "load_end_s",
-    "prefill_start_s",
-    "first_token_s",
-    "kv_transfer_start_s",
-    "kv_transfer_end_s",
-    "decode_start_s",
-    "finish_s",
-    "input_tokens",
-    "output_tokens",
-    "prefix_tokens",
-    "hit_tokens",
-    "hbm_hit_tokens",
-    "computed_tokens",
-    "replay_tokens",
-    "image_tokens",
-    "prefix_source",
-    "shared_prefix_hit",
-    "load_bytes",
-    "swa_load_bytes",
-    "kv_transfer_bytes",
-    "prefill_pool",
-    "prefill_instance",
-    "decode_pool",
-    "decode_instance",
-)
 
 
 def lineage_key(session_id: int, agent_id: int) -> int:
@@ -143,43 +106,3 @@ class Request:
     def context_tokens(self) -> int:
         """Tokens of the session's context after this request (what a completion caches)."""
         return self.input_tokens + self.output_tokens
-
-    def logged(self) -> tuple[object, ...]:
-        """The LOGGED_FIELDS of this request, read in compiled code (once per ended request:
-        reading 34 attributes by name from Python cost more than the rest of its logging)."""
-        return (
-            self.request_id,
-            self.session_id,
-            self.request_index,
-            self.agent_id,
-            self.status,
-            self.reject_reason,
-            self.measured,
-            self.arrival_s,
-            self.admitted_s,
-            self.load_start_s,
-            self.load_end_s,
-            self.prefill_start_s,
-            self.first_token_s,
-            self.kv_transfer_start_s,
-            self.kv_transfer_end_s,
-            self.decode_start_s,
-            self.finish_s,
-            self.input_tokens,
-            self.output_tokens,
-            self.prefix_tokens,
-            self.hit_tokens,
-            self.hbm_hit_tokens,
-            self.computed_tokens,
-            self.replay_tokens,
-            self.image_tokens,
-            self.prefix_source,
-            self.shared_prefix_hit,
-            self.load_bytes,
-            self.swa_load_bytes,
-            self.kv_transfer_bytes,
-            self.prefill_pool,
-            self.prefill_instance,
-            self.decode_pool,
-            self.decode_instance,
-        )

@@ -1,10 +1,10 @@
 """The request log: one row per arrived request, written when it ends (completed or rejected).
 
-An ended request is snapshot as one tuple of its logged fields (`Request.logged()`, compiled,
-while the object is still hot in the CPU cache; reading the fields column by column later from
-65K scattered objects cost 15 % of a run), the request object itself is released, and the
-tuples are turned into a Parquet row group (and into the summary's sums and latency arrays) a
-batch at a time with vectorised column operations, so memory stays bounded by one row group.
+An ended request's fields are logged into preallocated rows (`RequestRows`, compiled: a packed
+record of its numbers and a list slot per text field, sim.metrics.requestlog), the request object
+is released, and each full group of rows is viewed as numpy columns, turned into a Parquet row
+group (and into the summary's sums and latency arrays) with vectorised column operations. Memory
+for the rows is allocated once, at the start of the run.
 
 Files are written to a temporary name in the same folder and renamed by `close()`, never left
 half-written (`abort()` removes them).
@@ -20,30 +20,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sim.cluster.request import LOGGED_FIELDS
+from sim.metrics.requestlog import NUMERIC_FIELDS, TEXT_FIELDS, RequestRows
 from sim.metrics.schema import REQUEST_SCHEMA, stamped
 
 ROWS_PER_GROUP = 65_536
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, use_dictionary=True, write_statistics=True)
 
 
-def _numpy_dtype(t: pa.DataType):
-    """The numpy type a log column is gathered in (None: Python objects, for strings)."""
-    if pa.types.is_string(t):
-        return None
+def _record_code(t: pa.DataType) -> str:
+    """The struct code a numeric log field is packed with (and the numpy type it is read back as)."""
+    if pa.types.is_boolean(t):
+        return "?"
     if pa.types.is_integer(t):
-        return np.int64  # sums over a run overflow int32; the file narrows to the schema's type
-    return t.to_pandas_dtype()
+        return "q"  # sums over a run overflow int32; the file narrows to the schema's type
+    return "d"
 
 
-# The logged fields (named as in the file) -> numpy dtype, in Request.logged() order
-_COLUMNS = {name: _numpy_dtype(REQUEST_SCHEMA.field(name).type) for name in LOGGED_FIELDS}
-
-
-def _column(values: tuple, dtype):
-    if dtype is None:
-        return list(values)
-    return np.fromiter(values, dtype=dtype, count=len(values))
+_CODES = "".join(_record_code(REQUEST_SCHEMA.field(name).type) for name in NUMERIC_FIELDS)
+RECORD_FORMAT = "<" + _CODES  # little-endian, standard sizes, no padding: numpy reads it as is
+RECORD_DTYPE = np.dtype([(name, "<" + code) for name, code in zip(NUMERIC_FIELDS, _CODES, strict=True)])
 
 
 class Totals:
@@ -84,7 +79,7 @@ class Recorder:
         self._schema = stamped(REQUEST_SCHEMA, run_id)
         self._tmp = out_path.with_name(out_path.name + ".tmp") if out_path is not None else None
         self._writer: pq.ParquetWriter | None = None
-        self._buf: list = []
+        self._rows = RequestRows(ROWS_PER_GROUP, RECORD_FORMAT)
         self.slo_ttft_s = slo_ttft_s
         self.slo_tpot_s = slo_tpot_s
         self.totals = Totals(tiers)
@@ -96,9 +91,7 @@ class Recorder:
 
     def record(self, req) -> None:
         """`req` ended (completed or rejected)."""
-        buf = self._buf
-        buf.append(req.logged())
-        if len(buf) >= ROWS_PER_GROUP:
+        if self._rows.add(req):
             self._flush()
 
     # latency arrays of measured completed requests (after close)
@@ -115,15 +108,14 @@ class Recorder:
         return np.concatenate(self._e2e) if self._e2e else np.zeros(0)
 
     def _flush(self) -> None:
-        rows = self._buf
-        if not rows:
+        rows = self._rows
+        n = rows.size
+        if n == 0:
             return
-        self._buf = []
-        columns = zip(*rows, strict=True)
-        cols = {
-            name: _column(values, dtype)
-            for (name, dtype), values in zip(_COLUMNS.items(), columns, strict=True)
-        }
+        records = np.frombuffer(rows.numbers, dtype=RECORD_DTYPE, count=n)
+        cols = {name: np.ascontiguousarray(records[name]) for name in NUMERIC_FIELDS}  # copies
+        cols.update({name: getattr(rows, name)[:n] for name in TEXT_FIELDS})
+        rows.size = 0
         status = np.asarray(cols["status"])
         tier = np.asarray(cols["prefix_source"])
         completed = status == "completed"
@@ -139,7 +131,7 @@ class Recorder:
             "pool",
             np.where(cols["replay_tokens"] > 0, "replay", np.where(hit & (tier == "hbm"), "hbm", "")),
         )
-        self.all_count += len(rows)
+        self.all_count += n
         self.all_sojourn_s += float(np.sum(finish - arrival))
         cols["ttft_s"] = ttft
         cols["tpot_s"] = tpot

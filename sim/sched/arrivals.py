@@ -65,7 +65,7 @@ COLUMNS = (
     "image_count",
     "image_tokens",
 )
-BATCH_ROWS = 65_536
+BATCH_ROWS = 16_384
 
 
 class TraceColumns:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -230,16 +231,23 @@ def test_a_build_without_its_record_or_a_module_runs_from_source(tmp_path, monke
     assert kind == "source" and why.startswith("not built")
 
 
-def test_request_logged_fields_are_request_log_columns_of_the_same_name():
+def test_request_rows_log_every_request_log_field_by_its_name():
     from operator import attrgetter
 
-    from sim.cluster.request import LOGGED_FIELDS
+    from sim.metrics.recorder import RECORD_DTYPE, RECORD_FORMAT
+    from sim.metrics.requestlog import NUMERIC_FIELDS, TEXT_FIELDS, RequestRows
     from sim.metrics.schema import REQUEST_SCHEMA
 
     from .objects import request
 
     derived = {"ttft_s", "tpot_s", "e2e_s", "swa_source"}  # computed by the recorder
-    assert set(LOGGED_FIELDS) == set(REQUEST_SCHEMA.names) - derived
+    assert sorted(NUMERIC_FIELDS + TEXT_FIELDS) == sorted(set(REQUEST_SCHEMA.names) - derived)
     req = request(900, 1000)
-    req.prefix_source, req.finish_s, req.decode_instance = "dram", 12.5, 3
-    assert list(map(repr, req.logged())) == list(map(repr, attrgetter(*LOGGED_FIELDS)(req)))  # NaN-safe
+    req.prefix_source, req.finish_s, req.decode_instance, req.measured = "dram", 12.5, 3, True
+    rows = RequestRows(2, RECORD_FORMAT)
+    assert not rows.add(req) and rows.add(req)
+    record = np.frombuffer(rows.numbers, dtype=RECORD_DTYPE, count=2)[1]
+    logged = [record[name].item() for name in NUMERIC_FIELDS] + [getattr(rows, n)[1] for n in TEXT_FIELDS]
+    assert list(map(repr, logged)) == list(
+        map(repr, attrgetter(*NUMERIC_FIELDS, *TEXT_FIELDS)(req))
+    )  # NaN-safe
