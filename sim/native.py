@@ -55,6 +55,7 @@ COMPILED = (
     "sim.timing.calibrated",
     "sim.timing.comm",
     "sim.timing.interp",
+    "sim.timing.batch",
     "sim.timing.roofline",
 )
 PURE_ENV = "SIM_PURE_PYTHON"

@@ -165,6 +165,7 @@ def _contexts(profile, model: str, stack: str = "production"):
 
 def _composed(profile, stack: str) -> dict:
     """Decode and prefill steps of one kernel stack at the fixed points, next to the roofline."""
+    from sim.timing.batch import DecodeTerms, PrefillChunk
     from sim.timing.calibrated import build_calibrated
     from sim.timing.factory import make_timing
 
@@ -175,8 +176,8 @@ def _composed(profile, stack: str) -> dict:
         roof = make_timing("roofline", ctx)
         for batch, context in DECODE_POINTS:
             c, r = cal.decode_seq_terms(context, 1), roof.decode_seq_terms(context, 1)
-            cal_s = cal.step_s(batch, c[0] * batch, c[1] * batch, ())
-            roof_s = roof.step_s(batch, r[0] * batch, r[1] * batch, ())
+            cal_s = cal.step_s(batch, c.scaled(batch), ())
+            roof_s = roof.step_s(batch, r.scaled(batch), ())
             parts = {
                 k.removesuffix("_s") + "_ms": v * 1e3 for k, v in cal.decode_breakdown(batch, context).items()
             }
@@ -192,8 +193,8 @@ def _composed(profile, stack: str) -> dict:
                 }
             )
         for chunk, context in PREFILL_POINTS:
-            part = [(chunk, context, True, 0, 0)]
-            cal_s, roof_s = cal.step_s(0, 0.0, 0.0, part), roof.step_s(0, 0.0, 0.0, part)
+            part = [PrefillChunk(chunk, context, last_chunk=True)]
+            cal_s, roof_s = cal.step_s(0, DecodeTerms(), part), roof.step_s(0, DecodeTerms(), part)
             prefill.append(
                 {
                     "model": model,

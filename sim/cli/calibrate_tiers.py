@@ -92,6 +92,7 @@ def tier_times(
     from sim.hardware import load_hw
     from sim.kvcache.paths import kv_regions_per_block, kv_segments, path_rates
     from sim.timing.arith import build_arith
+    from sim.timing.batch import DecodeTerms, PrefillChunk
     from sim.timing.factory import TimingContext, make_timing
     from sim.timing.roofline import Parallelism
 
@@ -131,13 +132,14 @@ def tier_times(
     )
     timing = make_timing(timing_cfg.model, ctx)
     serve_s = request_overhead_s + per_token_s * prefix_tokens
-    last_token_s = timing.step_s(0, 0.0, 0.0, [(1, prefix_tokens - 1, True, 0, 0)])
+    last_token_s = timing.step_s(0, DecodeTerms(), [PrefillChunk(1, prefix_tokens - 1, last_chunk=True)])
     floor_s = serve_s + last_token_s
     chunk = Scheduler().chunk_tokens
     prefill_s = 0.0
     for start in range(0, prefix_tokens, chunk):
         new = min(chunk, prefix_tokens - start)
-        prefill_s += timing.step_s(0, 0.0, 0.0, [(new, start, start + new == prefix_tokens, 0, 0)])
+        chunk_part = PrefillChunk(new, start, last_chunk=start + new == prefix_tokens)
+        prefill_s += timing.step_s(0, DecodeTerms(), [chunk_part])
     segments = kv_segments(prefix_tokens, block, kv_regions_per_block(spec))
     out: dict = {
         "hardware": hw.id,

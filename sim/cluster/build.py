@@ -30,9 +30,9 @@ from sim import units
 from sim.cluster.cluster import Cluster
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
+from sim.config.cache import TierPath
 from sim.errors import InputError
 from sim.hardware import load_hw
-from sim.config.cache import TierPath
 from sim.kvcache.paths import LINK_OWNER, kv_regions_per_block, link_lanes, path_cost, path_rates
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.store import KVStore, StoreTier
@@ -48,6 +48,7 @@ from sim.model import (
 )
 from sim.sched.router import Router
 from sim.timing.arith import ModelArith
+from sim.timing.base import TimingModel
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.roofline import Efficiency, HwRates, Parallelism
 
@@ -76,6 +77,19 @@ class PoolInfo:
     kv_bytes_per_instance: float
     usd_per_hour: float
     timing: str
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """Where one instance runs and what it holds, before the links and the store exist."""
+
+    pool: str
+    role: str
+    node: int  # index of its (first) node
+    gpus: int
+    timing: TimingModel
+    kv_capacity_bytes: float  # HBM left for KV (all its GPUs)
+    kv_replication: int  # copies of the latent KV (its attention-TP ranks, model.md §9)
 
 
 @dataclass
@@ -347,7 +361,7 @@ def build_simulation(
     engram_in_dram = scn.cluster.engram_placement == "host_dram" and arith.engram_table_bytes > 0
 
     # nodes and instances, pools in order
-    inst_specs = []  # (pool, role, node, gpus, timing, kv_capacity, replication)
+    inst_specs: list[InstanceSpec] = []
     node_hw = []  # hardware profile per node
     node_timing = []
     pools: list[PoolInfo] = []
@@ -396,7 +410,17 @@ def build_simulation(
         first_inst = len(inst_specs)
         for i in range(n_inst):
             node = first_node + (i // per_node if gpi <= gpn else i * nodes_per_inst)
-            inst_specs.append((pool.name, pool.role, node, gpi, timing, kv_cap, pool.tp))
+            inst_specs.append(
+                InstanceSpec(
+                    pool=pool.name,
+                    role=pool.role,
+                    node=node,
+                    gpus=gpi,
+                    timing=timing,
+                    kv_capacity_bytes=kv_cap,
+                    kv_replication=pool.tp,
+                )
+            )
         pools.append(
             PoolInfo(
                 name=pool.name,
@@ -433,8 +457,8 @@ def build_simulation(
         for n, t in enumerate(node_timing)
     ]
     lay = Layout(
-        inst_node=[s_[2] for s_ in inst_specs],
-        inst_gpus=[s_[3] for s_ in inst_specs],
+        inst_node=[s.node for s in inst_specs],
+        inst_gpus=[s.gpus for s in inst_specs],
         node_hw=node_hw,
         node_ach=node_ach,
         node_share=node_share,
@@ -451,9 +475,9 @@ def build_simulation(
     swa_write = [_link(links, "write", TierPath(link="pcie_d2h"), lay, i=i) for i in range(len(inst_specs))]
     store = KVStore(
         policy,
-        hbm_capacity_bytes=[s_[5] for s_ in inst_specs],
+        hbm_capacity_bytes=[s.kv_capacity_bytes for s in inst_specs],
         instance_node=lay.inst_node,
-        kv_replication=[s_[6] for s_ in inst_specs],
+        kv_replication=[s.kv_replication for s in inst_specs],
         tiers=tiers,
         swa_pool_capacity_bytes=swa_caps,
         swa_write_links=swa_write,
@@ -470,21 +494,21 @@ def build_simulation(
     router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, store)
     sch = scn.scheduler
     instances: list[Instance] = []
-    for i, (pool_name, role, node, gpus, timing, _cap, rep) in enumerate(inst_specs):
+    for i, s in enumerate(inst_specs):
         instances.append(
             Instance(
                 env,
                 i,
-                pool_name,
-                role,
-                node,
-                gpus,
-                timing,
+                s.pool,
+                s.role,
+                s.node,
+                s.gpus,
+                s.timing,
                 store,
                 budget_tokens=sch.prefill_budget_tokens,
                 chunk_tokens=sch.chunk_tokens,
                 max_decode_batch=sch.max_decode_batch,
-                kv_replication=rep,
+                kv_replication=s.kv_replication,
                 read_links=read_links[i],
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )

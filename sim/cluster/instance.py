@@ -8,10 +8,10 @@ An engine step is either
   transfer just finished) cuts the span at the end of the step in progress, computed in closed
   form from the timing model, so decode never costs an event per token.
 
-The decode batch keeps the sum of its sequences' timing terms and of their per-step slopes, so
-a join or a leave is O(1) (plus a heap push/pop for the finish step); the step counter `n`
-counts decode steps since the start, and a sequence that joined at step j with s steps to go
-leaves at the boundary n = j + s.
+The decode batch keeps the sum of its sequences' timing terms and of their growth per step (one
+`DecodeTerms`, the same class the timing model reads), so a join or a leave is O(1) (plus a heap
+push/pop for the finish step); `decode_steps` counts decode steps since the start, and a sequence
+that joined at step j with s steps to go leaves at the boundary decode_steps = j + s.
 
 HBM admission is FIFO (head-of-line): a request is admitted when its KV fits beside the running
 ones (cached copies are evicted as needed, LRU first); then its prefix is looked up through the
@@ -32,7 +32,7 @@ from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
 from sim.kvcache.store import KVStore
 from sim.sched.batcher import prefill_chunks
-from sim.timing.base import PrefillChunk
+from sim.timing.batch import DecodeTerms, PrefillChunk
 
 if TYPE_CHECKING:
     from sim.cluster.cluster import Cluster
@@ -91,17 +91,14 @@ class Instance:
         self.joins: deque[Request] = deque()  # waiting to join the decode batch
         self.running: dict[int, Request] = {}  # request id -> request, the decode batch
         self._heap: list[tuple[int, int, Request]] = []  # (finish step, request id, request)
-        # decode batch state: summed timing terms of the running sequences and their slopes per step
-        self.n = 0
-        self._a = 0.0
-        self._b = 0.0
-        self._sa = 0.0
-        self._sb = 0.0
+        # decode batch state: decode steps since the start, summed timing terms of the running sequences
+        self.decode_steps = 0
+        self.terms = DecodeTerms()
         # engine loop state
         self.mode = IDLE
         self._token = 0
         self._start = 0.0  # start of the current step or span (may lie ahead after a cut)
-        self._k = 0  # decode steps the current step/span advances
+        self._span_steps = 0  # decode steps the current step/span advances
         self._chunks: list[tuple[Request, int]] = []
         self._batch = 0
         self._in_boundary = False  # completions inside a boundary must not re-plan before it ends
@@ -174,28 +171,48 @@ class Instance:
             self.queued_prompt_tokens -= req.est_new_tokens
         self.cluster.reject(req, reason)
 
-    def _admit(self) -> None:
-        """FIFO admission to HBM of routed requests, then their prefix loads (or ready at once)."""
-        store, hbm, waiting = self.store, self.hbm, self.waiting
-        now = self.env._now
+    def _sweep_hbm(self, now: float) -> None:
+        """Drop this instance's expired cached copies before admitting (when the oldest is due)."""
+        hbm = self.hbm
         lru = hbm._lru
         if lru and next(iter(lru.values()))[1] <= now - hbm.ttl_s:
-            store.sweep_hbm(self.index, now)
+            self.store.sweep_hbm(self.index, now)
+
+    def _reservation_bytes(self, req: Request, *, with_output: bool) -> float:
+        """HBM that `req` reserves here: its prompt's KV, and its output's if it decodes here."""
+        return self.need_bytes(req.input_tokens + req.output_tokens if with_output else req.input_tokens)
+
+    def _fitting_head(self, *, with_output: bool) -> Request | None:
+        """The head of the waiting queue, taken off it, if its KV fits in HBM beside the running
+        sequences (cached copies are evicted to make room); None if it must wait. A head that
+        cannot fit even in an empty HBM is rejected and the next one tried. `with_output`: the
+        reservation holds the output tokens too (the sequence decodes here)."""
+        waiting, hbm = self.waiting, self.hbm
+        while waiting:
+            req = waiting[0]
+            if hbm.can_reserve(self._reservation_bytes(req, with_output=with_output)):
+                waiting.popleft()
+                return req
+            if hbm.reserved_bytes > 0.0:
+                return None  # head-of-line: wait for a running sequence to give its room back
+            waiting.popleft()
+            self._drop_waiting(req, "kv_exceeds_hbm")
+        return None
+
+    def _admit(self) -> None:
+        """FIFO admission to HBM of routed requests, then their prefix loads (or ready at once)."""
+        store, hbm = self.store, self.hbm
+        now = self.env._now
+        self._sweep_hbm(now)
         if self.max_queue_wait_s is not None:
             self._expire_waiting(now)
         added = False
-        rep_bpt, rep_state = self._rep_bpt, self._rep_state
-        extra = 0 if self.role == "prefill" else 1  # colocated: room for the output too
-        while waiting:
-            req = waiting[0]
-            need = rep_bpt * (req.input_tokens + extra * req.output_tokens) + rep_state
-            if need > hbm.capacity_bytes - hbm.reserved_bytes + 1e-6:
-                if hbm.reserved_bytes <= 0.0:  # can never fit here
-                    waiting.popleft()
-                    self._drop_waiting(req, "kv_exceeds_hbm")
-                    continue
+        colocated = self._colocated  # room for the output too
+        while True:
+            req = self._fitting_head(with_output=colocated)
+            if req is None:
                 break
-            waiting.popleft()
+            need = self._reservation_bytes(req, with_output=colocated)
             req.admitted_s = now
             plan = plan_prefix(store, req, self.index, now)
             pinned = 0.0
@@ -255,21 +272,14 @@ class Instance:
     def _admit_decode(self) -> None:
         """FIFO admission of prefilled requests; admitted ones pull their KV from the prefill side
         (only the part this instance does not hold already)."""
-        store, hbm, waiting, policy = self.store, self.hbm, self.waiting, self.policy
+        store, policy = self.store, self.policy
         now = self.env._now
-        lru = hbm._lru
-        if lru and next(iter(lru.values()))[1] <= now - hbm.ttl_s:
-            store.sweep_hbm(self.index, now)
-        while waiting:
-            req = waiting[0]
-            need = self._rep_bpt * (req.input_tokens + req.output_tokens) + self._rep_state
-            if need > hbm.capacity_bytes - hbm.reserved_bytes + 1e-6:
-                if hbm.reserved_bytes <= 0.0:
-                    waiting.popleft()
-                    self._drop_waiting(req, "kv_exceeds_hbm")
-                    continue
+        self._sweep_hbm(now)
+        while True:
+            req = self._fitting_head(with_output=True)
+            if req is None:
                 break
-            waiting.popleft()
+            need = self._reservation_bytes(req, with_output=True)
             usable = 0
             pinned = 0.0
             key = req.parent_lineage
@@ -327,27 +337,24 @@ class Instance:
             if now < start:  # a span planned from a boundary still ahead: re-plan from there
                 self._plan(start)
                 return
-            batch = self._batch
-            k, dt = self.timing.decode_step_end(batch, self._a, self._b, self._sa, self._sb, now - start)
-            if k >= self._k:
+            steps, dt = self.timing.decode_step_end(self._batch, self.terms, now - start)
+            if steps >= self._span_steps:
                 return  # the span ends after the step in progress anyway
             end = start + dt
-            self._account(end)
-            self._advance(k)
+            self._end_step(end, steps)
             self._plan(end)
 
-    def _account(self, end: float) -> None:
+    def _end_step(self, end: float, steps: int) -> None:
+        """The step or span in progress ends at `end` after `steps` decode steps: count its busy
+        time and advance the decode batch."""
         dt = end - self._start
         self.busy_s += dt
         self.batch_seq_s += self._batch * dt
         if self.mode == STEP:
             self.prefill_busy_s += self._prefill_share * dt
-
-    def _advance(self, k: int) -> None:
-        if k:
-            self.n += k
-            self._a += self._sa * k
-            self._b += self._sb * k
+        if steps:
+            self.decode_steps += steps
+            self.terms.advance(steps)
 
     def _plan(self, start: float) -> None:
         """Plan the next step or span from `start` (now, or a boundary just ahead)."""
@@ -369,27 +376,27 @@ class Instance:
                     req.prefill_start_s = start
                 img = req.image_pending
                 parts.append(
-                    (
+                    PrefillChunk(
                         take,
                         req.ctx_before + req.computed_tokens,
-                        req.computed_tokens + take >= req.new_tokens,
-                        img,
-                        req.image_count if img else 0,
+                        last_chunk=req.computed_tokens + take >= req.new_tokens,
+                        image_tokens=img,
+                        image_count=req.image_count if img else 0,
                     )
                 )
                 req.image_pending = 0
                 rows += take
-            dt = timing.step_s(batch, self._a, self._b, parts)
+            dt = timing.step_s(batch, self.terms, parts)
             self._prefill_share = rows / (rows + batch * self._verify)
             self.mode = STEP
             self._chunks = chunks
-            self._k = 1 if batch else 0
+            self._span_steps = 1 if batch else 0
             self.steps += 1
         elif batch:
-            k = self._heap[0][0] - self.n
-            dt = timing.decode_span_s(batch, self._a, self._b, self._sa, self._sb, k)
+            steps = self._heap[0][0] - self.decode_steps
+            dt = timing.decode_span_s(batch, self.terms, steps)
             self.mode = SPAN
-            self._k = k
+            self._span_steps = steps
             self.spans += 1
         else:
             self.mode = IDLE
@@ -403,21 +410,12 @@ class Instance:
         if event._value != self._token:
             return  # a span that was cut short
         now = self.env._now
-        dt = now - self._start
-        self.busy_s += dt
-        self.batch_seq_s += self._batch * dt
-        k = self._k
-        if self.mode == STEP:
-            self.prefill_busy_s += self._prefill_share * dt
         self._in_boundary = True
-        if k:
-            self.n += k
-            self._a += self._sa * k
-            self._b += self._sb * k
+        self._end_step(now, self._span_steps)
         if self.mode == STEP:
             self._finish_chunks(now)
         heap = self._heap
-        n = self.n
+        n = self.decode_steps
         while heap and heap[0][0] <= n:
             req = heapq.heappop(heap)[2]
             self._leave(req)
@@ -448,31 +446,25 @@ class Instance:
 
     def _join(self, req: Request, now: float) -> None:
         steps = max(1, math.ceil((req.output_tokens - 1) / self._accept))
-        a, b, sa, sb = self.timing.decode_seq_terms(req.input_tokens + 1, steps)
-        req.terms = (a, b, sa, sb)
-        req.join_step = self.n
+        terms: DecodeTerms = self.timing.decode_seq_terms(req.input_tokens + 1, steps)
+        req.terms = terms
+        req.join_step = self.decode_steps
         req.decode_start_s = now
         if self.running:
-            self._a += a
-            self._b += b
-            self._sa += sa
-            self._sb += sb
+            self.terms.add(terms)
         else:
-            self._a, self._b, self._sa, self._sb = a, b, sa, sb
+            self.terms.set(terms)
         self.running[req.request_id] = req
-        heapq.heappush(self._heap, (self.n + steps, req.request_id, req))
+        heapq.heappush(self._heap, (self.decode_steps + steps, req.request_id, req))
 
     def _leave(self, req: Request) -> None:
         del self.running[req.request_id]
         if not self.running:
-            self._a = self._b = self._sa = self._sb = 0.0  # no drift from repeated sums
+            self.terms.clear()  # no drift from repeated sums
             return
-        a, b, sa, sb = req.terms
-        age = self.n - req.join_step
-        self._a -= a + sa * age
-        self._b -= b + sb * age
-        self._sa -= sa
-        self._sb -= sb
+        terms = req.terms
+        assert terms is not None  # set when it joined
+        self.terms.remove(terms, self.decode_steps - req.join_step)
 
     def _complete(self, req: Request, now: float) -> None:
         """The last token is out: cache and persist the session's context, then report.

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.timing.batch import DecodeTerms
+
 NAN: float = float("nan")
 LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
 
@@ -61,7 +63,7 @@ class Request:
     decode_start_s: float = NAN
     finish_s: float = NAN
     # decode
-    terms: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    terms: DecodeTerms | None = None  # its timing terms when it joined the decode batch
     join_step: int = 0
     # end
     status: str = ""

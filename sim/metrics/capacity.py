@@ -56,14 +56,14 @@ def slo_batch(inst, context_tokens: float, tpot_slo_s: float) -> int:
     """Largest decode batch (>= 0) of sequences at `context_tokens` that instance `inst` decodes at
     or under `tpot_slo_s` per token (binary search: step time grows with the batch)."""
     timing = inst.timing
-    t0, t1, _s0, _s1 = timing.decode_seq_terms(context_tokens, 1)
+    seq_terms = timing.decode_seq_terms(context_tokens, 1)
     per_token = max(timing.accepted_tokens_per_step, 1.0)
     seq_bytes = inst.need_bytes(int(context_tokens))
     kv_cap = int(inst.hbm.capacity_bytes // seq_bytes) if seq_bytes > 0 else inst.max_decode_batch
     hi = max(0, min(inst.max_decode_batch, kv_cap))
 
     def fits(b: int) -> bool:
-        return timing.step_s(b, b * t0, b * t1, ()) / per_token <= tpot_slo_s
+        return timing.step_s(b, seq_terms.scaled(b), ()) / per_token <= tpot_slo_s
 
     lo = 0
     while lo < hi:

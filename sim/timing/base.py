@@ -2,22 +2,22 @@
 
 The simulator asks only these questions, so an implementation plugs in without touching it:
 
-- `step_s(batch_size, t0, t1, prefill)`: one engine step: `batch_size` decoding sequences whose
-  summed per-sequence terms are (t0, t1), plus the prefill chunks of that step (a prefill-only
-  step has batch_size 0; a decode-only step has no chunks).
-- `decode_seq_terms(context_tokens, steps)`: a sequence's two additive terms when it joins a
-  decode batch at `context_tokens`, and their change per decode step over its next `steps`
-  steps, as (t0, t1, s0, s1). What the terms mean is the implementation's business (the
-  roofline: attention+index FLOPs per row and KV bytes read; the calibrated model: the context,
-  read through the measured attention curve at the batch's mean); the engine only adds them up,
-  so a batch's terms are a running sum kept in O(1) per join or leave. Two terms keep the hot
-  path free of loops.
-- `decode_span_s(batch_size, t0, t1, s0, s1, steps)`: time of `steps` consecutive decode-only
-  steps with fixed membership, terms growing by (s0, s1) per step. This is what lets decode
+- `step_s(batch_size, terms, prefill)`: one engine step: `batch_size` decoding sequences whose
+  summed per-sequence terms are `terms` (a `sim.timing.batch.DecodeTerms`), plus the prefill
+  chunks of that step (`PrefillChunk`s; a prefill-only step has batch_size 0; a decode-only step
+  has no chunks).
+- `decode_seq_terms(context_tokens, steps)`: a sequence's additive terms when it joins a decode
+  batch at `context_tokens`, with their growth per decode step over its next `steps` steps. An
+  implementation fills the terms it reads (the roofline: attention+index FLOPs per row and KV
+  bytes read; the calibrated model: the context, read through the measured attention curve at the batch's
+  mean); the engine only adds them up, so a batch's
+  terms are a running sum kept in O(1) per join or leave, and the hot path has no loops.
+- `decode_span_s(batch_size, terms, steps)`: time of `steps` consecutive decode-only steps with
+  fixed membership, the terms growing by their `*_growth` per step. This is what lets decode
   jump from one membership change to the next instead of paying an event per token.
-- `decode_step_end(batch_size, t0, t1, s0, s1, elapsed_s)`: where the step in progress
-  `elapsed_s` into such a span ends, as (steps done by then, seconds from the span's start);
-  a join interrupts a span there.
+- `decode_step_end(batch_size, terms, elapsed_s)`: where the step in progress `elapsed_s` into
+  such a span ends, as (steps done by then, seconds from the span's start); a join interrupts a
+  span there.
 - `link_bw_bytes_per_s(kind, units)` / `link_latency_s(kind)` / `transfer_s(...)`: achievable
   rate of a transfer link made of `units` parallel lanes (GPUs' PCIe links, NICs, drives).
 
@@ -30,10 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-# One request's share of a step: (new_tokens, context_tokens_before_the_chunk, last_chunk,
-# image_tokens, image_count). `last_chunk` marks the request's final chunk (V4.1's decoder tail
-# and the logits row run there); images go through the vision tower with the first chunk.
-PrefillChunk = tuple[int, int, bool, int, int]
+from sim.timing.batch import DecodeTerms, PrefillChunk
 
 # Transfer links the cluster builds (each from `units` lanes of the hardware profile):
 #   pcie_h2d / pcie_d2h : host DRAM <-> GPU, per instance (units = its GPUs)
@@ -49,17 +46,13 @@ class TimingModel(Protocol):
     accepted_tokens_per_step: float  # tokens one sequence advances per decode step (spec decoding)
     verified_tokens_per_step: int  # rows one decoding sequence takes in a step (1 + drafted tokens)
 
-    def decode_seq_terms(self, context_tokens: float, steps: int) -> tuple[float, float, float, float]: ...
+    def decode_seq_terms(self, context_tokens: float, steps: int) -> DecodeTerms: ...
 
-    def step_s(self, batch_size: int, t0: float, t1: float, prefill: Sequence[PrefillChunk]) -> float: ...
+    def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float: ...
 
-    def decode_span_s(
-        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, steps: int
-    ) -> float: ...
+    def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float: ...
 
-    def decode_step_end(
-        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
-    ) -> tuple[int, float]: ...
+    def decode_step_end(self, batch_size: int, terms: DecodeTerms, elapsed_s: float) -> tuple[int, float]: ...
 
     def link_bw_bytes_per_s(self, kind: str, units: int) -> float: ...
 
@@ -76,22 +69,20 @@ class SummedDecodeSpans:
     exact_steps = 64
     samples = 17
 
-    def decode_span_s(self, batch_size: int, t0: float, t1: float, s0: float, s1: float, steps: int) -> float:
+    def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float:
         if steps <= 0:
             return 0.0
         if steps <= self.exact_steps:
-            return sum(self.step_s(batch_size, t0 + s0 * k, t1 + s1 * k, ()) for k in range(steps))
+            return sum(self.step_s(batch_size, terms.after(k), ()) for k in range(steps))
         n = self.samples - 1
         xs = [(steps - 1) * i / n for i in range(n + 1)]
-        ys = [self.step_s(batch_size, t0 + s0 * x, t1 + s1 * x, ()) for x in xs]
+        ys = [self.step_s(batch_size, terms.after(x), ()) for x in xs]
         # mean step time over [0, steps - 1] by trapezoids, times the number of steps
         return sum((ys[i] + ys[i + 1]) / 2 for i in range(n)) / n * steps
 
-    def decode_step_end(
-        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
-    ) -> tuple[int, float]:
-        done = steps_within(lambda k: self.decode_span_s(batch_size, t0, t1, s0, s1, k), elapsed_s)
-        return done + 1, self.decode_span_s(batch_size, t0, t1, s0, s1, done + 1)
+    def decode_step_end(self, batch_size: int, terms: DecodeTerms, elapsed_s: float) -> tuple[int, float]:
+        done = steps_within(lambda k: self.decode_span_s(batch_size, terms, k), elapsed_s)
+        return done + 1, self.decode_span_s(batch_size, terms, done + 1)
 
 
 def steps_within(span_s, elapsed_s: float, hint: int = 1) -> int:

@@ -24,8 +24,8 @@ so a step is a sum of kernel times on the busiest GPU):
 - communication (EP all-to-all, TP all-reduce, Engram gathers): the roofline's terms, with no
   per-step launch overhead (the measured kernels are CUDA-graph replays, launch cost included).
 
-Decode terms. The engine adds per-sequence terms; here t0 = the context length (t1 unused, 0),
-so a batch's step reads the attention tables at its mean context. The tables are interpolated
+Decode terms. The engine adds per-sequence terms; this model reads only `context_tokens`, so a
+batch's step reads the attention tables at its mean context. The tables are interpolated
 linearly in the context (affine in L, sim.timing.tables), so this equals the mean of the
 sequences' own times wherever their contexts share one segment of the grid; across segments the
 error is the bend at the knots, an over-estimate: 64 sequences per GPU, half at 8K and half at
@@ -59,7 +59,7 @@ from typing import Any
 from sim.config.families import model_labels
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
-from sim.timing.base import PrefillChunk
+from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available, tables_for
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
@@ -449,21 +449,24 @@ class CalibratedTiming(RooflineTiming):
 
     # --- the interface ---
 
-    def decode_seq_terms(self, context_tokens: float, steps: int) -> tuple[float, float, float, float]:
-        return float(context_tokens), 0.0, self.accepted_tokens_per_step, 0.0
+    def decode_seq_terms(self, context_tokens: float, steps: int) -> DecodeTerms:
+        return DecodeTerms(
+            context_tokens=float(context_tokens), context_tokens_growth=self.accepted_tokens_per_step
+        )
 
-    def step_s(self, batch_size: int, t0: float, t1: float, prefill: Sequence[PrefillChunk]) -> float:
-        attn = self._attn_curve(batch_size).at(t0 / batch_size) if batch_size else 0.0
+    def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+        attn = self._attn_curve(batch_size).at(terms.context_tokens / batch_size) if batch_size else 0.0
         if not prefill:
             return self._fixed(batch_size) + attn if batch_size else 0.0
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         every_rows = tail_rows = decode_rows
-        for new, ctx, last, img, img_count in prefill:
+        for chunk in prefill:
+            new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
             _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
             attn += attn_flops / self.par.gpus * self.prefill_attention_s_per_flop(new, ctx)
-            if img and self.vision_on_instance:
-                attn += a.vision_flops(img, img_count) / self._attn_rate_prefill
+            if chunk.image_tokens and self.vision_on_instance:
+                attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
             if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
                 tail_rows += min(ctx + new, tail_tokens)
@@ -474,17 +477,17 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn
 
-    def decode_span_s(self, batch_size: int, t0: float, t1: float, s0: float, s1: float, steps: int) -> float:
+    def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float:
         if steps <= 0:
             return 0.0
         curve = self._attn_curve(batch_size)
-        return span_s(curve, self._fixed(batch_size), t0 / batch_size, s0 / batch_size, steps)
+        mean_ctx, growth = terms.context_tokens / batch_size, terms.context_tokens_growth / batch_size
+        return span_s(curve, self._fixed(batch_size), mean_ctx, growth, steps)
 
-    def decode_step_end(
-        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
-    ) -> tuple[int, float]:
+    def decode_step_end(self, batch_size: int, terms: DecodeTerms, elapsed_s: float) -> tuple[int, float]:
         curve = self._attn_curve(batch_size)
-        return span_end(curve, self._fixed(batch_size), t0 / batch_size, s0 / batch_size, elapsed_s)
+        mean_ctx, growth = terms.context_tokens / batch_size, terms.context_tokens_growth / batch_size
+        return span_end(curve, self._fixed(batch_size), mean_ctx, growth, elapsed_s)
 
     def decode_breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Seconds per component of a decode step at one context (for `sim calibrate show`)."""

@@ -215,6 +215,7 @@ def kernels_s(point: ForwardPoint, tables: KernelTables, profile) -> float:
     """The calibrated step of `point`'s shapes on one GPU of `profile`, without the term."""
     from sim.cluster.build import efficiency, hw_rates
     from sim.config.timing import Timing
+    from sim.timing.batch import DecodeTerms, PrefillChunk
     from sim.timing.calibrated import CalibratedTiming
     from sim.timing.roofline import Parallelism
 
@@ -224,8 +225,10 @@ def kernels_s(point: ForwardPoint, tables: KernelTables, profile) -> float:
     rates = hw_rates(profile, timing.scale_out_latency_s)
     cal = CalibratedTiming(arith, rates, Parallelism(1, 1, 1, 1), efficiency(achievable, timing), tables)
     if point.mode == "decode":
-        return cal.step_s(point.batch, float(point.context_tokens * point.batch), 0.0, ())
-    return cal.step_s(0, 0.0, 0.0, [(point.chunk_tokens, point.context_tokens, False, 0, 0)])
+        return cal.step_s(
+            point.batch, DecodeTerms(context_tokens=float(point.context_tokens * point.batch)), ()
+        )
+    return cal.step_s(0, DecodeTerms(), [PrefillChunk(point.chunk_tokens, point.context_tokens)])
 
 
 def fit_term(points: list[ForwardPoint], kernels: list[float]) -> tuple[float, float]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from sim.timing.base import PrefillChunk
+from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.comm import moe_alltoall_s, tp_allreduce_s
 from sim.timing.interp import QuadraticTable, chunk_parts
 
@@ -138,15 +138,20 @@ class RooflineTiming:
 
     # --- per-sequence decode terms: (attention+index FLOPs per verified row, KV bytes read) ---
 
-    def decode_seq_terms(self, context_tokens: float, steps: int) -> tuple[float, float, float, float]:
+    def decode_seq_terms(self, context_tokens: float, steps: int) -> DecodeTerms:
         table = self.arith.decode_table
         attn0, kv0 = table.at(context_tokens)
         if steps <= 1:
-            return attn0, kv0, 0.0, 0.0
+            return DecodeTerms(attn_row_flops=attn0, kv_read_bytes=kv0)
         # secant over the sequence's whole decode: exact where the terms are linear in the context
         n = steps - 1
         attn1, kv1 = table.at(context_tokens + self.accepted_tokens_per_step * n)
-        return attn0, kv0, (attn1 - attn0) / n, (kv1 - kv0) / n
+        return DecodeTerms(
+            attn_row_flops=attn0,
+            kv_read_bytes=kv0,
+            attn_row_flops_growth=(attn1 - attn0) / n,
+            kv_read_bytes_growth=(kv1 - kv0) / n,
+        )
 
     # --- building blocks, memoised by the integer row count / batch size (few distinct values) ---
 
@@ -211,20 +216,23 @@ class RooflineTiming:
 
     # --- the interface ---
 
-    def step_s(self, batch_size: int, t0: float, t1: float, prefill: Sequence[PrefillChunk]) -> float:
+    def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
         a = self.arith
         rows = batch_size * self.verified_tokens_per_step
         if batch_size:
             compute, _w, _c = self._decode_fixed(batch_size)
-            compute += self.verified_tokens_per_step * t0 / self._attn_rate_decode
-            kv_bytes = t1
+            compute += self.verified_tokens_per_step * terms.attn_row_flops / self._attn_rate_decode
+            kv_bytes = terms.kv_read_bytes
         else:
             compute = kv_bytes = 0.0
-        for new, ctx, last, img, img_count in prefill:
-            dense, attn, kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
+        for chunk in prefill:
+            new = chunk.new_tokens
+            dense, attn, kv = chunk_parts(
+                self._prefill_every, self._prefill_tail, new, chunk.context_tokens, chunk.last_chunk
+            )
             compute += dense / self._dense_rate_prefill + attn / self._attn_rate_prefill
-            if img and self.vision_on_instance:
-                compute += a.vision_flops(img, img_count) / self._attn_rate_prefill
+            if chunk.image_tokens and self.vision_on_instance:
+                compute += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             kv_bytes += kv
             rows += new
         if rows == 0:
@@ -232,7 +240,7 @@ class RooflineTiming:
         memory = self._weights_s(rows) + kv_bytes / self._kv_rate
         return (compute if compute > memory else memory) + self._comm_s(rows)
 
-    def _lines(self, batch_size: int, t0: float, t1: float, s0: float, s1: float):
+    def _lines(self, batch_size: int, terms: DecodeTerms):
         """The span's step time as max of two lines + a constant, split at the switch point:
         (first line, second line, switch step, added)."""
         fixed = self._batch_cache.get(batch_size)
@@ -241,18 +249,21 @@ class RooflineTiming:
         c_fixed, m_fixed, added = fixed
         k_attn = self._k_attn
         kv_rate = self._kv_rate
-        return _split(c_fixed + k_attn * t0, k_attn * s0, m_fixed + t1 / kv_rate, s1 / kv_rate) + (added,)
+        return _split(
+            c_fixed + k_attn * terms.attn_row_flops,
+            k_attn * terms.attn_row_flops_growth,
+            m_fixed + terms.kv_read_bytes / kv_rate,
+            terms.kv_read_bytes_growth / kv_rate,
+        ) + (added,)
 
-    def decode_span_s(self, batch_size: int, t0: float, t1: float, s0: float, s1: float, steps: int) -> float:
+    def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float:
         if steps <= 0:
             return 0.0
-        u0, u1, w0, w1, p, added = self._lines(batch_size, t0, t1, s0, s1)
+        u0, u1, w0, w1, p, added = self._lines(batch_size, terms)
         return _span(u0, u1, w0, w1, p, added, steps)
 
-    def decode_step_end(
-        self, batch_size: int, t0: float, t1: float, s0: float, s1: float, elapsed_s: float
-    ) -> tuple[int, float]:
-        u0, u1, w0, w1, p, added = self._lines(batch_size, t0, t1, s0, s1)
+    def decode_step_end(self, batch_size: int, terms: DecodeTerms, elapsed_s: float) -> tuple[int, float]:
+        u0, u1, w0, w1, p, added = self._lines(batch_size, terms)
         return _step_end(u0, u1, w0, w1, p, added, elapsed_s)
 
     # --- links ---

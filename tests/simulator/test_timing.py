@@ -13,6 +13,7 @@ from sim.cluster.build import efficiency, hw_rates
 from sim.config.timing import Timing
 from sim.hardware import load_hw
 from sim.timing.arith import build_arith
+from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.roofline import Parallelism, RooflineTiming, _span, _split, _steps_within, _sum_max_lines
 
@@ -36,16 +37,15 @@ def test_span_equals_the_sum_of_its_steps(model, spec):
     t = _timing(model, *spec)
     rng = random.Random(1)
     batch = 24
-    a = b = sa = sb = 0.0
+    terms = DecodeTerms()
     for _ in range(batch):  # contexts beyond every cap (16,384): the terms are linear there
-        x = t.decode_seq_terms(rng.randint(20_000, 600_000), 400)
-        a, b, sa, sb = a + x[0], b + x[1], sa + x[2], sb + x[3]
+        terms.add(t.decode_seq_terms(rng.randint(20_000, 600_000), 400))
     steps = 300
-    by_step = sum(t.step_s(batch, a + sa * k, b + sb * k, ()) for k in range(steps))
-    assert t.decode_span_s(batch, a, b, sa, sb, steps) == pytest.approx(by_step, rel=1e-12)
-    k, end = t.decode_step_end(batch, a, b, sa, sb, by_step * 0.37)
-    assert end == t.decode_span_s(batch, a, b, sa, sb, k)
-    assert t.decode_span_s(batch, a, b, sa, sb, k - 1) <= by_step * 0.37 < end
+    by_step = sum(t.step_s(batch, terms.after(k), ()) for k in range(steps))
+    assert t.decode_span_s(batch, terms, steps) == pytest.approx(by_step, rel=1e-12)
+    k, end = t.decode_step_end(batch, terms, by_step * 0.37)
+    assert end == t.decode_span_s(batch, terms, k)
+    assert t.decode_span_s(batch, terms, k - 1) <= by_step * 0.37 < end
 
 
 @settings(max_examples=200, deadline=None)
@@ -95,8 +95,7 @@ def test_published_decode_step_at_batch_one_is_memory_bound():
     # V4.1 at 4K context, batch 1, TP8 on one H200 node: weights ~13 GB (model.md §7.2) read at
     # 8 x 4.8 TB/s x 0.88 dominate; the step lies between the weight read and twice that
     t = _timing("deepseek-v4.1-flash", tp=8, dp=1)
-    a, b, _sa, _sb = t.decode_seq_terms(4096, 1)
-    step = t.step_s(1, a, b, ())
+    step = t.step_s(1, t.decode_seq_terms(4096, 1), ())
     weights_s = 13.03e9 / (8 * 4.8e12 * 0.88)
     assert weights_s < step < 2 * weights_s + 1e-3
 
@@ -104,9 +103,9 @@ def test_published_decode_step_at_batch_one_is_memory_bound():
 def test_speculative_decoding_advances_more_tokens_per_step():
     plain, spec = _timing(accepted=1.0, draft=0), _timing(accepted=2.5, draft=5)
     assert spec.verified_tokens_per_step == 6 and spec.accepted_tokens_per_step == 2.5
-    a, b, _, _ = plain.decode_seq_terms(100_000, 1)
+    batch = plain.decode_seq_terms(100_000, 1).scaled(8)
     # per accepted token, the speculative step is cheaper when decode is memory-bound
-    assert spec.step_s(8, a * 8, b * 8, ()) / 2.5 < plain.step_s(8, a * 8, b * 8, ())
+    assert spec.step_s(8, batch, ()) / 2.5 < plain.step_s(8, batch, ())
 
 
 def test_auto_timing_falls_back_to_roofline_without_a_calibrated_model():
@@ -122,5 +121,6 @@ def test_factory_builds_the_roofline():
     built = make_timing("roofline", ctx)
     assert isinstance(built, RooflineTiming)
     assert math.isclose(
-        built.step_s(0, 0, 0, [(8192, 0, True, 0, 0)]), t.step_s(0, 0, 0, [(8192, 0, True, 0, 0)])
+        built.step_s(0, DecodeTerms(), [PrefillChunk(8192, 0, last_chunk=True)]),
+        t.step_s(0, DecodeTerms(), [PrefillChunk(8192, 0, last_chunk=True)]),
     )

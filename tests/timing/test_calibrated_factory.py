@@ -54,8 +54,8 @@ def test_auto_elsewhere_is_calibrated_on_carried_tables(context, h200_tables):
     assert all(r.package.startswith("carried from h200") for r in auto.tables.rows)
     h200 = make_timing("auto", context("deepseek-v4-flash"))
     for batch in (8, 64, 512):
-        a, _, _, _ = auto.decode_seq_terms(128 * K, 1)
-        assert auto.step_s(batch, a * batch, 0.0, ()) < h200.step_s(batch, a * batch, 0.0, ())
+        terms = auto.decode_seq_terms(128 * K, 1).scaled(batch)
+        assert auto.step_s(batch, terms, ()) < h200.step_s(batch, terms, ())
 
 
 def test_auto_for_a_model_without_tables_is_the_roofline(h200_tables):

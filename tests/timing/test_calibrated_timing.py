@@ -10,6 +10,7 @@ import pytest
 
 from sim.errors import InputError
 from sim.timing.base import TimingModel
+from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.calibrated import CalibratedTiming, build_calibrated
 from sim.timing.factory import make_timing
 from sim.timing.roofline import RooflineTiming
@@ -38,12 +39,11 @@ def timings(context):
 
 
 def _decode(t, batch, context):
-    a, b, _, _ = t.decode_seq_terms(context, 1)
-    return t.step_s(batch, a * batch, b * batch, ())
+    return t.step_s(batch, t.decode_seq_terms(context, 1).scaled(batch), ())
 
 
 def _prefill(t, chunk, context):
-    return t.step_s(0, 0.0, 0.0, [(chunk, context, True, 0, 0)])
+    return t.step_s(0, DecodeTerms(), [PrefillChunk(chunk, context, last_chunk=True)])
 
 
 def test_calibrated_is_a_timing_model_overriding_every_decode_method(timings):
@@ -114,14 +114,16 @@ def test_span_equals_the_sum_of_its_steps(context, model, spec):
     cal = build_calibrated(context(model, accepted_tokens_per_step=accepted, draft_tokens=draft))
     rng = random.Random(7)
     for batch in (1, 5, 24, 300):
-        terms = [cal.decode_seq_terms(rng.randint(500, 1_100_000), 500) for _ in range(batch)]
-        t0, t1, s0, s1 = (sum(x[i] for x in terms) for i in range(4))
-        assert s0 == pytest.approx(batch * accepted)  # the context grows by the accepted tokens
+        terms = DecodeTerms()
+        for _ in range(batch):
+            terms.add(cal.decode_seq_terms(rng.randint(500, 1_100_000), 500))
+        # the context grows by the accepted tokens
+        assert terms.context_tokens_growth == pytest.approx(batch * accepted)
         steps = 400
-        by_step = [cal.step_s(batch, t0 + s0 * k, t1 + s1 * k, ()) for k in range(steps)]
-        assert cal.decode_span_s(batch, t0, t1, s0, s1, steps) == pytest.approx(sum(by_step), rel=1e-9)
+        by_step = [cal.step_s(batch, terms.after(k), ()) for k in range(steps)]
+        assert cal.decode_span_s(batch, terms, steps) == pytest.approx(sum(by_step), rel=1e-9)
         elapsed = sum(by_step) * 0.41
-        k, end = cal.decode_step_end(batch, t0, t1, s0, s1, elapsed)
+        k, end = cal.decode_step_end(batch, terms, elapsed)
         assert sum(by_step[: k - 1]) <= elapsed < sum(by_step[:k])
         assert end == pytest.approx(sum(by_step[:k]), rel=1e-9)
 
@@ -143,8 +145,8 @@ def test_mixed_step_costs_more_than_either_part(timings):
     cal = timings["deepseek-v4.1-flash"][0]
     decode = _decode(cal, 64, 64 * K)
     prefill = _prefill(cal, 2048, 64 * K)
-    a, b, _, _ = cal.decode_seq_terms(64 * K, 1)
-    mixed = cal.step_s(64, a * 64, b * 64, [(2048, 64 * K, True, 0, 0)])
+    batch = cal.decode_seq_terms(64 * K, 1).scaled(64)
+    mixed = cal.step_s(64, batch, [PrefillChunk(2048, 64 * K, last_chunk=True)])
     assert max(decode, prefill) < mixed < decode + prefill
 
 

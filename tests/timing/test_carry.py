@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sim.hardware import load_hw
+from sim.timing.batch import DecodeTerms
 from sim.timing.carry import (
     ANCHORS,
     LAUNCH_S,
@@ -109,5 +110,7 @@ def test_b200_decode_grows_with_batch(context, h200_tables, model):
     """Weight streaming (experts touched) and attention make the step grow with the batch."""
     timing = make_timing("auto", context(model, hardware="nvidia-b200-hgx8"))
     for ctx_tokens in (8 * K, 128 * K):
-        steps = [timing.step_s(b, ctx_tokens * b, 0.0, ()) for b in (8, 64, 256, 1024, 4096)]
+        steps = [
+            timing.step_s(b, DecodeTerms(context_tokens=ctx_tokens * b), ()) for b in (8, 64, 256, 1024, 4096)
+        ]
         assert steps == sorted(steps) and steps[-1] > 1.5 * steps[0], steps

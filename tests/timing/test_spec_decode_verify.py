@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sim import model as m
+from sim.timing.batch import DecodeTerms
 from sim.timing.calibrated import build_calibrated
 from sim.timing.factory import make_timing
 
@@ -31,7 +32,8 @@ def test_roofline_verify_step_cost_by_hand(context, model, draft, rows):
         batch * kv_bytes / (par.dp * hbm)  # the KV is read once for all the rows of a sequence
     )
     expected = max(compute, memory) + t._comm_s(batch * rows)
-    assert t.step_s(batch, batch * attn_flops, batch * kv_bytes, ()) == pytest.approx(expected, rel=1e-12)
+    terms = DecodeTerms(attn_row_flops=batch * attn_flops, kv_read_bytes=batch * kv_bytes)
+    assert t.step_s(batch, terms, ()) == pytest.approx(expected, rel=1e-12)
     assert t.verified_tokens_per_step == rows
 
 
@@ -46,11 +48,9 @@ def test_fewer_verified_rows_cost_less_at_a_compute_bound_batch(context):
     four, six = (
         _roofline(context, V41, accepted_tokens_per_step=2.5, draft_tokens=5, verify_rows=r) for r in (4, 6)
     )
-    a0, a1, _, _ = four.decode_seq_terms(131_072, 1)
     batch = 512  # far past the ridge: the step is GEMM + attention FLOPs
-    assert six.step_s(batch, a0 * batch, a1 * batch, ()) > 1.3 * four.step_s(
-        batch, a0 * batch, a1 * batch, ()
-    )
+    terms = four.decode_seq_terms(131_072, 1).scaled(batch)
+    assert six.step_s(batch, terms, ()) > 1.3 * four.step_s(batch, terms, ())
 
 
 def test_calibrated_verify_step_counts_rows_and_drafter(context, h200_tables):
@@ -63,4 +63,5 @@ def test_calibrated_verify_step_counts_rows_and_drafter(context, h200_tables):
         + plain._comm_s(batch * rows)
         + plain._attn_curve(batch * rows).at(65_536.0)  # rows timed as sequences: an upper bound
     )
-    assert spec.step_s(batch, batch * 65_536.0, 0.0, ()) == pytest.approx(expected, rel=1e-12)
+    terms = DecodeTerms(context_tokens=batch * 65_536.0)
+    assert spec.step_s(batch, terms, ()) == pytest.approx(expected, rel=1e-12)

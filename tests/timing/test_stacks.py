@@ -11,6 +11,7 @@ import pytest
 
 from sim.config.timing import Timing
 from sim.errors import InputError
+from sim.timing.batch import DecodeTerms
 from sim.timing.calibrated import CalibratedTiming
 from sim.timing.factory import make_timing
 from sim.timing.stacks import OpTimes, compose_production, load_stack, op_of
@@ -134,7 +135,7 @@ def test_timing_kernels_picks_the_stack(context, home_with_production):
     assert isinstance(fast, CalibratedTiming) and fast.tables.stack == "production"
     assert ours.tables.stack == "kernels_bench"
     for batch in (8, 64, 512):
-        t = [m.step_s(batch, 8 * K * batch, 0.0, ()) for m in (fast, ours)]
+        t = [m.step_s(batch, DecodeTerms(context_tokens=8 * K * batch), ()) for m in (fast, ours)]
         assert t[0] < t[1]  # faster attention and mHC
     assert load_stack("h200", "production").path.name == FIXTURE.name
 
