@@ -1,7 +1,7 @@
 """`run_scenario`: what the CLI, the tests and the planner call to simulate a scenario.
 
-Each model of the scenario runs on the same cluster and the same trace in its own SimPy
-environment: one after the other, or (`jobs` > 1) at the same time in separate processes
+Each model of the scenario runs on the same cluster and the same trace in its own event loop
+(sim.cluster.events): one after the other, or (`jobs` > 1) at the same time in separate processes
 (`sim.processes`), which write the same bytes. Outputs (when `out_dir` is given):
 
     out_dir/summary.json                      {"scenario": {...inputs}, "seed", "models": {name: summary}}
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from sim.cluster.build import build_simulation
-from sim.cluster.events import run_until
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
@@ -271,7 +270,7 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
     w = scn.workload
     sessions = SessionStats(w.warmup_s, w.horizon_s)
     env = sim.env
-    done = env.event()
+    done = env.signal()
 
     def finish() -> None:
         if not done.triggered:
@@ -295,7 +294,7 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
     # collector would only cost time (reference counting still frees everything).
     gc.disable()
     try:
-        run_until(env, done)
+        env.run(until=done)
         drain_limited = done.value == "drain_limit"
         if drain_limited:
             for req in list(sim.cluster.live.values()):

@@ -24,10 +24,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import simpy
-
 from sim import units
 from sim.cluster.cluster import Cluster
+from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.config.cache import TierPath
@@ -94,7 +93,7 @@ class InstanceSpec:
 
 @dataclass
 class Simulation:
-    env: simpy.Environment
+    env: EventLoop
     cluster: Cluster
     store: KVStore
     recorder: Recorder
@@ -352,7 +351,7 @@ def _link(links: LinkSet, direction: str, path, lay: Layout, *, i: int = -1, n: 
 def build_simulation(
     scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None, run_id: str = ""
 ) -> Simulation:
-    env = simpy.Environment()
+    env = EventLoop()
     spec = arith.spec
     family = model_ref.family
     policy = cache_policy(scn, family, spec, model_ref.kv_layout)

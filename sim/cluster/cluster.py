@@ -8,8 +8,9 @@ reported once to the recorder and to the arrivals (closed-loop turns wait on it)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sim.cluster.events import EventLoop
 from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.store import KVStore
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 class Cluster:
     def __init__(
         self,
-        env: Any,
+        env: EventLoop,
         *,
         front: list[Instance],
         back: list[Instance],
@@ -57,16 +58,16 @@ class Cluster:
         self.in_flight = 0
         self.live: dict[int, Request] = {}  # requests in the system, by id (ended at a drain limit)
         self._area = 0.0  # integral of requests in the system over time (Little's law)
-        self._t_area = env.now
+        self._t_area = env.now_s
 
     def requests_in_system_area(self) -> float:
         """Integral over time of the number of requests in the system, up to now."""
-        return self._area + self.in_flight * (self.env._now - self._t_area)
+        return self._area + self.in_flight * (self.env.now_s - self._t_area)
 
     def dispatch(self, req: Request) -> None:
         """A request arrives."""
         self.arrived += 1
-        now = self.env._now
+        now = self.env.now_s
         self._area += self.in_flight * (now - self._t_area)
         self._t_area = now
         self.in_flight += 1
@@ -101,7 +102,7 @@ class Cluster:
         req.status = "rejected"
         req.reject_reason = reason
         if req.finish_s != req.finish_s:  # NaN: not set yet
-            req.finish_s = self.env._now
+            req.finish_s = self.env.now_s
         self.rejected += 1
         self._finish(req)
 
@@ -111,7 +112,7 @@ class Cluster:
         self._finish(req)
 
     def _finish(self, req: Request) -> None:
-        now = self.env._now
+        now = self.env.now_s
         self._area += self.in_flight * (now - self._t_area)
         self._t_area = now
         self.in_flight -= 1

@@ -1,4 +1,5 @@
-"""One serving instance: its engine loop as a small state machine driven by SimPy timeouts.
+"""One serving instance: its engine loop as a small state machine driven by timed calls
+(sim.cluster.events).
 
 An engine step is either
 - a discrete step (STEP): prefill chunks under the token budget, plus one decode step of every
@@ -26,7 +27,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
-from sim.cluster.events import call_at
+from sim.cluster.events import EventLoop
 from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
@@ -48,7 +49,7 @@ class Instance:
 
     def __init__(
         self,
-        env: Any,
+        env: EventLoop,
         index: int,
         pool: str,
         role: str,
@@ -202,7 +203,7 @@ class Instance:
     def _admit(self) -> None:
         """FIFO admission to HBM of routed requests, then their prefix loads (or ready at once)."""
         store, hbm = self.store, self.hbm
-        now = self.env._now
+        now = self.env.now_s
         self._sweep_hbm(now)
         if self.max_queue_wait_s is not None:
             self._expire_waiting(now)
@@ -264,7 +265,7 @@ class Instance:
 
     def _loaded(self, req: Request) -> None:
         req.loads_pending = 0
-        req.load_end_s = self.env._now
+        req.load_end_s = self.env.now_s
         self.loading -= 1
         self.ready.append(req)
         self.kick()
@@ -273,7 +274,7 @@ class Instance:
         """FIFO admission of prefilled requests; admitted ones pull their KV from the prefill side
         (only the part this instance does not hold already)."""
         store, policy = self.store, self.policy
-        now = self.env._now
+        now = self.env.now_s
         self._sweep_hbm(now)
         while True:
             req = self._fitting_head(with_output=True)
@@ -300,7 +301,7 @@ class Instance:
             self.cluster.net_out[req.pinst.node].submit(nbytes, self._kv_arrived, req)
 
     def _kv_arrived(self, req: Request) -> None:
-        req.kv_transfer_end_s = self.env._now
+        req.kv_transfer_end_s = self.env.now_s
         self.cluster.net_in[self.node].bytes_done += req.kv_transfer_bytes
         req.pinst.handed_off(req)
         self.joins.append(req)
@@ -314,7 +315,7 @@ class Instance:
             tokens=req.input_tokens,
             reserved_bytes=req.reserved_p_bytes,
             unpin_key=req.parent_lineage if req.pinned else None,
-            now_s=self.env._now,
+            now_s=self.env.now_s,
             persist=False,
         )
         req.pinned = False
@@ -330,9 +331,9 @@ class Instance:
             return  # the boundary plans the next step itself
         mode = self.mode
         if mode == IDLE:
-            self._plan(self.env._now)
+            self._plan(self.env.now_s)
         elif mode == SPAN:
-            now = self.env._now
+            now = self.env.now_s
             start = self._start
             if now < start:  # a span planned from a boundary still ahead: re-plan from there
                 self._plan(start)
@@ -404,12 +405,12 @@ class Instance:
         self._batch = batch
         self._start = start
         self._token += 1
-        call_at(self.env, start + dt, self._boundary, self._token)
+        self.env.call_at(start + dt, self._boundary, self._token)
 
-    def _boundary(self, event: Any) -> None:
-        if event._value != self._token:
+    def _boundary(self, token: int) -> None:
+        if token != self._token:
             return  # a span that was cut short
-        now = self.env._now
+        now = self.env.now_s
         self._in_boundary = True
         self._end_step(now, self._span_steps)
         if self.mode == STEP:

@@ -4,7 +4,7 @@ write queue for background writes (demotion to host DRAM, persistence to SSD).
 `SharedLink` is a deterministic fluid model: n concurrent jobs each move at bw / n. It keeps a
 virtual clock V (bytes served to every active job so far), so a job's finish point V_start +
 size never changes when others join or leave; only the mapping from V to time does. Events
-happen only when a job finishes (one SimPy timeout for the earliest finish, re-planned when the
+happen only when a job finishes (one timed call for the earliest finish, re-planned when the
 set changes), never per byte or per interval. Ties finish in submission order.
 
 A link's fixed latency is charged as extra bytes at the link's rate (latency x bw), which keeps
@@ -20,9 +20,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from simpy import Environment
-
-from sim.cluster.events import call_after
+from sim.cluster.events import EventLoop
 
 
 class SharedLink:
@@ -42,7 +40,7 @@ class SharedLink:
         "_token",
     )
 
-    def __init__(self, env: Environment, name: str, bw_bytes_per_s: float, latency_s: float = 0.0) -> None:
+    def __init__(self, env: EventLoop, name: str, bw_bytes_per_s: float, latency_s: float = 0.0) -> None:
         if not bw_bytes_per_s > 0.0:
             raise ValueError(f"link {name}: bandwidth must be > 0, got {bw_bytes_per_s}")
         if latency_s < 0.0:
@@ -54,7 +52,7 @@ class SharedLink:
         self.bytes_done = 0.0  # payload bytes of finished jobs (for bandwidth time series)
         self.jobs_done = 0
         self._v = 0.0  # virtual clock: bytes served to each active job
-        self._t = env.now  # time of the last update of _v
+        self._t = env.now_s  # time of the last update of _v
         self._heap: list[tuple[float, int, float, Callable[[Any], None], Any]] = []
         self._seq = 0
         self._token = 0  # identifies the one pending wake-up; older ones are stale
@@ -67,7 +65,7 @@ class SharedLink:
         if nbytes < 0.0:
             raise ValueError(f"link {self.name}: negative transfer of {nbytes} bytes")
         heap = self._heap
-        now = self.env._now
+        now = self.env.now_s
         bw = self.bw_bytes_per_s
         # advance the virtual clock to now (restart it when idle, so it stays small)
         self._v = self._v + (now - self._t) * bw / len(heap) if heap else 0.0
@@ -77,13 +75,13 @@ class SharedLink:
             heap, (self._v + nbytes + (self.latency_s + extra_s) * bw, self._seq, nbytes, on_done, arg)
         )
         self._token += 1
-        call_after(self.env, (heap[0][0] - self._v) * len(heap) / bw, self._wake, self._token)
+        self.env.call_after((heap[0][0] - self._v) * len(heap) / bw, self._wake, self._token)
 
-    def _wake(self, event) -> None:
-        if event._value != self._token:
+    def _wake(self, token: int) -> None:
+        if token != self._token:
             return  # superseded by a later plan
         heap = self._heap
-        now = self.env._now
+        now = self.env.now_s
         bw = self.bw_bytes_per_s
         v = self._v = self._v + (now - self._t) * bw / len(heap)
         self._t = now
@@ -97,7 +95,7 @@ class SharedLink:
         self.jobs_done += len(finished)
         self._token += 1
         if heap:
-            call_after(self.env, (heap[0][0] - v) * len(heap) / bw, self._wake, self._token)
+            self.env.call_after((heap[0][0] - v) * len(heap) / bw, self._wake, self._token)
         for _vf, _seq, _nbytes, cb, arg in finished:
             cb(arg)
 

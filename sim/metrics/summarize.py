@@ -201,7 +201,7 @@ def summarize_model(
         out["api"] = None
 
     # Little's law over the whole run (all requests, warm-up included)
-    run_s = sim.env.now
+    run_s = sim.env.now_s
     out["little"] = {
         "mean_in_system": _div(cl.requests_in_system_area(), run_s),
         "arrival_rate_per_s": _div(cl.arrived, run_s),

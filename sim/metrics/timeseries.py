@@ -1,4 +1,4 @@
-"""Periodic samples of every pool and of the cluster (one SimPy process, one event per interval).
+"""Periodic samples of every pool and of the cluster (one generator process, one event per interval).
 
 Each tick also applies the cache tiers' TTLs (lazy expiry elsewhere), checks that no tier holds
 more than its capacity, and reports progress. Rates are means over the interval (bytes moved /
@@ -64,7 +64,7 @@ class Sampler:
                 pa.field(f"{name}_kv_bytes", pa.float64(), nullable=False)
             )
         self.cluster_rows: dict[str, list] = {n: [] for n in self.cluster_schema.names}
-        self._t_last = env.now
+        self._t_last = env.now_s
         # time integrals of tier occupancy (for means) and sampled peaks of the cluster-wide sums
         # (the configured chain, enabled or not, and V4.1's SWA pool)
         self.tier_area = {name: 0.0 for name in (*tier_names, "swa_pool")}
@@ -75,7 +75,7 @@ class Sampler:
         self._ssd = store.units_of("ssd")
         self.sampled_s = 0.0
         for p in pools:
-            p._last = self._counters(p, env.now)
+            p._last = self._counters(p, env.now_s)
 
     def start(self) -> None:
         self.env.process(self._run())
@@ -106,7 +106,7 @@ class Sampler:
 
     def sample(self) -> None:
         env, store = self.env, self.store
-        now = env.now
+        now = env.now_s
         dt = now - self._t_last
         if dt <= 0.0:
             return

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from sim.cluster.cluster import Cluster
-from sim.cluster.events import call_at
+from sim.cluster.events import EventLoop
 from sim.cluster.request import Request, lineage_key, shared_key
 from sim.workload.io import iter_session_batches
 from sim.workload.schema import ARRIVAL_ABSOLUTE
@@ -123,7 +123,7 @@ class _Session:
 class Arrivals:
     def __init__(
         self,
-        env: Any,
+        env: EventLoop,
         trace: Iterator[TraceColumns],
         cluster: Cluster,
         *,
@@ -169,8 +169,8 @@ class Arrivals:
                 if start >= self.horizon_s or self._full():
                     self._stop_loading()
                     return
-                if start > env.now:
-                    yield env.timeout(start - env.now)
+                if start > env.now_s:
+                    yield env.timeout(start - env.now_s)
                 self._load(cols, lo, bounds[k + 1])
         self._stop_loading()
 
@@ -232,10 +232,9 @@ class Arrivals:
             return
         req.arrival_s = time_s
         self._waiting += 1
-        call_at(self.env, time_s, self._arrive, req)
+        self.env.call_at(time_s, self._arrive, req)
 
-    def _arrive(self, event: Any) -> None:
-        req = event._value
+    def _arrive(self, req: Request) -> None:
         self._waiting -= 1
         req.measured = req.arrival_s >= self.warmup_s
         self.cluster.dispatch(req)
@@ -252,7 +251,7 @@ class Arrivals:
 
     def on_terminal(self, req: Request) -> None:
         """`req` completed or was rejected: its follow-ups arrive after their think time."""
-        now = self.env._now
+        now = self.env.now_s
         kids = self._children.pop(req.request_id, None)
         if kids is not None:
             for child, think in kids:
@@ -304,7 +303,7 @@ class BenchmarkArrivals(Arrivals):
 
     def __init__(
         self,
-        env: Any,
+        env: EventLoop,
         cluster: Cluster,
         *,
         isl_tokens: int,
@@ -351,8 +350,8 @@ class BenchmarkArrivals(Arrivals):
     def start(self) -> None:
         if self.closed_loop:
             for _ in range(self.concurrency):
-                if self._may_issue(self.env.now):
-                    self._issue(self._new_session(), self.env.now)
+                if self._may_issue(self.env.now_s):
+                    self._issue(self._new_session(), self.env.now_s)
                     self._active += 1
             if self._active == 0:
                 self._stop()
@@ -389,18 +388,18 @@ class BenchmarkArrivals(Arrivals):
         self._of[rid] = sess
         self.scheduled += 1
         self._waiting += 1
-        call_at(self.env, time_s, self._arrive, req)
+        self.env.call_at(time_s, self._arrive, req)
 
     def _poisson(self):
         env = self.env
         mean_gap_s = 1.0 / self.request_rate_per_s
         while True:
-            time_s = env.now + float(self.rng.exponential(mean_gap_s))
+            time_s = env.now_s + float(self.rng.exponential(mean_gap_s))
             if not self._may_issue(time_s):
                 break
-            yield env.timeout(time_s - env.now)
+            yield env.timeout(time_s - env.now_s)
             waiting = self._waiting_sessions
-            self._issue(waiting.popleft() if waiting else self._new_session(), env.now)
+            self._issue(waiting.popleft() if waiting else self._new_session(), env.now_s)
         self._stop()
 
     def _stop(self) -> None:
@@ -409,7 +408,7 @@ class BenchmarkArrivals(Arrivals):
         self._check_idle()
 
     def on_terminal(self, req: Request) -> None:
-        now = self.env._now
+        now = self.env.now_s
         sess = self._of.pop(req.request_id)
         sess.count += 1
         if req.status == "rejected":

@@ -5,8 +5,7 @@ only the classes they declare."""
 
 from types import SimpleNamespace
 
-import simpy
-
+from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.cluster.request import Request
@@ -71,7 +70,7 @@ def request(prefix: int, inp: int, *, parent: int | None = 7, out: int = 1) -> R
 
 def instances(st: KVStore, nodes: list[int]) -> list[Instance]:
     """One prefill instance per entry of `nodes` over the store's HBM tiers (instance i: tier i)."""
-    env = simpy.Environment()
+    env = EventLoop()
     timing = SimpleNamespace(verified_tokens_per_step=1, accepted_tokens_per_step=1.0)
     link = SharedLink(env, "link", 1e12)
     return [

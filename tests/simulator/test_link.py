@@ -1,25 +1,24 @@
 """The transfer links: processor sharing with exact completion times, FIFO writes."""
 
 import pytest
-import simpy
 
-from sim.cluster.events import run_until
+from sim.cluster.events import EventLoop
 from sim.cluster.link import FifoLink, SharedLink
 
 
 def _run(jobs, bw=100.0, latency=0.0):
     """jobs: (start_s, bytes, name); returns {name: finish_s}."""
-    env = simpy.Environment()
+    env = EventLoop()
     link = SharedLink(env, "l", bw, latency)
     done = {}
 
     def start(at, nbytes, name):
         yield env.timeout(at)
-        link.submit(nbytes, lambda n: done.__setitem__(n, env.now), name)
+        link.submit(nbytes, lambda n: done.__setitem__(n, env.now_s), name)
 
     for at, nbytes, name in jobs:
         env.process(start(at, nbytes, name))
-    run_until(env)
+    env.run()
     return done, link
 
 
@@ -39,11 +38,11 @@ def test_two_jobs_share_equally_then_the_survivor_speeds_up():
 
 def test_equal_jobs_finish_together_in_submission_order():
     order = []
-    env = simpy.Environment()
+    env = EventLoop()
     link = SharedLink(env, "l", 10.0)
     for name in ("x", "y", "z"):
-        link.submit(10.0, lambda n: order.append((n, env.now)), name)
-    run_until(env)
+        link.submit(10.0, lambda n: order.append((n, env.now_s)), name)
+    env.run()
     assert [n for n, _ in order] == ["x", "y", "z"]
     assert all(t == pytest.approx(3.0) for _, t in order)
 
@@ -73,7 +72,7 @@ def test_fifo_link_queues_writes_without_events():
 
 
 def test_bad_link_parameters_are_rejected():
-    env = simpy.Environment()
+    env = EventLoop()
     with pytest.raises(ValueError):
         SharedLink(env, "l", 0.0)
     with pytest.raises(ValueError):

@@ -1,0 +1,102 @@
+"""The event loop (sim/cluster/events.py): exact (name, time) logs, as SimPy's own tests do."""
+
+import pytest
+
+from sim.cluster.events import EventLoop
+
+
+def test_calls_run_in_time_then_insertion_order():
+    loop, log = EventLoop(), []
+    for name, at in (("b", 2.0), ("a", 1.0), ("c", 2.0), ("d", 1.0)):
+        loop.call_at(at, lambda n: log.append((n, loop.now_s)), name)
+    loop.run()
+    assert log == [("a", 1.0), ("d", 1.0), ("b", 2.0), ("c", 2.0)]
+
+
+def test_a_call_in_the_past_runs_now_and_a_negative_delay_means_now():
+    loop, log = EventLoop(), []
+
+    def first(_):
+        loop.call_at(0.5, lambda n: log.append((n, loop.now_s)), "past")
+        loop.call_after(-1.0, lambda n: log.append((n, loop.now_s)), "negative")
+
+    loop.call_at(1.0, first)
+    loop.run()
+    assert log == [("past", 1.0), ("negative", 1.0)]
+
+
+def test_processes_start_before_ordinary_calls_due_at_the_same_time():
+    loop, log = EventLoop(), []
+    loop.call_at(0.0, lambda n: log.append((n, loop.now_s)), "call")
+
+    def proc(name, gap_s):
+        for _ in range(2):
+            log.append((name, loop.now_s))
+            yield loop.timeout(gap_s)
+        log.append((name + " ends", loop.now_s))
+
+    loop.process(proc("p", 1.5))
+    loop.process(proc("q", 1.0))
+    loop.run()
+    assert log == [
+        ("p", 0.0),
+        ("q", 0.0),
+        ("call", 0.0),
+        ("q", 1.0),
+        ("p", 1.5),
+        ("q ends", 2.0),
+        ("p ends", 3.0),
+    ]
+
+
+def test_run_until_a_signal_stops_after_the_calls_already_due_at_its_time():
+    loop, log = EventLoop(), []
+    done = loop.signal()
+
+    def note(name):
+        log.append((name, loop.now_s))
+
+    def stop(_):
+        note("stop")
+        loop.call_at(1.0, note, "before the signal, second")
+        done.succeed("drained")
+        loop.call_at(1.0, note, "after the signal")  # same time, scheduled after it: never runs
+
+    loop.call_at(1.0, stop)
+    loop.call_at(1.0, note, "before the signal")
+    loop.call_at(5.0, note, "later")
+    loop.run(until=done)
+    assert log == [("stop", 1.0), ("before the signal", 1.0), ("before the signal, second", 1.0)]
+    assert done.processed and done.value == "drained" and loop.now_s == 1.0
+    assert loop.pending() == 2
+
+
+def test_a_run_whose_signal_never_comes_says_so():
+    loop = EventLoop()
+    loop.call_at(1.0, lambda _: None)
+    with pytest.raises(RuntimeError, match="never triggered"):
+        loop.run(until=loop.signal())
+
+
+def test_an_exception_in_a_call_ends_the_run():
+    loop = EventLoop()
+
+    def boom(_):
+        raise ValueError("boom")
+
+    loop.call_at(1.0, boom)
+    with pytest.raises(ValueError, match="boom"):
+        loop.run()
+
+
+def test_a_process_must_yield_timeouts_and_timeouts_are_not_negative():
+    loop = EventLoop()
+
+    def bad():
+        yield 1.0
+
+    loop.process(bad())
+    with pytest.raises(TypeError, match="timeout"):
+        loop.run()
+    with pytest.raises(ValueError):
+        loop.timeout(-1.0)
