@@ -35,6 +35,7 @@ from sim.cluster.build import build_simulation
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
+from sim.metrics.invariants import check_run
 from sim.metrics.schema import RUN_FORMAT
 from sim.metrics.summarize import SessionStats, summarize_model
 from sim.outputs import probe_output_dir, staged_output_dir
@@ -307,11 +308,7 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
     finally:
         if gc_was_enabled:
             gc.enable()
-    if sim.cluster.arrived != sim.cluster.completed + sim.cluster.rejected:
-        raise AssertionError(
-            f"{ref.name}: {sim.cluster.arrived} arrived != {sim.cluster.completed} completed + "
-            f"{sim.cluster.rejected} rejected"
-        )
+    check_run(sim, drain_limited=drain_limited)
     written: list[Path] = []
     if out is not None:
         if sim.recorder.out_path is not None:

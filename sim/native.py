@@ -48,6 +48,7 @@ COMPILED = (
     "sim.kvcache.policies",
     "sim.kvcache.store",
     "sim.kvcache.tiers",
+    "sim.metrics.invariants",
     "sim.metrics.requestlog",
     "sim.sched.arrivals",
     "sim.sched.batcher",

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from sim.paths import public_traces_dir, shared_dir
 from sim.workload.importers import import_trace
+
+# Hypothesis: derandomised by default (CI included), so a failure replays exactly on any machine
+# (the examples come from each test's own source, not from a random seed or a local database);
+# `HYPOTHESIS_PROFILE=explore pytest ...` draws fresh random examples and prints the blob to
+# replay a failure with @reproduce_failure.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from sim.cluster.events import EventLoop
 from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.store import KVStore
+from sim.metrics.invariants import check_ended
 
 if TYPE_CHECKING:
     from sim.cluster.instance import Instance
@@ -117,6 +118,7 @@ class Cluster:
         self._t_area = now
         self.in_flight -= 1
         del self.live[req.request_id]
+        check_ended(req)
         self.recorder.record(req)
         if self.arrivals is not None:
             self.arrivals.on_terminal(req)

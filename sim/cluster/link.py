@@ -77,6 +77,10 @@ class SharedLink:
         self._token += 1
         self.env.call_after((heap[0][0] - self._v) * len(heap) / bw, self._wake, self._token)
 
+    def in_flight(self) -> int:
+        """Transfers started and not finished."""
+        return len(self._heap)
+
     def _wake(self, token: int) -> None:
         if token != self._token:
             return  # superseded by a later plan

@@ -71,7 +71,9 @@ def test_a_model_keeps_its_colour_across_runs_and_runs_differ_by_dash(run, v41_o
 
 def test_pairs_v41_with_v4_within_a_run_then_across_runs(run, v41_only, tmp_path):
     pairs = successor_pairs(build_series([run, v41_only]))
-    assert [(p.new.name, p.old.name, p.label) for p in pairs] == [(f"both · {V41}", f"both · {V4}", "V4.1 / V4")]
+    assert [(p.new.name, p.old.name, p.label) for p in pairs] == [
+        (f"both · {V41}", f"both · {V4}", "V4.1 / V4")
+    ]
     v4_only = load_run(write_run(tmp_path / "v4_only", models=(V4,), n_requests=300))
     pairs = successor_pairs(build_series([v4_only, v41_only]))
     assert [(p.new.model, p.old.model) for p in pairs] == [(V41, V4)]

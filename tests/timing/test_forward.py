@@ -151,7 +151,9 @@ def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monke
     assert parts["none"]["forward_term_s"] == 0.0
     # TP 4 x DP 2: the straggler's DP group holds 32 sequences, a TP rank a quarter of their work
     tp4 = build_calibrated(context("deepseek-v4-flash", tp=4, dp=2, forward_term="measured"))
-    assert tp4.decode_breakdown(64, 8192)["forward_term_s"] == pytest.approx(43 * (A_S + B_S * 32 / 4), rel=1e-6)
+    assert tp4.decode_breakdown(64, 8192)["forward_term_s"] == pytest.approx(
+        43 * (A_S + B_S * 32 / 4), rel=1e-6
+    )
 
 
 def test_a_broken_table_is_a_clean_input_error(tmp_path):

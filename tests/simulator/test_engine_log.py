@@ -1,0 +1,109 @@
+"""One instance's engine loop on a three-request trace: the exact (event, time) log.
+
+The timing model is a stand-in with round binary step times (a step with prefill rows 0.25 s,
+a decode-only step 0.125 s), so every time below is exact and the log shows the loop's mechanics
+alone: FIFO admission, chunked prefill under the token budget, mixed steps, a join cutting a
+decode span at the end of the step in progress, and a one-token request ending at its first token.
+"""
+
+import math
+
+from sim.cluster.cluster import Cluster
+from sim.cluster.events import EventLoop
+from sim.cluster.instance import Instance
+from sim.cluster.link import SharedLink
+from sim.cluster.request import Request
+from sim.metrics.recorder import Recorder
+from sim.sched.router import Router
+from sim.timing.batch import DecodeTerms
+
+from . import objects
+
+PREFILL_STEP_S = 0.25
+DECODE_STEP_S = 0.125
+
+
+class RoundSteps:
+    """A timing model with fixed step times (the engine only adds the terms up)."""
+
+    name = "round-steps"
+    accepted_tokens_per_step = 1.0
+    verified_tokens_per_step = 1
+
+    def decode_seq_terms(self, context_tokens, steps):
+        return DecodeTerms(context_tokens=float(context_tokens), context_tokens_growth=1.0)
+
+    def step_s(self, batch_size, terms, prefill):
+        return PREFILL_STEP_S if prefill else DECODE_STEP_S
+
+    def decode_span_s(self, batch_size, terms, steps):
+        return DECODE_STEP_S * steps
+
+    def decode_step_end(self, batch_size, terms, elapsed_s):
+        steps = math.floor(elapsed_s / DECODE_STEP_S) + 1
+        return steps, DECODE_STEP_S * steps
+
+
+class Log(Recorder):
+    def __init__(self):
+        super().__init__(None, slo_ttft_s=10.0, slo_tpot_s=1.0)
+        self.ended = []
+
+    def record(self, req):
+        self.ended.append(req)
+        super().record(req)
+
+
+EVENTS = ("arrival_s", "admitted_s", "prefill_start_s", "first_token_s", "decode_start_s", "finish_s")
+
+
+def _run(trace):
+    """trace: (arrival_s, input_tokens, output_tokens) per request; returns the log and the instance."""
+    loop = EventLoop()
+    st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
+    link = SharedLink(loop, "link", 1e12)
+    inst = Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, budget_tokens=2048, chunk_tokens=1024,
+                    max_decode_batch=8, kv_replication=1, h2d=link, ssd_read=link, max_queue_wait_s=None)  # fmt: skip
+    log = Log()
+    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
+    cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
+                      recorder=log, max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
+    inst.cluster = cluster
+    for rid, (at, inp, out) in enumerate(trace):
+        req = Request(rid, rid, 0, 0, rid, None, None, at, inp, out, 0, 0, 0, 0)
+        loop.call_at(at, cluster.dispatch, req)
+    loop.run()
+    events = sorted(
+        (getattr(r, e), r.request_id, i)
+        for r in log.ended
+        for i, e in enumerate(EVENTS)
+        if not math.isnan(getattr(r, e))
+    )
+    return [(f"r{rid} {EVENTS[i].removesuffix('_s')}", t) for t, rid, i in events], inst
+
+
+def test_three_requests_on_one_instance_give_this_exact_log():
+    # GIVEN one colocated instance (token budget 2048, chunks of 1024) and three requests
+    # WHEN they run
+    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)])
+    # THEN the loop does exactly this
+    assert log == [
+        ("r0 arrival", 0.0),
+        ("r0 admitted", 0.0),
+        ("r0 prefill_start", 0.0),  # step 1 [0, 0.25]: r0's first 1024 tokens
+        ("r1 arrival", 0.1),
+        ("r1 admitted", 0.1),  # waits for the step in progress
+        ("r1 prefill_start", 0.25),  # step 2 [0.25, 0.5]: r0 1024 + r1's 500 tokens
+        ("r1 first_token", 0.5),
+        ("r1 decode_start", 0.5),  # step 3 [0.5, 0.75]: r1 decodes beside r0's last 952 tokens
+        ("r0 first_token", 0.75),
+        ("r0 decode_start", 0.75),  # span [0.75, 0.875]: one decode step, until r1 leaves
+        ("r1 finish", 0.875),  # 3 tokens: the first + 2 decode steps; then r0 alone: a span of 6 steps
+        ("r2 arrival", 1.3),
+        ("r2 admitted", 1.3),  # cuts r0's span at the end of its step in progress (4 x 0.125 s)
+        ("r2 prefill_start", 1.375),  # mixed step [1.375, 1.625]
+        ("r2 first_token", 1.625),
+        ("r2 finish", 1.625),  # one output token: done at its first token
+        ("r0 finish", 1.75),  # 8 tokens: the first + 7 decode steps (1 + 4 + 1 + 1)
+    ]
+    assert (inst.steps, inst.spans, inst.busy_s) == (4, 3, 1.75)
