@@ -283,7 +283,9 @@ def _node_capacity(name: str, tier, lay: Layout, n: int, swa_bytes: float) -> fl
     return max(0.0, cap - swa_bytes) if tier.medium == "host_dram" else cap
 
 
-def store_tiers(cache, policy: CachePolicy, lay: Layout, links: LinkSet) -> tuple[list[StoreTier], list[float]]:
+def store_tiers(
+    cache, policy: CachePolicy, lay: Layout, links: LinkSet
+) -> tuple[list[StoreTier], list[float]]:
     """The tiers below HBM of the enabled chain, fastest first, and V4.1's SWA pool per node."""
     eps = TIMESCALE_EPS_S
     n_nodes = len(lay.node_hw)
@@ -310,9 +312,7 @@ def store_tiers(cache, policy: CachePolicy, lay: Layout, links: LinkSet) -> tupl
                 caps[of_node[n]] += cap
         demote = tier.fill == "demote"
         write_through_ttl = 0.0 if demote else policy.retention_s
-        write_inst = [
-            _link(links, "write", tier.write, lay, i=i) for i in range(len(lay.inst_node))
-        ]
+        write_inst = [_link(links, "write", tier.write, lay, i=i) for i in range(len(lay.inst_node))]
         write_node = [_link(links, "write", tier.write, lay, n=n) for n in range(n_nodes)] if demote else []
         tiers.append(
             StoreTier(

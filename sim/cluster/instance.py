@@ -97,7 +97,7 @@ class Instance:
         self.terms = DecodeTerms()
         # engine loop state
         self.mode = IDLE
-        self._token = 0
+        self._timer = env.timer(self._boundary)  # the end of the step or span in progress
         self._start = 0.0  # start of the current step or span (may lie ahead after a cut)
         self._span_steps = 0  # decode steps the current step/span advances
         self._chunks: list[tuple[Request, int]] = []
@@ -326,7 +326,7 @@ class Instance:
     def kick(self) -> None:
         """Something new to do (a request ready to prefill, a sequence ready to join): start a step
         if idle; during a decode span, end the span at the end of the step in progress and plan
-        the next one from there at once (no extra event: the old wake-up becomes stale)."""
+        the next one from there at once (its timer moves there: nothing stale is left in the event heap)."""
         if self._in_boundary:
             return  # the boundary plans the next step itself
         mode = self.mode
@@ -404,12 +404,9 @@ class Instance:
             return
         self._batch = batch
         self._start = start
-        self._token += 1
-        self.env.call_at(start + dt, self._boundary, self._token)
+        self.env.set_timer(self._timer, start + dt)
 
-    def _boundary(self, token: int) -> None:
-        if token != self._token:
-            return  # a span that was cut short
+    def _boundary(self, _arg: Any) -> None:
         now = self.env.now_s
         self._in_boundary = True
         self._end_step(now, self._span_steps)

@@ -4,8 +4,9 @@ write queue for background writes (demotion to host DRAM, persistence to SSD).
 `SharedLink` is a deterministic fluid model: n concurrent jobs each move at bw / n. It keeps a
 virtual clock V (bytes served to every active job so far), so a job's finish point V_start +
 size never changes when others join or leave; only the mapping from V to time does. Events
-happen only when a job finishes (one timed call for the earliest finish, re-planned when the
-set changes), never per byte or per interval. Ties finish in submission order.
+happen only when a job finishes (one timer for the earliest finish, moved when the set changes,
+so a link with a single transfer costs one event and a re-plan leaves no stale one), never per byte
+or per interval. Ties finish in submission order.
 
 A link's fixed latency is charged as extra bytes at the link's rate (latency x bw), which keeps
 one event per job; under sharing that latency stretches like data, a small, stated error.
@@ -37,7 +38,7 @@ class SharedLink:
         "_t",
         "_heap",
         "_seq",
-        "_token",
+        "_timer",
     )
 
     def __init__(self, env: EventLoop, name: str, bw_bytes_per_s: float, latency_s: float = 0.0) -> None:
@@ -55,7 +56,7 @@ class SharedLink:
         self._t = env.now_s  # time of the last update of _v
         self._heap: list[tuple[float, int, float, Callable[[Any], None], Any]] = []
         self._seq = 0
-        self._token = 0  # identifies the one pending wake-up; older ones are stale
+        self._timer = env.timer(self._wake)  # the earliest finish (moved when the set changes)
 
     def submit(
         self, nbytes: float, on_done: Callable[[Any], None], arg: Any = None, extra_s: float = 0.0
@@ -74,16 +75,13 @@ class SharedLink:
         heapq.heappush(
             heap, (self._v + nbytes + (self.latency_s + extra_s) * bw, self._seq, nbytes, on_done, arg)
         )
-        self._token += 1
-        self.env.call_after((heap[0][0] - self._v) * len(heap) / bw, self._wake, self._token)
+        self.env.set_timer_after(self._timer, (heap[0][0] - self._v) * len(heap) / bw)
 
     def in_flight(self) -> int:
         """Transfers started and not finished."""
         return len(self._heap)
 
-    def _wake(self, token: int) -> None:
-        if token != self._token:
-            return  # superseded by a later plan
+    def _wake(self, _arg: Any) -> None:
         heap = self._heap
         now = self.env.now_s
         bw = self.bw_bytes_per_s
@@ -97,9 +95,8 @@ class SharedLink:
         for item in finished:
             self.bytes_done += item[2]
         self.jobs_done += len(finished)
-        self._token += 1
         if heap:
-            self.env.call_after((heap[0][0] - v) * len(heap) / bw, self._wake, self._token)
+            self.env.set_timer_after(self._timer, (heap[0][0] - v) * len(heap) / bw)
         for _vf, _seq, _nbytes, cb, arg in finished:
             cb(arg)
 

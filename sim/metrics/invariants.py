@@ -135,7 +135,7 @@ def check_run(sim: Any, *, drain_limited: bool) -> None:
             )
     links = [*c.net_out]
     for inst in sim.instances:
-        links += [inst.h2d, inst.ssd_read] + ([inst.pool_read] if inst.pool_read is not None else [])
+        links += [link for link in inst.read_links if link is not None]
     for link in links:
         if link.in_flight():
             raise InvariantError(
@@ -145,4 +145,7 @@ def check_run(sim: Any, *, drain_limited: bool) -> None:
 
 def _tier_units(store: Any) -> list[Any]:
     """Every byte tier unit of the store (HBM per instance, the tiers below, the SWA pool)."""
-    return [*store.hbm, *store.dram, *store.pool, *store.swa, store.ssd]
+    units = [*store.hbm, *store.swa]
+    for tier in store.tiers:
+        units.extend(tier.units)
+    return units

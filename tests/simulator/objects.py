@@ -36,8 +36,17 @@ def policy(family: str, **kw) -> CachePolicy:
     return CachePolicy(**{**base, **kw})
 
 
-def tier(name: str, n: int, caps: list[float], ttl_s: float, *, scope: str = "node", demote: bool = True,
-         unit_of_node: list[int] | None = None, retention_s: float = 0.0) -> StoreTier:
+def tier(
+    name: str,
+    n: int,
+    caps: list[float],
+    ttl_s: float,
+    *,
+    scope: str = "node",
+    demote: bool = True,
+    unit_of_node: list[int] | None = None,
+    retention_s: float = 0.0,
+) -> StoreTier:
     """A tier below HBM over `n` instances, instance i on node i, with instant writes."""
     of_node = unit_of_node if unit_of_node is not None else (list(range(n)) if scope == "node" else [0] * n)
     links = [FifoLink(f"{name}{i}", 1e15) for i in range(n)]
@@ -46,8 +55,14 @@ def tier(name: str, n: int, caps: list[float], ttl_s: float, *, scope: str = "no
                      write=PathCost(), write_links_instance=links, write_links_node=links)  # fmt: skip
 
 
-def store(pol: CachePolicy, hbm_bytes=(10 * GB, 10 * GB), dram_gb=100.0, *, dram_ttl_s=600.0,
-          pool: StoreTier | None = None) -> KVStore:
+def store(
+    pol: CachePolicy,
+    hbm_bytes=(10 * GB, 10 * GB),
+    dram_gb=100.0,
+    *,
+    dram_ttl_s=600.0,
+    pool: StoreTier | None = None,
+) -> KVStore:
     """Instance i on node i: host DRAM per node, an optional pool, a cluster SSD tier; fast links so writes
     are ready at once."""
     n = len(hbm_bytes)

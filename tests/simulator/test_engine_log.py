@@ -46,7 +46,7 @@ class RoundSteps:
 
 class Log(Recorder):
     def __init__(self):
-        super().__init__(None, slo_ttft_s=10.0, slo_tpot_s=1.0)
+        super().__init__(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"])
         self.ended = []
 
     def record(self, req):
@@ -63,7 +63,8 @@ def _run(trace):
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
     inst = Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, budget_tokens=2048, chunk_tokens=1024,
-                    max_decode_batch=8, kv_replication=1, h2d=link, ssd_read=link, max_queue_wait_s=None)  # fmt: skip
+                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                    max_queue_wait_s=None)  # fmt: skip
     log = Log()
     weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
     cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),

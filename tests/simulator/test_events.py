@@ -100,3 +100,47 @@ def test_a_process_must_yield_timeouts_and_timeouts_are_not_negative():
         loop.run()
     with pytest.raises(ValueError):
         loop.timeout(-1.0)
+
+
+def test_a_timer_moves_instead_of_leaving_stale_calls():
+    loop, log = EventLoop(), []
+    timer = loop.timer(lambda _: log.append(("timer", loop.now_s)))
+    loop.call_at(2.0, lambda n: log.append((n, loop.now_s)), "call")
+    loop.set_timer(timer, 5.0)
+    loop.set_timer(timer, 1.0)  # earlier
+    loop.set_timer(timer, 3.0)  # later
+    assert loop.pending() == 2 and timer.scheduled
+
+    def move_to_now(_):
+        loop.set_timer(timer, 0.0)  # in the past: now, after the calls already due now
+        loop.call_at(2.0, lambda n: log.append((n, loop.now_s)), "same time, set earlier")
+
+    loop.call_at(2.0, move_to_now)
+    loop.run()
+    assert log == [("call", 2.0), ("timer", 2.0), ("same time, set earlier", 2.0)]
+    assert not timer.scheduled and loop.pending() == 0
+    loop.set_timer_after(timer, 0.5)
+    loop.run()
+    assert log[-1] == ("timer", 2.5)
+
+
+def test_the_heap_gives_the_order_of_a_sort_by_time_then_insertion():
+    import random
+
+    rng, loop, log = random.Random(3), EventLoop(), []
+    timers = [loop.timer(lambda i: None) for _ in range(20)]
+    expected = {}
+    for n in range(500):
+        t = float(rng.randint(0, 50))
+        if rng.random() < 0.3:
+            k = rng.randrange(len(timers))
+            loop.set_timer(timers[k], t)
+            expected[("timer", k)] = (t, n)
+        else:
+            loop.call_at(t, log.append, n)
+            expected[("call", n)] = (t, n)
+    for k, timer in enumerate(timers):
+        timer.fn = lambda _a, k=k: log.append(("timer", k))
+    loop.run()
+    want = [key[1] if key[0] == "call" else key for key, _ in sorted(expected.items(), key=lambda kv: kv[1])]
+    assert log == want

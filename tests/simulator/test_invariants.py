@@ -1,6 +1,7 @@
 """The invariants module raises a clear internal error for each kind of broken invariant (the
 property tests and every run check that they hold)."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -76,8 +77,9 @@ def test_a_lost_request_is_a_conservation_error():
 
 def test_a_tier_over_its_capacity_or_a_reservation_never_returned_is_a_capacity_error():
     sim = _sim()
-    sim.store.dram[0].peak_bytes = sim.store.dram[0].capacity_bytes * 1.01
-    with pytest.raises(InvariantError, match=r"'capacity'.*dram\[0\]: peak"):
+    dram = sim.store.units_of("dram")[0]
+    dram.peak_bytes = dram.capacity_bytes * 1.01
+    with pytest.raises(InvariantError, match=rf"'capacity'.*{re.escape(dram.name)}: peak"):
         check_run(sim, drain_limited=False)
     sim = _sim()
     sim.store.hbm[1].reserve(1e6)

@@ -16,12 +16,20 @@ def _store(pol, hbm_gb=10.0, dram_gb=100.0):
 
 def test_v41_hit_in_another_node_ssd_uses_the_swa_pool_then_replays_after_its_ttl():
     store = _store(objects.policy("v41"))
-    store.finish(7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True)  # a turn ended on instance 0 (node 0)
+    store.finish(
+        7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True
+    )  # a turn ended on instance 0 (node 0)
     store.hbm[0].reserved_bytes = 0.0
     # the next turn lands on instance 1 (node 1): HBM and DRAM miss there, SSD has all 10,000
     plan = plan_prefix(store, request(10_000, 12_000), 1, 10.0)
     assert plan is not None and store.tier_names[plan.tier] == "ssd"
-    assert (plan.key, plan.tokens, plan.hbm_tokens, plan.replay_tokens, plan.shared) == (7, 10_000, 0, 0, False)
+    assert (plan.key, plan.tokens, plan.hbm_tokens, plan.replay_tokens, plan.shared) == (
+        7,
+        10_000,
+        0,
+        0,
+        False,
+    )
     assert plan.load_bytes == pytest.approx(10_000 * 890.0)  # global KV only: V4.1 persists no SWA
     assert plan.swa_node == 0  # ring still in node 0's pool
     # after the pool's 300 s TTL the ring is gone: replay the last 128 tokens
@@ -44,7 +52,9 @@ def test_deep_partial_prefix_is_whole_blocks_and_both_models_rebuild_the_window(
         store = _store(objects.policy(family))
         store.finish(7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True)
         plan = plan_prefix(store, request(5_000, 9_000), 0, 1.0)
-        assert plan.tokens == 4_864 and plan.swa_node == -1 and plan.replay_tokens == replay  # 19 blocks of 256
+        assert (
+            plan.tokens == 4_864 and plan.swa_node == -1 and plan.replay_tokens == replay
+        )  # 19 blocks of 256
 
 
 @pytest.mark.parametrize("family", ["v41", "v4"])
@@ -78,7 +88,9 @@ def test_hit_at_the_parents_input_end_uses_the_window_saved_there(family):
     saved at the end of the input and of the output): input 10,000 + output 200 cached; the next
     turn repeats the input's whole 64-token blocks, 9,984 tokens, a hit of 39 blocks of 256."""
     store = _store(objects.policy(family))
-    store.finish(7, 0, tokens=10_200, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True, prompt_tokens=10_000)
+    store.finish(
+        7, 0, tokens=10_200, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True, prompt_tokens=10_000
+    )
     store.hbm[0].reserved_bytes = 0.0
     plan = plan_prefix(store, request(9_984, 12_000), 1, 10.0)
     assert plan.replay_tokens == 0 and plan.swa_node == (0 if family == "v41" else -1)
@@ -109,9 +121,13 @@ def test_hbm_copy_expires_to_host_dram_then_hits_there():
 
 def test_capacity_pressure_evicts_the_least_recently_used_session_first():
     store = _store(objects.policy("v4"), hbm_gb=1.0)  # ~0.35 GB per 100K-token session: room for two
-    store.finish(1, 0, tokens=100_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=False)  # 0.35 GB
+    store.finish(
+        1, 0, tokens=100_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=False
+    )  # 0.35 GB
     store.finish(2, 0, tokens=100_000, reserved_bytes=0.0, unpin_key=None, now_s=1.0, persist=False)
-    store.finish(3, 0, tokens=100_000, reserved_bytes=0.0, unpin_key=None, now_s=2.0, persist=False)  # pushes out session 1 (oldest)
+    store.finish(
+        3, 0, tokens=100_000, reserved_bytes=0.0, unpin_key=None, now_s=2.0, persist=False
+    )  # pushes out session 1 (oldest)
     assert 1 not in store.entries or 0 not in store.entries[1].hbm
     assert 0 in store.entries[2].hbm and 0 in store.entries[3].hbm
     assert store.entries[1].copies[0].unit == 0  # demoted to node 0's DRAM, not lost
