@@ -98,13 +98,13 @@ class Signal:
 class Process:
     """A generator run as a long-lived actor: each `yield loop.timeout(d)` resumes it `d` later."""
 
-    def __init__(self, loop: EventLoop, gen: Generator[Delay, None, None]) -> None:
+    def __init__(self, loop: EventLoop, gen: Generator[Any, None, None]) -> None:
         self.loop = loop
         self.gen = gen
 
     def resume(self, _arg: Any) -> None:
         try:
-            delay: object = self.gen.send(None)  # checked below, with a clear message
+            delay = self.gen.send(None)  # any object: checked below, with a clear message
         except StopIteration:
             return
         if not isinstance(delay, Delay):

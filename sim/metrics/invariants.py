@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from sim.cluster.request import Request
 from sim.sched.admission import REASONS
 
@@ -29,6 +31,7 @@ from sim.sched.admission import REASONS
 BYTES_REL_TOL = 1e-9
 
 
+@mypyc_attr(native_class=False)  # an exception: compiled code may not subclass builtins natively
 class InvariantError(RuntimeError):
     """An invariant of the simulation does not hold: a bug in sim (please report it)."""
 
