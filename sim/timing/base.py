@@ -9,9 +9,9 @@ The simulator asks only these questions, so an implementation plugs in without t
 - `decode_seq_terms(context_tokens, steps)`: a sequence's additive terms when it joins a decode
   batch at `context_tokens`, with their growth per decode step over its next `steps` steps. An
   implementation fills the terms it reads (the roofline: attention+index FLOPs per row and KV
-  bytes read; the calibrated model: the context, read through the measured attention curve at the batch's
-  mean); the engine only adds them up, so a batch's
-  terms are a running sum kept in O(1) per join or leave, and the hot path has no loops.
+  bytes read; the calibrated model: the context, read through the measured attention curve at
+  the batch's mean); the engine only adds them up, so a batch's terms are a running sum kept in
+  O(1) per join or leave, and the hot path has no loops.
 - `decode_span_s(batch_size, terms, steps)`: time of `steps` consecutive decode-only steps with
   fixed membership, the terms growing by their `*_growth` per step. This is what lets decode
   jump from one membership change to the next instead of paying an event per token.
