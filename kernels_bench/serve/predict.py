@@ -45,12 +45,11 @@ def predict_step_s(
     tm, batch: int, context_tokens: int, chunk_tokens: int, chunk_context_tokens: int
 ) -> float:
     """sim's step time: ``batch`` decodes at ``context_tokens`` plus one prefill chunk (0 = none)."""
-    t0 = t1 = 0.0
-    if batch:
-        c = tm.decode_seq_terms(context_tokens, 1)
-        t0, t1 = c[0] * batch, c[1] * batch
-    chunks = [(chunk_tokens, chunk_context_tokens, True, 0, 0)] if chunk_tokens else []
-    return tm.step_s(batch, t0, t1, chunks)
+    from sim.timing.batch import DecodeTerms, PrefillChunk
+
+    terms = tm.decode_seq_terms(context_tokens, 1).scaled(batch) if batch else DecodeTerms()
+    chunks = [PrefillChunk(chunk_tokens, chunk_context_tokens, last_chunk=True)] if chunk_tokens else []
+    return tm.step_s(batch, terms, chunks)
 
 
 def _read(path: Path) -> list[dict]:

@@ -40,6 +40,7 @@ import yaml
 
 from sim import units
 from sim.errors import InputError
+from sim.timing.batch import DecodeTerms, PrefillChunk
 
 REQUESTS = "requests.parquet"
 STEPS = "steps.parquet"
@@ -280,19 +281,19 @@ def predict_steps(steps: pa.Table, timing: Any) -> np.ndarray:
     pctx = steps.column("prefill_context_tokens").to_pylist()
     pnew = steps.column("prefill_new_tokens").to_pylist()
     plast = steps.column("prefill_last_chunk").to_pylist()
-    terms: dict[int, tuple[float, float]] = {}
+    terms: dict[int, DecodeTerms] = {}
     out = np.empty(len(dec))
     for i, ctxs in enumerate(dec):
-        a = b = 0.0
+        total = DecodeTerms()
         for c in ctxs:
             t = terms.get(c)
             if t is None:
-                t0, t1, _, _ = timing.decode_seq_terms(c + 1, 1)
-                t = terms[c] = (t0, t1)
-            a += t[0]
-            b += t[1]
-        parts = [(n, c, bool(last), 0, 0) for n, c, last in zip(pnew[i], pctx[i], plast[i], strict=True)]
-        out[i] = timing.step_s(len(ctxs), a, b, parts)
+                t = terms[c] = timing.decode_seq_terms(c + 1, 1)
+            total.add(t)
+        parts = [
+            PrefillChunk(n, c, last_chunk=bool(last)) for n, c, last in zip(pnew[i], pctx[i], plast[i], strict=True)
+        ]
+        out[i] = timing.step_s(len(ctxs), total, parts)
     return out
 
 

@@ -172,13 +172,14 @@ class _SimStepCost:
     prompt_tokens: dict
 
     def step_s(self, plan) -> float:
-        a = b = 0.0
+        from sim.timing.batch import DecodeTerms, PrefillChunk
+
+        terms = DecodeTerms()
         for w in plan.decode:
-            t0, t1, _, _ = self.timing.decode_seq_terms(w.context_tokens + 1, 1)
-            a, b = a + t0, b + t1
-        parts = [(w.new_tokens, w.context_tokens, w.end_tokens >= self.prompt_tokens[w.seq_id], 0, 0)
+            terms.add(self.timing.decode_seq_terms(w.context_tokens + 1, 1))
+        parts = [PrefillChunk(w.new_tokens, w.context_tokens, last_chunk=w.end_tokens >= self.prompt_tokens[w.seq_id])
                  for w in plan.prefill]  # fmt: skip
-        return self.timing.step_s(len(plan.decode), a, b, parts)
+        return self.timing.step_s(len(plan.decode), terms, parts)
 
 
 def test_engine_and_sim_schedule_alike_when_steps_cost_the_same(mini_model, standin_run, tmp_path) -> None:
