@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -87,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     stats = replay(rows, engine, clock, args.think_scale, progress)
-    extra = {"command": " ".join(sys.argv)}
+    # the module form, and RUN_DIR for the output folder: no path of the machine that ran it
+    argv = ["RUN_DIR" if a == str(args.out) else a for a in sys.argv[1:]]
+    extra = {"command": shlex.join(["python3", "-m", "kernels_bench.serve.run", *argv])}
     if args.model is not None:
         extra["model"] = args.model
     write_run(
