@@ -40,8 +40,7 @@ from sim.metrics.timeseries import PoolView, Sampler
 from sim.model import (
     compressor_state_bytes_per_sequence,
     global_kv_bytes_per_token,
-    swa_bytes_per_sequence,
-    swa_rebuild_tokens,
+    swa_prefix_state,
     swa_window_tokens,
     weights_bytes_by_group,
 )
@@ -113,9 +112,11 @@ class Simulation:
 def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
     c = scn.cache
     eps = TIMESCALE_EPS_S
+    swa = swa_prefix_state(spec, c.swa_prefix_rows, c.block_tokens, kv_layout)  # sim.model.kv
     common = dict(
-        global_kv_bytes_per_token=global_kv_bytes_per_token(spec, kv_layout),  # model.md §5.1
-        swa_state_bytes=swa_bytes_per_sequence(spec, kv_layout),  # model.md §5.2
+        # model.md §5.1, plus every token's raw window rows where the engine keeps them
+        global_kv_bytes_per_token=global_kv_bytes_per_token(spec, kv_layout) + swa.rows_bytes_per_token,
+        swa_state_bytes=swa.ring_bytes_per_sequence,  # model.md §5.2
         compressor_state_bytes=compressor_state_bytes_per_sequence(spec),  # model.md §5.2
         block_tokens=c.block_tokens,
         kv_regions_per_block=kv_regions_per_block(spec, kv_layout),  # sim.kvcache.paths
@@ -123,9 +124,11 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
         hbm_keep_s=max(c.tier("hbm").ttl_s, eps),
     )
     rules = c.policy_for(family).store_rules(  # the family's own semantics: sim.config.family_cache
-        window_rebuild_tokens=swa_rebuild_tokens(spec, c.block_tokens),
+        window_rebuild_tokens=swa.rebuild_tokens,
         eps_s=eps,
     )
+    if swa.every_token:
+        rules = rules.with_window_in_blocks()
     return CachePolicy(family=family, **asdict(rules), **common)
 
 
@@ -395,6 +398,8 @@ def build_simulation(
             vision_on_instance=True,
             kernels=scn.timing.kernels,
             forward_term=scn.timing.forward_term,
+            row_buckets=tuple(scn.timing.graph_row_buckets),
+            prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
         )
         timing = make_timing(scn.timing.model, ctx)
         node_timing.extend([timing] * layout.nodes)

@@ -69,8 +69,10 @@ class CacheTier(StrictModel):
     )
     enabled: bool = Field(True, description="false: the tier is not built")
     capacity_gb_per_node: float | None = Field(
-        None, ge=0, description="capacity each node contributes, decimal GB; null = the medium's default "
-        "(hbm: at most this much KV per node, split over its GPUs, within what the weights leave)"
+        None,
+        ge=0,
+        description="capacity each node contributes, decimal GB; null = the medium's default "
+        "(hbm: at most this much KV per node, split over its GPUs, within what the weights leave)",
     )
     ttl_s: float = Field(
         ge=0, description="idle time after which a copy is dropped (HBM: demoted); 0 = at once"
@@ -131,6 +133,12 @@ class _TierChain(StrictModel):
     block_tokens: int = Field(
         256, ge=1, description="KV block size: a partial prefix match is used in whole blocks"
     )  # model.md §5.2 [B]: SGLang 256-token pages for V4, vLLM --block-size 256 for V4.1
+    swa_prefix_rows: Literal["window", "every_token"] = Field(
+        "window",
+        description="what the prefix cache keeps of the sliding-window KV: window = the last window of each "
+        "sequence (a hit whose window is gone recomputes it), every_token = every token's raw window row in "
+        "its KV block (a hit recomputes nothing; the rows cost bytes per token)",
+    )  # sim.model.kv.SwaPrefixState: SGLang and vLLM keep the window only [B]; the served mini keeps every row
 
     @field_validator("tiers", mode="before")
     @classmethod

@@ -12,7 +12,7 @@ works differently adds a block here with its own `store_rules`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import Field
@@ -31,6 +31,12 @@ class StoreRules:
     swa_replay_tokens: int
     persist_prefixes: bool  # completions are written through to the chain's write-through tiers (SSD)
     retention_s: float  # guaranteed retention there (the tiers' TTL is at least this long)
+
+    def with_window_in_blocks(self) -> StoreRules:
+        """The rules of an engine keeping every token's raw window rows in its KV blocks
+        (`cache.swa_prefix_rows: every_token`, sim.model.kv): the window travels with the blocks, so no
+        separate SWA pool, and a hit never replays."""
+        return replace(self, swa_persisted_with_prefix=True, swa_pool=False, swa_replay_tokens=0)
 
 
 class FamilyCacheBlock(StrictModel):

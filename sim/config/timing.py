@@ -34,12 +34,23 @@ class Timing(StrictModel):
         description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
         "vLLM/SGLang run them, ours where production has none) or kernels_bench (the project's own kernels)",
     )  # sim.timing.stacks: the composition rules; `sim calibrate show h200` shows both
-    forward_term: Literal["fused_glue", "measured", "none"] = Field(
+    forward_term: Literal["fused_glue", "measured", "served", "none"] = Field(
         "fused_glue",
         description="calibrated steps: what a real forward pass on the H200 took beyond the kernel sum "
         "(per layer and per layer-row, sim/timing/forward.py): fused_glue = less the pass's own activation "
         "quantisation, routing, norm and RoPE ops, which serving engines fuse [D]; measured = all of it; "
-        "none = the kernel sum alone",
+        "served = fitted on the served reduced model's step table (hwprofiles/h200/serve/serve_step_times.csv: "
+        "its unfused glue; for that engine only); none = the kernel sum alone",
+    )
+    graph_row_buckets: list[int] = Field(
+        default_factory=list,
+        description="CUDA-graph row buckets of the engine: a step's token rows per DP rank are padded up to the "
+        "next bucket for its GEMMs, experts and mHC (rows above the last run unpadded); empty = no padding",
+    )  # SGLang pads a batch to the next captured size (cuda_graph_runner replay_prepare); off by default [D]
+    prefill_attention: Literal["prefill_kernels", "decode_kernel"] = Field(
+        "prefill_kernels",
+        description="how prefill rows attend: prefill_kernels = the sparse prefill kernels (production "
+        "engines); decode_kernel = one query per row through the decode pipeline (the served reduced model)",
     )
     efficiency: Efficiency = Field(default_factory=Efficiency)
     kernel_overhead_s: float = Field(
@@ -57,6 +68,22 @@ class Timing(StrictModel):
         ge=0,
         description="one-way RDMA latency, software included (collectives beyond a node, KV transfers)",
     )  # a choice [D]; hardware profiles give only the scale-up latency
+
+    @model_validator(mode="after")
+    def _buckets_increase(self) -> Timing:
+        b = self.graph_row_buckets
+        if any(x < 1 for x in b) or any(y <= x for x, y in zip(b, b[1:], strict=False)):
+            raise_problems(
+                [
+                    Problem(
+                        "graph_row_buckets",
+                        "buckets must be positive and strictly increasing",
+                        b,
+                        "e.g. [1, 2, 4, 8]",
+                    )
+                ]
+            )
+        return self
 
 
 class SpecDecodeFamily(StrictModel):

@@ -16,6 +16,8 @@ from sim.errors import InputError
 from .spec import ModelSpec
 
 PERSIST_POLICIES = ("global_kv", "global_kv_plus_swa", "global_kv_plus_swa_plus_compressor")
+# what an engine's prefix cache keeps of the sliding-window rows (`cache.swa_prefix_rows`, `swa_prefix_state`)
+SWA_PREFIX_ROWS = ("window", "every_token")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,53 @@ def swa_rebuild_tokens(spec: ModelSpec, block_tokens: int) -> int:
         return -(-tokens // block_tokens) * block_tokens
 
     return up(up(window) + (windowed - 1) * window)
+
+
+def swa_rows_bytes_per_token(spec: ModelSpec, layout: str | None = None) -> float:
+    """Raw window rows of one token in every windowed layer (kept per token by `every_token` engines)."""
+    lay = spec.layout(layout)
+    return float(sum(lay.swa_row_bytes for layer in spec.layers if layer.window_tokens > 0))
+
+
+@dataclass(frozen=True)
+class SwaPrefixState:
+    """What an engine's prefix cache keeps of the sliding-window KV, as the numbers the KV store reads.
+
+    - `window` (the default): each layer keeps a ring of the last window per running sequence, and a
+      finished sequence leaves the blocks overlapping its last window; out-of-window rows are freed.
+      That is what production engines do for sliding-window models: SGLang's SWA radix cache caches only
+      the last `sliding_window_size` tokens of a finished request and evicts older SWA slots during
+      decode (sgl-project/sglang#17220), a node whose SWA rows are gone is a "tombstone" (#26218), and a
+      DeepSeek-V4 hit whose trailing window is gone either falls back to a shorter match or, opt-in,
+      recomputes the window's receptive field (#28058, #31713: `SGLANG_OPT_SWA_RECOMPUTE_WINDOW`, off by
+      default); vLLM's hybrid KV cache manager reserves sliding-window slots only for the last window
+      and a hit needs those (docs.vllm.ai design/hybrid_kv_cache_manager), DeepSeek-V4.1 replays the
+      window (vllm-project/vllm#56227) [B]. A hit whose window is gone re-runs `rebuild_tokens`.
+    - `every_token`: every token's raw window row stays in its KV block in every windowed layer (the
+      served reduced model of issue 14, kernels_bench/serve/model.py): the window at any block boundary
+      is in KV, so a hit recomputes nothing (`rebuild_tokens` 0), at the cost of the rows per token
+      (V4-Flash: 43 x 584 B = 25 KB per token beside 3.5 KB of global KV, why no engine does it for
+      the full model)."""
+
+    rows_bytes_per_token: float  # raw window rows stored with every cached token (every_token)
+    ring_bytes_per_sequence: float  # the window ring of a running or cached sequence (window)
+    rebuild_tokens: int  # cached tokens re-run when a hit's window is gone (0: it never is)
+
+    @property
+    def every_token(self) -> bool:
+        return self.rows_bytes_per_token > 0.0
+
+
+def swa_prefix_state(
+    spec: ModelSpec, rows: str, block_tokens: int, layout: str | None = None
+) -> SwaPrefixState:
+    """The `SwaPrefixState` of an engine keeping `rows` (one of SWA_PREFIX_ROWS) of the windowed layers."""
+    if rows not in SWA_PREFIX_ROWS:
+        raise InputError("unknown SWA prefix rows", where="cache.swa_prefix_rows", value=rows,
+                         allowed=list(SWA_PREFIX_ROWS))  # fmt: skip
+    if rows == "every_token":
+        return SwaPrefixState(swa_rows_bytes_per_token(spec, layout), 0.0, 0)
+    return SwaPrefixState(0.0, swa_bytes_per_sequence(spec, layout), swa_rebuild_tokens(spec, block_tokens))
 
 
 def compressor_state_bytes_per_sequence(spec: ModelSpec) -> float:

@@ -16,10 +16,20 @@ so a step is a sum of kernel times on the busiest GPU):
   M = rows per DP group (/ TP), `wo_a` as its grouped bmm, the shared expert and router, the
   routed experts as FP8 grouped GEMMs at (local experts touched, tokens per touched expert)
   under uniform routing (kernels.md §6.2), indexer query and compressor projections where the
-  layer has them. GEMM work the tables lack (LM head, Engram and index-weight projections, HCA
-  and layer-20 compressors: 5-6 % of the FLOPs per token) is added at the same measured seconds
-  per FLOP, i.e. the measured time is scaled by total / covered GEMM FLOPs per token; the
-  drafter's FLOPs (speculative decoding) likewise;
+  layer has them. GEMM work the tables lack (Engram and index-weight projections, HCA and
+  layer-20 compressors) is added at the same measured seconds per FLOP, i.e. the measured time is
+  scaled by (total - LM head) / covered GEMM FLOPs per token; the drafter's FLOPs (speculative
+  decoding) likewise;
+- the LM head (vocab x hidden, BF16; model.md §2, 1.06 GB for V4) on the rows that need logits
+  (each decode row, the last row of each prefill chunk; SGLang's logits processor keeps the last
+  token of each extend) on the roofline: its weights read once at the profile's HBM fraction,
+  or its FLOPs at the decode MFU when more [C]; vocab-parallel over the attention-TP ranks as
+  the dense projections;
+- CUDA-graph row padding (`timing.graph_row_buckets`, an engine setting): a step replays the
+  graph of the smallest captured row count >= its rows per DP rank (SGLang's cuda_graph_runner
+  `replay_prepare`: `capture_bs[bisect_left(capture_bs, raw_bs)]`), so its GEMMs, experts, mHC
+  and the forward-pass term run on the padded rows; attention runs on the real rows (padding
+  rows have no context); rows above the last bucket run unpadded (eager). Empty: no padding;
 - mHC: two sublayer boundaries per layer, the faster of the fused and unfused kernels;
 - communication (EP all-to-all, TP all-reduce, Engram gathers): the roofline's terms, with no
   per-step launch overhead (the measured kernels are CUDA-graph replays, launch cost included).
@@ -33,6 +43,11 @@ error is the bend at the knots, an over-estimate: 64 sequences per GPU, half at 
 half at 128K, +2.4 % / +2.1 % and +0.4 % / +0.2 % (tests/timing checks <= 5 %). Within a
 span, the mean context grows by the accepted tokens per step, so a span is a closed-form sum
 over the pieces of that piecewise-linear curve (`Curve.sum_along`), exact against summed steps.
+
+Prefill rows through the decode kernel (`timing.prefill_attention: decode_kernel`, an engine
+setting; the served reduced model of issue 14 does it, kernels_bench/serve/model.py): every
+prefill row is one query of the `decode_layer` pipeline at its own position, so a step's
+attention is the pipeline at (decode rows + chunk rows, their mean attended context).
 
 Prefill (chunks of a step): GEMMs, experts and mHC as above at the step's rows, per class of
 layers: those on every prompt token see the decode rows plus every chunk's tokens, V4.1's decoder
@@ -51,6 +66,7 @@ published anchors); `timing.model: auto` picks it wherever the H200 tables exist
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -59,6 +75,7 @@ from typing import Any
 from sim.config.families import model_labels
 from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
+from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available, tables_for
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
@@ -292,6 +309,8 @@ class CalibratedTiming(RooflineTiming):
         vision_on_instance: bool = True,
         layer_overhead_s: float = 0.0,
         layer_row_overhead_s: float = 0.0,
+        row_buckets: tuple[int, ...] = (),
+        prefill_through_decode: bool = False,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -313,6 +332,8 @@ class CalibratedTiming(RooflineTiming):
         # busiest GPU: measured against a real forward pass (sim.timing.forward)
         self.layer_overhead_s = layer_overhead_s
         self.layer_row_overhead_s = layer_row_overhead_s
+        self.row_buckets: tuple[int, ...] = tuple(sorted(row_buckets))
+        self.prefill_through_decode = prefill_through_decode
         spec = arith.spec
         # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name
         shape = (
@@ -322,6 +343,12 @@ class CalibratedTiming(RooflineTiming):
         )
         self.mt: ModelTables = tables.derived(("model_tables", shape), lambda: model_tables(tables, spec))
         self._f_total = arith.dense_flops_per_token
+        # the LM head on the roofline (module doc), per GPU: vocab-parallel over the attention-TP ranks
+        self._head_flops = 2.0 * spec.vocab * spec.hidden
+        self._head_read_s = head_bytes(spec) / par.tp / self._hbm_rate
+        self._head_rate = hw.bf16_flops_per_s * eff.mfu_decode * par.tp
+        # the tables' GEMMs scaled to the work they lack, the LM head apart
+        self._gemm_scale = (self._f_total - self._head_flops) / self.mt.covered_flops_per_token
         # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
         self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
         # per class of layers (every-token, decoder tail): int keys hash faster than (class, rows)
@@ -344,8 +371,7 @@ class CalibratedTiming(RooflineTiming):
             cls = mt.every if every else mt.tail
             dense = sum((count * sum((c.at(m) for c in curves), 0.0) for curves, count in cls.dense), 0.0)
             dense = (dense + cls.layers * mt.wo_a.at(m)) / self.par.tp
-            scale = self._f_total / mt.covered_flops_per_token
-            v = (dense * scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
+            v = (dense * self._gemm_scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
             cache[m] = v
         return v
 
@@ -384,12 +410,11 @@ class CalibratedTiming(RooflineTiming):
         m = math.ceil(rows / self.par.dp)  # the straggler's DP group
         dense, mhc = self._gemm_mhc(every, m)
         share, experts = self._experts(rows)
-        scale = self._f_total / mt.covered_flops_per_token
         # the term's per-row part is kernel work the tables under-predict (the measured pass's MoE and
         # attention, sim.timing.forward), so a GPU pays it for its share of the rows' work: TP ranks
         # split the DP group's GEMM, expert and attention-head work (m / tp), as its kernels are split
         overhead = cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m / self.par.tp)
-        return dense, cls.moe_layers * share * experts * scale, mhc, overhead
+        return dense, cls.moe_layers * share * experts * self._gemm_scale, mhc, overhead
 
     def _class_s(self, every: bool, rows: int) -> float:
         """Sum of `_class_parts`, memoised by (class, rows)."""
@@ -401,8 +426,35 @@ class CalibratedTiming(RooflineTiming):
 
     def _pass_s(self, every_rows: int, tail_rows: int) -> float:
         """Seconds of the non-attention kernels of a step whose every-token layers see `every_rows`
-        rows and whose decoder-tail layers see `tail_rows` (equal in decode)."""
-        return self._class_s(True, every_rows) + self._class_s(False, tail_rows)
+        rows and whose decoder-tail layers see `tail_rows` (equal in decode), padded to the graph."""
+        return self._class_s(True, self.padded_rows(every_rows)) + self._class_s(
+            False, self.padded_rows(tail_rows)
+        )
+
+    def padded_rows(self, rows: int) -> int:
+        """The rows a step of `rows` token rows runs through its GEMMs: per DP rank, the smallest CUDA-graph
+        row bucket that holds them (unpadded above the last bucket or without buckets; module doc)."""
+        buckets = self.row_buckets
+        if not buckets or rows <= 0:
+            return rows
+        dp = self.par.dp
+        per_rank = -(-rows // dp)
+        if per_rank > buckets[-1]:
+            return rows
+        return buckets[bisect_left(buckets, per_rank)] * dp
+
+    def head_s(self, rows: int) -> float:
+        """The LM head over `rows` rows needing logits on the busiest GPU (module doc)."""
+        if rows <= 0:
+            return 0.0
+        m = -(-rows // self.par.dp)
+        return max(self._head_read_s, m * self._head_flops / self._head_rate)
+
+    def _rows_attention_s(self, rows: int, mean_context_tokens: float) -> float:
+        """The `decode_layer` pipelines of every layer over `rows` query rows at their mean attended context
+        (prefill rows through the decode kernel, module doc)."""
+        b = -(-rows // self.par.dp)
+        return sum((n * g.at(mean_context_tokens, b) for g, n in self.mt.pipelines.values()), 0.0)
 
     def _attn_curve(self, batch_size: int) -> Curve:
         """Summed attention-side time of a decode step over the mean context (piecewise linear)."""
@@ -422,7 +474,7 @@ class CalibratedTiming(RooflineTiming):
         v = self._fixed_cache.get(batch_size)
         if v is None:
             rows = batch_size * self.verified_tokens_per_step
-            v = self._pass_s(rows, rows) * (1.0 + self._draft_share) + self._comm_s(rows)
+            v = self._pass_s(rows, rows) * (1.0 + self._draft_share) + self._comm_s(rows) + self.head_s(rows)
             self._fixed_cache[batch_size] = v
         return v
 
@@ -455,16 +507,28 @@ class CalibratedTiming(RooflineTiming):
         )
 
     def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
-        attn = self._attn_curve(batch_size).at(terms.context_tokens / batch_size) if batch_size else 0.0
         if not prefill:
-            return self._fixed(batch_size) + attn if batch_size else 0.0
+            if not batch_size:
+                return 0.0
+            return self._fixed(batch_size) + self._attn_curve(batch_size).at(
+                terms.context_tokens / batch_size
+            )
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         every_rows = tail_rows = decode_rows
+        through_decode = self.prefill_through_decode
+        attn = 0.0
+        if batch_size and not through_decode:
+            attn = self._attn_curve(batch_size).at(terms.context_tokens / batch_size)
+        # rows x their attended context, for prefill rows through the decode kernel (module doc)
+        row_context = terms.context_tokens * self.verified_tokens_per_step
         for chunk in prefill:
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
-            _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
-            attn += attn_flops / self.par.gpus * self.prefill_attention_s_per_flop(new, ctx)
+            if through_decode:
+                row_context += new * (ctx + (new + 1) / 2.0)
+            else:
+                _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
+                attn += attn_flops / self.par.gpus * self.prefill_attention_s_per_flop(new, ctx)
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
@@ -472,10 +536,13 @@ class CalibratedTiming(RooflineTiming):
                 tail_rows += min(ctx + new, tail_tokens)
         if every_rows == 0:
             return 0.0
+        if through_decode:
+            attn += self._rows_attention_s(every_rows, row_context / every_rows)
         if not tail_tokens:
             tail_rows = every_rows
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
-        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn
+        head = self.head_s(decode_rows + len(prefill))
+        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn + head
 
     def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float:
         if steps <= 0:
@@ -492,8 +559,10 @@ class CalibratedTiming(RooflineTiming):
     def decode_breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Seconds per component of a decode step at one context (for `sim calibrate show`)."""
         rows = batch_size * self.verified_tokens_per_step
+        padded = self.padded_rows(rows)
         parts = [
-            a + b for a, b in zip(self._class_parts(True, rows), self._class_parts(False, rows), strict=True)
+            a + b
+            for a, b in zip(self._class_parts(True, padded), self._class_parts(False, padded), strict=True)
         ]
         work = 1.0 + self._draft_share
         return {
@@ -502,6 +571,7 @@ class CalibratedTiming(RooflineTiming):
             "moe_gemm_s": parts[1] * work,
             "mhc_s": parts[2] * work,
             "forward_term_s": parts[3] * work,
+            "lm_head_s": self.head_s(rows),
             "comm_s": self._comm_s(rows),
         }
 
@@ -510,10 +580,10 @@ def build_calibrated(ctx) -> CalibratedTiming:
     """The factory's builder: the tables of the context's GPU and kernel stack, measured on it or
     carried from the H200 (sim.timing.carry), and the term a real forward pass measured beyond
     the kernels (sim.timing.forward)."""
-    from sim.timing.forward import forward_term
+    from sim.timing.forward import forward_term_of
 
     tables = tables_for(ctx.hw_profile, ctx.kernels)
-    term = forward_term(ctx.hw_profile, ctx.forward_term)
+    term = forward_term_of(ctx)
     return CalibratedTiming(
         ctx.arith,
         ctx.hw,
@@ -527,6 +597,8 @@ def build_calibrated(ctx) -> CalibratedTiming:
         vision_on_instance=ctx.vision_on_instance,
         layer_overhead_s=term.per_layer_s,
         layer_row_overhead_s=term.per_layer_row_s,
+        row_buckets=ctx.row_buckets,
+        prefill_through_decode=ctx.prefill_through_decode,
     )
 
 

@@ -41,7 +41,11 @@ class TimingContext:
     engram_in_dram: bool
     vision_on_instance: bool
     kernels: str = "production"  # kernel stack of the calibrated timing (sim.timing.stacks)
-    forward_term: str = "fused_glue"  # fused_glue | measured | none (sim.timing.forward)
+    forward_term: str = "fused_glue"  # fused_glue | measured | served | none (sim.timing.forward)
+    row_buckets: tuple[int, ...] = ()  # CUDA-graph row buckets (timing.graph_row_buckets; empty: no padding)
+    prefill_through_decode: bool = (
+        False  # prefill rows attend through the decode kernel (timing.prefill_attention)
+    )
     verify_rows: int = 0  # query rows per decoding sequence per step; 0 = 1 + draft_tokens
 
 

@@ -51,7 +51,7 @@ from kernels_bench import columns
 from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
-from sim.timing.carry import REFERENCE_GPU, GpuPeaks
+from sim.timing.carry import REFERENCE_GPU
 from sim.timing.tables import KernelTables, gpu_key, parse_number, read_table
 
 FORWARD_FILE = "forward_pass_results.csv"
@@ -234,8 +234,22 @@ def kernels_s(point: ForwardPoint, tables: KernelTables, profile) -> float:
 def fit_term(points: list[ForwardPoint], kernels: list[float]) -> tuple[float, float]:
     """(per layer, per layer and row) seconds minimising the squared relative error of
     kernels + layers x (a + b x rows) against the measurements; b = 0 when the rows do not vary."""
-    x1 = [len(p.layer_kinds) / p.measured_s for p in points]
-    x2 = [len(p.layer_kinds) * p.rows / p.measured_s for p in points]
+    return fit_layers_rows([FitPoint(len(p.layer_kinds), p.rows, p.measured_s) for p in points], kernels)
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    """What the term's fit reads of one measured step: its layers, the rows the term is charged on, its time."""
+
+    layers: int
+    rows: int
+    measured_s: float
+
+
+def fit_layers_rows(points: list[FitPoint], kernels: list[float]) -> tuple[float, float]:
+    """`fit_term` over `FitPoint`s (least squares on the relative error)."""
+    x1 = [p.layers / p.measured_s for p in points]
+    x2 = [p.layers * p.rows / p.measured_s for p in points]
     y = [(p.measured_s - k) / p.measured_s for p, k in zip(points, kernels, strict=True)]
     s11 = sum(a * a for a in x1)
     s12 = sum(a * b for a, b in zip(x1, x2, strict=True))
@@ -330,12 +344,14 @@ def reference_check() -> ForwardCheck | None:
     return _reference_check(path, path.stat().st_mtime_ns)
 
 
-FORWARD_TERMS = ("fused_glue", "measured", "none")
+FORWARD_TERMS = ("fused_glue", "measured", "served", "none")
 
 
 def forward_term(profile, which: str = "fused_glue") -> Term:
     """The term for `profile`'s GPU (`timing.forward_term`): measured on the reference GPU, carried
     elsewhere (module doc); `fused_glue` leaves out the pass's own glue ops."""
+    if which == "served":  # fitted per model and engine settings: forward_term_of(ctx)
+        raise ValueError("the served term needs the timing context: forward_term_of(ctx)")
     ref = reference_check()
     if ref is None or which == "none":
         return NO_TERM
@@ -371,25 +387,20 @@ def carried_check(profile, which: str = "fused_glue") -> CarriedCheck:
     """The term on `profile`'s GPU: each reference pass (less its glue ops for `fused_glue`) times
     the ratio of our composed kernels there to the reference GPU's at its shapes, fitted like the
     reference term (module doc)."""
+    from sim.timing.carry import tables_for
+
     ref = reference_check()
     if ref is None:
         return CarriedCheck(NO_TERM, 1.0)
-    key = (GpuPeaks.of(profile), which, ref.path, ref.term, ref.glue)
-    if key not in _CARRIED:
-        _CARRIED[key] = _carry(ref, which, profile)
-    return _CARRIED[key]
-
-
-# carried terms per (GPU peaks, term, reference table and its fitted terms): the tables they read are
-# carried by the peaks alone, and the profile's other fields do not enter a one-GPU pass without
-# communication
-_CARRIED: dict[tuple[GpuPeaks, str, Path, Term, Term], CarriedCheck] = {}
-
-
-def _carry(ref: ForwardCheck, which: str, profile) -> CarriedCheck:
-    from sim.timing.carry import tables_for
-
+    # memoised by the GPU's tables (one object per GPU's peaks: the profile's other fields do not enter
+    # a one-GPU pass without communication), per term and reference table with its fitted terms
     tables = tables_for(profile, FIT_STACK)
+    key = ("carried_forward_term", which, ref.path, ref.term, ref.glue)
+    carried: CarriedCheck = tables.derived(key, lambda: _carry(ref, which, profile, tables))
+    return carried
+
+
+def _carry(ref: ForwardCheck, which: str, profile, tables: KernelTables) -> CarriedCheck:
     points, kernels, ratios = [], [], []
     for row, p in zip(ref.rows, load_points(ref.path)[1], strict=True):
         k_x = kernels_s(p, tables, profile)
@@ -401,3 +412,149 @@ def _carry(ref: ForwardCheck, which: str, profile) -> CarriedCheck:
     a, b = fit_term(points, kernels)
     source = f"fitted to {len(points)} forward passes carried from {REFERENCE_GPU}"
     return CarriedCheck(Term(a, b, len(points), source), statistics.median(ratios))
+
+
+# --- the served engine's own term (timing.forward_term: served) ----------------------------------------
+
+SERVE_FILE = "serve/serve_step_times.csv"  # kernels_bench.serve.bench: the served reduced model's steps
+SERVE_REQUIRED = (
+    "spec",
+    "mode",
+    "batch",
+    "context_tokens",
+    "chunk_tokens",
+    "prefill_context_tokens",
+    "wall_us_p50",
+)
+
+
+@dataclass(frozen=True)
+class ServePoint:
+    """One measured step of the served model: `batch` decodes at `context_tokens` plus one prefill chunk of
+    `chunk_tokens` after `prefill_context_tokens` cached (0: none); wall time in seconds."""
+
+    line: int
+    spec: str
+    mode: str  # decode | prefill | mixed
+    batch: int
+    context_tokens: int
+    chunk_tokens: int
+    prefill_context_tokens: int
+    measured_s: float
+
+    @property
+    def rows(self) -> int:
+        return self.batch + self.chunk_tokens
+
+
+def serve_path(key: str) -> Path:
+    return hwprofiles_dir() / key / SERVE_FILE
+
+
+def load_serve_points(path: Path) -> tuple[tuple[tuple[str, str], ...], tuple[ServePoint, ...]]:
+    """(provenance, measured points) of a served-model step table (points without a time are skipped)."""
+    prov, start, reader = read_table(path, "served step table")
+    missing = [c for c in SERVE_REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(
+            "served step table lacks required columns", file=str(path), where=f"column {missing[0]}"
+        )
+    points = []
+    for i, raw in enumerate(reader):
+        line = start + 2 + i
+        if not (raw.get("wall_us_p50") or "").strip():
+            continue
+
+        def number(col: str, raw: dict = raw, line: int = line) -> float:
+            value = parse_number(raw, col, path, line)
+            if value is None or value < 0:
+                raise InputError("must be a finite number >= 0", file=str(path), where=f"line {line}, column {col}",
+                                 value=raw.get(col))  # fmt: skip
+            return value
+
+        mode = (raw.get("mode") or "").strip()
+        if mode not in ("decode", "prefill", "mixed"):
+            raise InputError("unknown mode", file=str(path), where=f"line {line}, column mode", value=mode,
+                             allowed=["decode", "prefill", "mixed"])  # fmt: skip
+        points.append(ServePoint(line, raw["spec"].strip(), mode, int(number("batch")), int(number("context_tokens")),
+                                 int(number("chunk_tokens")), int(number("prefill_context_tokens")),
+                                 number("wall_us_p50") * units.US))  # fmt: skip
+    if not points:
+        raise InputError("no measured steps", file=str(path))
+    return tuple(prov), tuple(points)
+
+
+def serve_step_s(timing, point: ServePoint) -> float:
+    """The timing's step of `point`'s composition (as the bench ran it: decodes at the point's context)."""
+    from sim.timing.batch import DecodeTerms, PrefillChunk
+
+    terms = (
+        timing.decode_seq_terms(point.context_tokens, 1).scaled(point.batch) if point.batch else DecodeTerms()
+    )
+    chunks = (
+        [PrefillChunk(point.chunk_tokens, point.prefill_context_tokens, last_chunk=True)]
+        if point.chunk_tokens
+        else []
+    )
+    return timing.step_s(point.batch, terms, chunks)
+
+
+def served_check(path: Path, ctx) -> ForwardCheck:
+    """The served model's term: each measured step of `path` against the calibrated timing of `ctx` without a
+    term (its engine settings: LM head, graph row padding, prefill rows through the decode kernel), then
+    layers x (a + b x padded rows) fitted as `fit_term` does, with the leave-one-out error per point."""
+    from dataclasses import replace as dc_replace
+
+    from sim.timing.calibrated import build_calibrated
+
+    prov, points = load_serve_points(path)
+    other = sorted({p.spec for p in points} - {ctx.model_name})
+    if other:
+        raise InputError("the served step table measures another model", file=str(path), where="column spec",
+                         value=other[0], allowed=ctx.model_name)  # fmt: skip
+    bare = build_calibrated(dc_replace(ctx, forward_term="none"))
+    layers = ctx.arith.spec.n_layers
+    kern = [serve_step_s(bare, p) for p in points]
+    fits = [
+        FitPoint(layers, -(-bare.padded_rows(p.rows) // ctx.par.dp) // ctx.par.tp, p.measured_s)
+        for p in points
+    ]
+    a, b = fit_layers_rows(fits, kern)
+    term = Term(a, b, len(points), f"fitted to {len(points)} steps of the served model in {path.name}")
+    rows = []
+    for i, (p, f, k) in enumerate(zip(points, fits, kern, strict=True)):
+        pred = k + layers * (a + b * f.rows)
+        la, lb = (
+            fit_layers_rows(fits[:i] + fits[i + 1 :], kern[:i] + kern[i + 1 :]) if len(fits) > 1 else (a, b)
+        )
+        rows.append({"mode": p.mode, "batch": p.batch, "context_tokens": p.context_tokens,
+                     "chunk_tokens": p.chunk_tokens, "prefill_context_tokens": p.prefill_context_tokens,
+                     "measured_us": p.measured_s * 1e6, "predicted_kernels_us": k * 1e6, "predicted_us": pred * 1e6,
+                     "error": pred / p.measured_s - 1.0,
+                     "loo_error": (k + layers * (la + lb * f.rows)) / p.measured_s - 1.0})  # fmt: skip
+    return ForwardCheck(path, prov, term, NO_TERM, tuple(rows), 0)
+
+
+def served_term(ctx) -> ForwardCheck:
+    """`served_check` on the context's GPU, memoised by its kernel tables (one fit per model and engine
+    settings). Measured on the H200 only: another GPU is an InputError, as is a missing table."""
+    from sim.timing.carry import tables_for
+    from sim.timing.tables import gpu_key
+
+    key = gpu_key(ctx.hw_profile)
+    path = serve_path(key)
+    if key != REFERENCE_GPU or not path.is_file():
+        raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
+                         value="served", allowed="fused_glue, measured, none (served: the H200 only)")  # fmt: skip
+    tables = tables_for(ctx.hw_profile, ctx.kernels)
+    memo = ("served_forward_term", path, path.stat().st_mtime_ns, ctx.model_name, ctx.par, ctx.row_buckets,
+            ctx.prefill_through_decode)  # fmt: skip
+    check_: ForwardCheck = tables.derived(memo, lambda: served_check(path, ctx))
+    return check_
+
+
+def forward_term_of(ctx) -> Term:
+    """The term of a timing context (`timing.forward_term`): the served engine's own fit, or `forward_term`."""
+    if ctx.forward_term == "served":
+        return served_term(ctx).term
+    return forward_term(ctx.hw_profile, ctx.forward_term)

@@ -4,22 +4,35 @@ GPU) against the simulator on the same trace, model and engine settings.
 What is compared:
 - requests: the run's trace (RUN_DIR/trace.parquet, think times times the run's think scale) replayed
   closed-loop by `sim run` on one colocated instance of one H200 (tp = ep = dp = 1) with the run's
-  scheduler settings (prefill_budget_tokens, chunk_tokens, max_decode_batch) and its KV capacity:
-  HBM for KV = num_blocks x block_tokens x the model's global KV bytes per token + one per-sequence state
-  (SWA ring + compressor groups) for every agent of the trace (session x agent), set as
+  engine settings (`engine_settings`): scheduler (prefill_budget_tokens, chunk_tokens,
+  max_decode_batch), what its prefix cache keeps of the sliding window (`cache.swa_prefix_rows`: the
+  engine reuses whole blocks and the served model keeps every token's raw window row in them, so a hit
+  recomputes nothing: `every_token`), its CUDA-graph row buckets (`timing.graph_row_buckets`, the step
+  function's `row_buckets`), prefill rows through the decode kernel (`timing.prefill_attention`), the
+  served model's own forward-pass term (`timing.forward_term: served`, fitted on the bench table
+  hwprofiles/h200/serve/serve_step_times.csv, measured outside the run), and its KV capacity:
+  HBM for KV = num_blocks x block_tokens x the model's KV bytes per token (global KV + the raw window
+  rows the engine keeps) + one per-sequence state (compressor groups; the SWA ring too where the engine
+  keeps only the window) for every agent of the trace (session x agent), set as
   `cache.tiers.hbm.capacity_gb_per_node` (KV per node, the instance's GPU taking its share); HBM is the
   only cache tier (the engine has no host tier) and keeps finished turns until evicted (no TTL), as the
   engine's LRU pool does. Why the states: sim charges each running or cached sequence its state beside
   its tokens, while the engine keeps states in separate slots and its blocks hold tokens only; room for
   every agent's state [D: a closed-loop agent holds one sequence or cached context at a time] leaves sim
-  the engine's token capacity. TTFT, TPOT, E2E (mean, p50, p90,
+  the engine's token capacity. Provenance fields override each engine setting where the run records
+  it (`engine.swa_prefix_rows`, `step_function.row_buckets`, `step_function.prefill_attention`).
+  Not modelled: the engine's own time between steps (scheduling in Python, median 0.055 ms in
+  run_20261203, about 1 % of a decode step: measured only inside the run, so not a term) and CUDA-graph
+  captures on first use of a bucket during a run (a property of the run; the step table lists them).
+  TTFT, TPOT, E2E (mean, p50, p90,
   p99 over completed requests) and throughput (output tokens / makespan) of both; error =
   (simulated - measured) / measured.
 - steps: each measured step's time predicted from its recorded composition (decode contexts, prefill
   chunks) with the timing model `sim run` uses (`TimingModel.step_s`); the distribution of
   (predicted - measured) / measured, overall and by kind (decode only, prefill only, mixed).
 
-Nothing is tuned: the error is a measurement. Where the engine and sim's colocated instance schedule
+Step errors are also reported with the production default term (`fused_glue`) and with none, so the
+part the served term accounts for stays visible. Nothing is tuned on the run: the error is a measurement. Where the engine and sim's colocated instance schedule
 differently (kernels_bench/serve/engine.py lists it), the request metrics include that difference; the
 step metrics do not (they use the engine's own schedule).
 """
@@ -56,6 +69,13 @@ ENGINE_KEYS = ("prefill_budget_tokens", "chunk_tokens", "max_decode_batch", "blo
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 STATS = ("mean", "p50", "p90", "p99")
 STEP_KINDS = ("all", "decode", "prefill", "mixed")
+# kernels_bench.serve: the engine reuses whole KV blocks and the served model keeps every token's raw window
+# row in them (kernels_bench/serve/model.py), so a prefix hit recomputes nothing; prefill rows attend through
+# FlashMLA's sparse decode kernel (its only path)
+SERVED_SWA_PREFIX_ROWS = "every_token"
+SERVED_PREFILL_ATTENTION = "decode_kernel"
+SERVED_FORWARD_TERM = "served"  # sim.timing.forward.served_check: the bench table, measured outside the run
+ALTERNATIVE_TERMS = ("fused_glue", "none")  # step errors reported beside it
 
 
 @dataclass
@@ -72,6 +92,15 @@ class RealRun:
     @property
     def think_scale(self) -> float:
         return float(self.provenance.get("trace", {}).get("think_scale", 1.0))
+
+    def engine_settings(self) -> dict[str, Any]:
+        """The engine's settings sim takes (module doc): the run's provenance where it records them."""
+        step = self.provenance.get("step_function") or {}
+        return {
+            "swa_prefix_rows": self.engine.get("swa_prefix_rows", SERVED_SWA_PREFIX_ROWS),
+            "graph_row_buckets": [int(b) for b in step.get("row_buckets") or []],
+            "prefill_attention": step.get("prefill_attention", SERVED_PREFILL_ATTENTION),
+        }
 
 
 def _read_parquet(path: Path, columns: tuple[str, ...]) -> pa.Table:
@@ -119,8 +148,14 @@ def load_run(folder: Path) -> RealRun:
 # --- the simulated twin ---------------------------------------------------------------------------------
 
 
-def _scenario(run: RealRun, model: str, trace: Path, kv_gb_per_node: float | None) -> dict[str, Any]:
-    e = run.engine
+def _scenario(
+    run: RealRun,
+    model: str,
+    trace: Path,
+    kv_gb_per_node: float | None,
+    forward_term: str = SERVED_FORWARD_TERM,
+) -> dict[str, Any]:
+    e, s = run.engine, run.engine_settings()
     hbm: dict[str, Any] = {"ttl_s": 3e7}  # about a year: cached turns stay until evicted
     if kv_gb_per_node is not None:
         hbm["capacity_gb_per_node"] = kv_gb_per_node
@@ -134,7 +169,14 @@ def _scenario(run: RealRun, model: str, trace: Path, kv_gb_per_node: float | Non
         },
         "cache": {
             "block_tokens": e["block_tokens"],
+            "swa_prefix_rows": s["swa_prefix_rows"],
             "tiers": {"hbm": hbm, "dram": {"enabled": False}, "ssd": {"enabled": False}},
+        },
+        "timing": {
+            "model": "calibrated",
+            "forward_term": forward_term,
+            "graph_row_buckets": s["graph_row_buckets"],
+            "prefill_attention": s["prefill_attention"],
         },
         "scheduler": {
             "prefill_budget_tokens": e["prefill_budget_tokens"],
@@ -172,6 +214,7 @@ class Twin:
     timing: Any
     kv_bytes: float
     summary: dict[str, Any] = field(default_factory=dict)  # sim's summary of the twin run
+    alternatives: dict[str, Any] = field(default_factory=dict)  # forward term -> the timing with it instead
 
 
 def simulate(run: RealRun, model: str) -> Twin:
@@ -207,7 +250,11 @@ def simulate(run: RealRun, model: str) -> Twin:
         result = run_scenario(scn, out_dir=folder / "sim")  # its checks (preflight) apply
         requests = pq.read_table(folder / "sim" / ref.name / "requests.parquet")
         timing = build_simulation(scn, ref, arith, out_dir=None).instances[0].timing
-    return Twin(requests, timing, kv_bytes, result.summary["models"][ref.name])
+        alternatives = {}
+        for term in ALTERNATIVE_TERMS:
+            alt = _load(_scenario(run, model, trace, kv_bytes * gpus_per_node / units.GB, term), folder)
+            alternatives[term] = build_simulation(alt, ref, arith, out_dir=None).instances[0].timing
+    return Twin(requests, timing, kv_bytes, result.summary["models"][ref.name], alternatives)
 
 
 # --- the comparison -------------------------------------------------------------------------------------
@@ -291,7 +338,8 @@ def predict_steps(steps: pa.Table, timing: Any) -> np.ndarray:
                 t = terms[c] = timing.decode_seq_terms(c + 1, 1)
             total.add(t)
         parts = [
-            PrefillChunk(n, c, last_chunk=bool(last)) for n, c, last in zip(pnew[i], pctx[i], plast[i], strict=True)
+            PrefillChunk(n, c, last_chunk=bool(last))
+            for n, c, last in zip(pnew[i], pctx[i], plast[i], strict=True)
         ]
         out[i] = timing.step_s(len(ctxs), total, parts)
     return out
@@ -326,6 +374,7 @@ class RealReport:
     settings: dict[str, Any]
     metrics: list[MetricRow]
     steps: dict[str, dict[str, float]]
+    steps_by_term: dict[str, dict[str, dict[str, float]]]  # the step errors with other forward terms
     measured_step_s: np.ndarray
     predicted_step_s: np.ndarray
     step_kind: np.ndarray
@@ -340,6 +389,7 @@ class RealReport:
             "settings": self.settings,
             "metrics": [m.to_json() for m in self.metrics],
             "steps": self.steps,
+            "steps_by_term": self.steps_by_term,
         }
 
 
@@ -358,9 +408,15 @@ def validate_real(run_dir: Path, model: str | None = None) -> RealReport:
     measured = run.steps.column("wall_s").to_numpy().astype(np.float64)
     predicted = predict_steps(run.steps, twin.timing)
     kinds = step_kinds(run.steps)
+    engine = run.engine_settings()
     settings = {**run.engine, "think_scale": run.think_scale, "hardware": f"1 GPU of {HARDWARE}",
                 "hbm_kv_bytes": twin.kv_bytes,
-                "timing": getattr(twin.timing, "name", type(twin.timing).__name__)}  # fmt: skip
+                "timing": getattr(twin.timing, "name", type(twin.timing).__name__),
+                "forward_term": SERVED_FORWARD_TERM,
+                "forward_term_per_layer_s": twin.timing.layer_overhead_s,
+                "forward_term_per_layer_row_s": twin.timing.layer_row_overhead_s,
+                "swa_prefix_rows": engine["swa_prefix_rows"], "prefill_attention": engine["prefill_attention"],
+                "graph_row_buckets": len(engine["graph_row_buckets"])}  # fmt: skip
     r, s = _completed(run.requests), _completed(twin.requests)
     return RealReport(
         run_dir=str(run_dir),
@@ -368,6 +424,10 @@ def validate_real(run_dir: Path, model: str | None = None) -> RealReport:
         settings=settings,
         metrics=request_metrics(run.requests, twin.requests),
         steps=step_errors(measured, predicted, kinds),
+        steps_by_term={
+            t: step_errors(measured, predict_steps(run.steps, tm), kinds)
+            for t, tm in twin.alternatives.items()
+        },
         measured_step_s=measured,
         predicted_step_s=predicted,
         step_kind=kinds,

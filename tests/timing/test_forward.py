@@ -168,3 +168,20 @@ def test_a_broken_table_is_a_clean_input_error(tmp_path):
     _write(path, [row])
     with pytest.raises(InputError, match="not a number"):
         load_points(path)
+
+
+def test_the_carried_term_is_memoised_by_the_gpus_tables(synthetic, h200, monkeypatch):
+    """No module-level memo: the carried fit lives with the GPU's kernel tables, once per term and reference."""
+    from sim.timing import forward
+    from sim.timing.carry import tables_for
+
+    path, tables = synthetic
+    result = check(path, tables, h200)
+    monkeypatch.setattr(forward, "reference_check", lambda: result)
+    b200_hw = load_hw("nvidia-b200-hgx8")
+    first = forward.carried_check(b200_hw, "measured")
+    assert forward.carried_check(b200_hw, "measured") is first
+    key = ("carried_forward_term", "measured", result.path, result.term, result.glue)
+    assert tables_for(b200_hw, "production").derived(key, lambda: None) is first
+    assert forward.carried_check(b200_hw, "fused_glue") is not first
+    assert not hasattr(forward, "_CARRIED")

@@ -61,6 +61,7 @@ def test_calibrated_verify_step_counts_rows_and_drafter(context, h200_tables):
     expected = (
         plain._pass_s(batch * rows, batch * rows) * (1.0 + share)
         + plain._comm_s(batch * rows)
+        + plain.head_s(batch * rows)  # logits of every verified row
         + plain._attn_curve(batch * rows).at(65_536.0)  # rows timed as sequences: an upper bound
     )
     terms = DecodeTerms(context_tokens=batch * 65_536.0)

@@ -87,19 +87,19 @@ def test_validate_real_reports_requests_and_steps(mini_model, standin_run, tmp_p
 
 
 def test_the_twin_gets_the_runs_kv_capacity(mini_model, standin_run) -> None:
+    """The engine's blocks hold every token's raw window rows beside the global KV (swa_prefix_rows:
+    every_token), its state slots the compressor groups only."""
     from sim.model import load_model
-    from sim.model.kv import (
-        compressor_state_bytes_per_sequence,
-        global_kv_bytes_per_token,
-        swa_bytes_per_sequence,
-    )
+    from sim.model.kv import compressor_state_bytes_per_sequence, global_kv_bytes_per_token
 
     report = validate_real(standin_run, None)  # the model named by the run
-    assert report.model == MINI
+    assert report.model == MINI and report.settings["swa_prefix_rows"] == "every_token"
     spec = load_model(MINI)
-    state = swa_bytes_per_sequence(spec) + compressor_state_bytes_per_sequence(spec)
+    rows_per_token = 5 * 584  # every layer windowed, 584-B rows (the spec's fp8_index layout)
     agents = 4 + 1  # 4 sessions, one of which runs a sub-agent
-    want = 96 * 256 * global_kv_bytes_per_token(spec) + agents * state
+    want = 96 * 256 * (
+        global_kv_bytes_per_token(spec) + rows_per_token
+    ) + agents * compressor_state_bytes_per_sequence(spec)
     assert report.settings["hbm_kv_bytes"] == pytest.approx(want)
 
 
