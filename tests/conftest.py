@@ -1,4 +1,5 @@
-"""Shared fixtures: where the public traces and the reference live (read from ../shared, never copied)."""
+"""Shared fixtures and hooks: where the public traces and the reference live (read from ../shared, never
+copied); the `gpu` marker's skip without CUDA and Triton; a local Ray cluster of two nodes."""
 
 from __future__ import annotations
 
@@ -44,3 +45,44 @@ def weka_trace(public_traces, tmp_path_factory):
     out = tmp_path_factory.mktemp("weka") / "weka.parquet"
     import_trace("weka", public_traces / "weka_claude_code" / "weka_cc_traces_v8_dev.jsonl.xz", out)
     return out
+
+
+def _gpu_ready() -> bool:
+    """CUDA and Triton both usable (the `gpu` tests launch Triton kernels); imported only when a
+    collected test is marked `gpu`, so a run without torch never imports it."""
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test marked `gpu`, in any folder, skips on a machine without CUDA and Triton."""
+    marked = [item for item in items if "gpu" in item.keywords]
+    if not marked or _gpu_ready():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU and Triton (README, Kernels)")
+    for item in marked:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A running Ray cluster of a head and one more node of one CPU each: two worker processes, as
+    two machines would run (`--ray ADDRESS` of `sim sweep` and `sim plan`). One per test module:
+    started and stopped around it, so its processes do not outlive the tests that use them."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes(timeout=60)
+    except Exception as err:  # noqa: BLE001 - a CI machine that cannot run Ray skips, saying why
+        pytest.skip(f"cannot start a local Ray cluster here: {err}")
+    yield cluster
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster.shutdown()

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import yaml
 
 from sim.errors import InputError
-from sim.plan.executors import Executor, make_executor
+from sim.plan.executors import Executor, make_executor, ray_reachable
 from sim.plan.frontier import frontier_figure, frontier_html
 from sim.plan.ledger import Ledger, metric_columns
 from sim.plan.search import Bisection, pool_nodes
@@ -151,6 +151,8 @@ def run_plan(
             reason = next(p["reason"] for p in pruned if p["model"] == model)
             raise InputError(f"every combination for {model} is pruned: {reason}", file=str(plan_path))
 
+    if ray not in (None, "local"):
+        ray_reachable(ray)  # before the output folder is made: an unreachable cluster leaves nothing
     ledger = Ledger(out / LEDGER_DIR)
     finished = ledger.load()
     from_ledger = set(finished)  # keys finished by an earlier (interrupted) run of this folder

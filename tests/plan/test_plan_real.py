@@ -1,6 +1,7 @@
-"""`sim plan` end to end on the real simulator: local processes and a real local Ray instance give
-byte-identical recommendations; a plan killed half way resumes to the same answer; the printed
-`sim run` command reproduces the recommended run."""
+"""`sim plan` end to end on the real simulator: local processes, a real local Ray instance and a running
+Ray cluster of two nodes (`--ray ADDRESS`) give byte-identical recommendations, and an address where
+no cluster listens fails at once in one line; a plan killed half way resumes to the same answer; the
+printed `sim run` command reproduces the recommended run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from simulator.traces import agent_trace
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.errors import InputError
 
 HERE = Path(__file__).parent
 REC = "recommendation.json"
@@ -65,6 +67,26 @@ def test_ray_local_gives_a_byte_identical_recommendation(plan, local_run):
     ray_out = plan.parent / "ray"
     _plan(plan, "--out", ray_out, "--workers", 2, "--ray", "local")
     assert (ray_out / REC).read_bytes() == (out / REC).read_bytes()
+
+
+def test_a_plan_on_a_ray_cluster_gives_the_local_recommendation(plan, local_run, ray_cluster):
+    out, _ = local_run
+    cluster_out = plan.parent / "ray-cluster"
+    _plan(plan, "--out", cluster_out, "--ray", ray_cluster.address)
+    assert (cluster_out / REC).read_bytes() == (out / REC).read_bytes()
+    assert (cluster_out / "frontier.html").read_bytes() == (out / "frontier.html").read_bytes()
+
+
+def test_an_address_where_no_cluster_listens_fails_at_once_in_one_line(plan, tmp_path):
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        app, ["plan", str(plan), "--out", str(tmp_path / "o"), "--ray", "127.0.0.1:9"]
+    )
+    assert time.monotonic() - started < 30
+    assert isinstance(result.exception, InputError)
+    message = str(result.exception)
+    assert message.startswith("--ray: cannot reach a Ray cluster at 127.0.0.1:9") and "\n" not in message
+    assert not (tmp_path / "o").exists()
 
 
 def test_printed_sim_run_command_reproduces_the_recommended_run(local_run, tmp_path):

@@ -1,6 +1,6 @@
-"""`--ray ADDRESS`: sweeps (and plans: the same executor, sim.plan.executors) on a running Ray
-cluster of two worker processes on two Ray nodes, as on two machines; an address where no cluster
-listens fails at once with one line."""
+"""`--ray ADDRESS`: sweeps on a running Ray cluster of two worker processes on two Ray nodes, as on two
+machines (the `ray_cluster` fixture, tests/conftest.py; plans: tests/plan/test_plan_real.py); an
+address where no cluster listens fails at once with one line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -25,24 +24,6 @@ def _points(folder: Path) -> dict:
         for point in model["points"]:
             point.pop("wall_s")
     return data
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A head and one more node of one CPU each: two worker processes, as two machines would run."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes(timeout=60)
-    except Exception as err:  # noqa: BLE001 - a CI machine that cannot run Ray skips, saying why
-        pytest.skip(f"cannot start a local Ray cluster here: {err}")
-    yield cluster
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster.shutdown()
 
 
 def test_a_sweep_on_a_ray_cluster_gives_the_local_points(tmp_path, ray_cluster):
