@@ -61,6 +61,11 @@ def validate_real_cmd(run_dir: Path, model: str | None, out: Path | None, json_o
             steps.add_row(kind, f"{s['steps']:,}", *(_pct(s[k]) for k in ("median_error_frac", "median_abs_error_frac",
                           "p10_error_frac", "p90_error_frac", "total_error_frac")))  # fmt: skip
     console.print(steps)
+    for term, by_kind in report.steps_by_term.items():
+        s = by_kind.get("all")
+        if s is not None:
+            console.print(f"with forward_term {term} instead: step median error {_pct(s['median_error_frac'])}, "
+                          f"p10 {_pct(s['p10_error_frac'])}, p90 {_pct(s['p90_error_frac'])}")  # fmt: skip
     console.print("settings: " + ", ".join(f"{k}={v}" for k, v in report.settings.items()))
     if out is not None:
         console.print(f"outputs: {out / REAL_JSON}, {out / REAL_HTML}")

@@ -37,12 +37,13 @@ def steps_table(report: RealReport) -> str:
     head = ("<tr><th>steps</th><th>count</th><th>median error</th><th>median |error|</th><th>p10</th><th>p90</th>"
             "<th>total time error</th></tr>")  # fmt: skip
     rows = []
-    for kind in STEP_KINDS:
-        s = report.steps.get(kind)
+    labelled = [(kind, kind, report.steps.get(kind)) for kind in STEP_KINDS]
+    labelled += [(f"all, forward_term {t}", "all", by.get("all")) for t, by in report.steps_by_term.items()]
+    for label, _kind, s in labelled:
         if s is None:
             continue
         rows.append(
-            f"<tr><td>{kind}</td><td class='num'>{s['steps']:,}</td>"
+            f"<tr><td>{html.escape(label)}</td><td class='num'>{s['steps']:,}</td>"
             + "".join(
                 f"<td class='num'>{_fmt(s[k], True)}</td>"
                 for k in (
