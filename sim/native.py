@@ -45,6 +45,7 @@ COMPILED = (
     "sim.cluster.link",
     "sim.cluster.request",
     "sim.kvcache.lookup",
+    "sim.kvcache.paths",
     "sim.kvcache.policies",
     "sim.kvcache.store",
     "sim.kvcache.tiers",

@@ -167,7 +167,7 @@ class Instance:
     def _drop_waiting(self, req: Request, reason: str) -> None:
         if self.role == "decode":
             self.held_sequences -= 1
-            req.pinst.handed_off(req)  # free the prefill side
+            _prefill_side(req).handed_off(req)  # free the prefill side
         else:
             self.queued_prompt_tokens -= req.est_new_tokens
         self.cluster.reject(req, reason)
@@ -175,8 +175,7 @@ class Instance:
     def _sweep_hbm(self, now: float) -> None:
         """Drop this instance's expired cached copies before admitting (when the oldest is due)."""
         hbm = self.hbm
-        lru = hbm._lru
-        if lru and next(iter(lru.values()))[1] <= now - hbm.ttl_s:
+        if hbm.oldest_use_s() <= now - hbm.ttl_s:
             self.store.sweep_hbm(self.index, now)
 
     def _reservation_bytes(self, req: Request, *, with_output: bool) -> float:
@@ -298,12 +297,12 @@ class Instance:
             nbytes = (req.input_tokens - usable) * policy.global_kv_bytes_per_token + policy.seq_state_bytes
             req.kv_transfer_bytes = nbytes
             req.kv_transfer_start_s = now
-            self.cluster.net_out[req.pinst.node].submit(nbytes, self._kv_arrived, req)
+            self.cluster.net_out[_prefill_side(req).node].submit(nbytes, self._kv_arrived, req)
 
     def _kv_arrived(self, req: Request) -> None:
         req.kv_transfer_end_s = self.env.now_s
         self.cluster.net_in[self.node].bytes_done += req.kv_transfer_bytes
-        req.pinst.handed_off(req)
+        _prefill_side(req).handed_off(req)
         self.joins.append(req)
         self.kick()
 
@@ -493,3 +492,10 @@ class Instance:
                 self._admit_decode()
             else:
                 self._admit()
+
+
+def _prefill_side(req: Request) -> Instance:
+    """The prefill instance of a request on the decode side (set when it was routed)."""
+    inst = req.pinst
+    assert inst is not None
+    return inst

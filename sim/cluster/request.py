@@ -12,11 +12,14 @@ agent_id; a shared prompt prefix is -(shared_prefix_id + 1).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Final
 
 from sim.timing.batch import DecodeTerms
 
-NAN: float = float("nan")
+if TYPE_CHECKING:
+    from sim.cluster.instance import Instance
+
+NAN: Final = float("nan")
 LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
 
 
@@ -46,8 +49,8 @@ class Request:
     reserved_d_bytes: float = 0.0
     d_pinned: bool = False
     kv_transfer_bytes: float = 0.0
-    pinst: Any = None
-    dinst: Any = None
+    pinst: Instance | None = None
+    dinst: Instance | None = None
     prefill_pool: str | None = None
     prefill_instance: int = -1
     decode_pool: str | None = None

@@ -32,24 +32,39 @@ The lookup runs once per request; its answer is a `Plan`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sim.cluster.request import Request
 from sim.kvcache.store import Entry, KVStore
 
 
-@dataclass
 class Plan:
-    """Where a request's cached prefix comes from."""
+    """Where a request's cached prefix comes from (a plain class: one is made per request, and
+    compiled code builds it natively, where a dataclass would run its generated `__init__`)."""
 
-    key: int  # the entry used (the lineage's parent, or a shared prompt prefix)
-    tokens: int  # prompt tokens served from cache
-    tier: int  # chain index of the tier that serves the part not in HBM (0: all in HBM)
-    hbm_tokens: int  # the part already in this instance's HBM, used in place
-    load_bytes: float  # bytes loaded from `tier` (0 when all in HBM)
-    swa_node: int  # V4.1: the node whose SWA pool restores the window (-1: none)
-    replay_tokens: int  # cached tokens recomputed to rebuild the window
-    shared: bool  # a shared prompt prefix, not the lineage's own context
+    __slots__ = ("key", "tokens", "tier", "hbm_tokens", "load_bytes", "swa_node", "replay_tokens", "shared")
+
+    def __init__(
+        self,
+        key: int,  # the entry used (the lineage's parent, or a shared prompt prefix)
+        tokens: int,  # prompt tokens served from cache
+        tier: int,  # chain index of the tier that serves the part not in HBM (0: all in HBM)
+        hbm_tokens: int,  # the part already in this instance's HBM, used in place
+        load_bytes: float,  # bytes loaded from `tier` (0 when all in HBM)
+        swa_node: int,  # V4.1: the node whose SWA pool restores the window (-1: none)
+        replay_tokens: int,  # cached tokens recomputed to rebuild the window
+        shared: bool,  # a shared prompt prefix, not the lineage's own context
+    ) -> None:
+        self.key = key
+        self.tokens = tokens
+        self.tier = tier
+        self.hbm_tokens = hbm_tokens
+        self.load_bytes = load_bytes
+        self.swa_node = swa_node
+        self.replay_tokens = replay_tokens
+        self.shared = shared
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Plan({fields})"
 
 
 def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int) -> bool:

@@ -399,7 +399,8 @@ class KVStore:
     def _evicted_from_hbm(self, key: int, inst: int, nbytes: float, now_s: float, *, expired: bool) -> None:
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
         e = self.entries[key]
-        tokens = e.hbm.pop(inst)
+        tokens = e.hbm[inst]
+        del e.hbm[inst]
         self._demote_from_hbm(e, inst, tokens, now_s)
         self._maybe_forget(e)
 

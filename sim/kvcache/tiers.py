@@ -11,8 +11,6 @@ first entry still alive.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 # (key, bytes) of the entries an operation pushed out, oldest first. Keys are ints
 # (sim.cluster.request: lineage and shared-prefix keys).
 Evicted = list[tuple[int, float]]
@@ -20,6 +18,20 @@ Evicted = list[tuple[int, float]]
 
 class TierFull(Exception):
     """Raised by a mutating call that was not checked first (a bug, not user input)."""
+
+
+class _Slot:
+    """A cached entry: its bytes and last use, linked in LRU order (a native class, so the
+    compiled core moves an entry with a few pointer writes, no allocation)."""
+
+    __slots__ = ("key", "nbytes", "last_use_s", "prev", "next")
+
+    def __init__(self, key: int, nbytes: float, last_use_s: float) -> None:
+        self.key = key
+        self.nbytes = nbytes
+        self.last_use_s = last_use_s
+        self.prev: _Slot = self
+        self.next: _Slot = self
 
 
 class ByteTier:
@@ -32,7 +44,8 @@ class ByteTier:
         "peak_bytes",
         "evicted_bytes",
         "expired_bytes",
-        "_lru",
+        "_slots",
+        "_head",
     )
 
     def __init__(self, name: str, capacity_bytes: float, ttl_s: float = float("inf")) -> None:
@@ -48,8 +61,10 @@ class ByteTier:
         self.peak_bytes = 0.0
         self.evicted_bytes = 0.0  # cached bytes pushed out by capacity pressure
         self.expired_bytes = 0.0  # cached bytes dropped by TTL
-        # key -> [bytes, last_use_s]; order = least recently used first
-        self._lru: OrderedDict[int, list[float]] = OrderedDict()
+        # key -> its slot; the slots form a ring through the sentinel `_head`: _head.next is the
+        # least recently used, _head.prev the most recently used
+        self._slots: dict[int, _Slot] = {}
+        self._head = _Slot(0, 0.0, 0.0)
 
     # --- reading ---
 
@@ -62,21 +77,31 @@ class ByteTier:
         return self.capacity_bytes - self.reserved_bytes - self.cached_bytes
 
     def __contains__(self, key: int) -> bool:
-        return key in self._lru
+        return key in self._slots
 
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self._slots)
 
     def cached(self, key: int) -> float:
         """Bytes cached under `key` (0 when absent)."""
-        item = self._lru.get(key)
-        return item[0] if item is not None else 0.0
+        slot = self._slots.get(key)
+        return slot.nbytes if slot is not None else 0.0
 
     def last_use_s(self, key: int) -> float:
-        return self._lru[key][1]
+        return self._slots[key].last_use_s
+
+    def oldest_use_s(self) -> float:
+        """The least recent last use among the cached entries (inf when none)."""
+        first = self._head.next
+        return first.last_use_s if first is not self._head else float("inf")
 
     def keys_lru_order(self) -> list[int]:
-        return list(self._lru)
+        out = []
+        slot = self._head.next
+        while slot is not self._head:
+            out.append(slot.key)
+            slot = slot.next
+        return out
 
     def can_fit(self, nbytes: float) -> bool:
         """Whether `nbytes` can be cached once every cached entry is evicted if needed."""
@@ -87,15 +112,17 @@ class ByteTier:
     def put(self, key: int, nbytes: float, now_s: float) -> Evicted:
         """Cache `key` with `nbytes` (replacing its previous size), most recently used; evicts the
         least recently used others as needed. Refuses (TierFull) if it cannot fit at all."""
-        lru = self._lru
-        old = lru.pop(key, None)
+        slots = self._slots
+        old = slots.get(key)  # get + del: compiled primitives (dict.pop is a generic method call)
         if old is not None:
-            self.cached_bytes -= old[0]
+            del slots[key]
+            _unlink(old)
+            self.cached_bytes -= old.nbytes
         if nbytes > self.capacity_bytes - self.reserved_bytes + 1e-6:
-            if old is not None:  # restore: refuse without mutating
-                lru[key] = old
-                lru.move_to_end(key, last=False)
-                self.cached_bytes += old[0]
+            if old is not None:  # restore (as the least recently used): refuse without mutating
+                slots[key] = old
+                _link_after(self._head, old)
+                self.cached_bytes += old.nbytes
             raise TierFull(
                 f"{self.name}: {nbytes:.0f} B cannot fit beside {self.reserved_bytes:.0f} B reserved"
             )
@@ -103,43 +130,56 @@ class ByteTier:
             evicted = self._make_room(nbytes)
         else:
             evicted = []
-        lru[key] = [nbytes, now_s]
+        if old is None:
+            old = _Slot(key, nbytes, now_s)
+        else:
+            old.nbytes = nbytes
+            old.last_use_s = now_s
+        slots[key] = old
+        _link_after(self._head.prev, old)
         self.cached_bytes += nbytes
         if self.reserved_bytes + self.cached_bytes > self.peak_bytes:
             self._note_peak()
         return evicted
 
     def touch(self, key: int, now_s: float) -> None:
-        item = self._lru[key]
-        item[1] = now_s
-        self._lru.move_to_end(key)
+        slot = self._slots[key]
+        slot.last_use_s = now_s
+        last = self._head.prev
+        if slot is not last:
+            _unlink(slot)
+            _link_after(last, slot)
 
     def remove(self, key: int) -> float:
         """Drop `key`; returns its bytes (0 when absent)."""
-        item = self._lru.pop(key, None)
-        if item is None:
+        slot = self._slots.get(key)
+        if slot is None:
             return 0.0
-        self.cached_bytes -= item[0]
-        if not self._lru:
+        del self._slots[key]
+        _unlink(slot)
+        self.cached_bytes -= slot.nbytes
+        if not self._slots:
             self.cached_bytes = 0.0  # no drift from repeated float subtraction
-        return item[0]
+        return slot.nbytes
 
     def expire(self, now_s: float) -> Evicted:
         """Drop entries whose last use is `ttl_s` or more ago; returns them, oldest first."""
-        lru = self._lru
+        head = self._head
         limit = now_s - self.ttl_s
-        if not lru or next(iter(lru.values()))[1] > limit:
+        slot = head.next
+        if slot is head or slot.last_use_s > limit:
             return []  # the common case: nothing expired
         out: Evicted = []
-        while lru:
-            key, item = next(iter(lru.items()))
-            if item[1] > limit:
-                break
-            lru.popitem(last=False)
-            self.cached_bytes -= item[0]
-            self.expired_bytes += item[0]
-            out.append((key, item[0]))
-        if not lru:
+        slots = self._slots
+        while slot is not head and slot.last_use_s <= limit:
+            nxt = slot.next
+            _unlink(slot)
+            del slots[slot.key]
+            self.cached_bytes -= slot.nbytes
+            self.expired_bytes += slot.nbytes
+            out.append((slot.key, slot.nbytes))
+            slot = nxt
+        if not slots:
             self.cached_bytes = 0.0
         return out
 
@@ -167,10 +207,12 @@ class ByteTier:
 
     def pin(self, key: int) -> float:
         """Turn a cached entry into reserved bytes (a running sequence now uses it); returns its bytes."""
-        item = self._lru.pop(key)
-        self.cached_bytes -= item[0]
-        self.reserved_bytes += item[0]
-        return item[0]
+        slot = self._slots[key]
+        del self._slots[key]
+        _unlink(slot)
+        self.cached_bytes -= slot.nbytes
+        self.reserved_bytes += slot.nbytes
+        return slot.nbytes
 
     # --- internals ---
 
@@ -178,13 +220,16 @@ class ByteTier:
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
             return []
         evicted: Evicted = []
-        lru = self._lru
-        while self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6 and lru:
-            key, item = lru.popitem(last=False)
-            self.cached_bytes -= item[0]
-            self.evicted_bytes += item[0]
-            evicted.append((key, item[0]))
-        if not lru:
+        head = self._head
+        slots = self._slots
+        while self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6 and slots:
+            slot = head.next
+            _unlink(slot)
+            del slots[slot.key]
+            self.cached_bytes -= slot.nbytes
+            self.evicted_bytes += slot.nbytes
+            evicted.append((slot.key, slot.nbytes))
+        if not slots:
             self.cached_bytes = 0.0
         return evicted
 
@@ -196,3 +241,16 @@ class ByteTier:
             raise TierFull(f"{self.name}: {used:.0f} B used > capacity {self.capacity_bytes:.0f} B")
         if used > self.peak_bytes:
             self.peak_bytes = used
+
+
+def _unlink(slot: _Slot) -> None:
+    slot.prev.next = slot.next
+    slot.next.prev = slot.prev
+
+
+def _link_after(before: _Slot, slot: _Slot) -> None:
+    after = before.next
+    slot.prev = before
+    slot.next = after
+    before.next = slot
+    after.prev = slot

@@ -243,20 +243,24 @@ class Arrivals:
         """`req` will never arrive; neither will the requests that wait on it."""
         self.not_arrived += 1
         self.scheduled -= 1
-        state = self._session_of.pop(req.request_id)
+        state = _take(self._session_of, req.request_id)
         state.pending -= 1
-        for child, _think in self._children.pop(req.request_id, ()):
-            self._drop(child)
+        kids = self._children.get(req.request_id)
+        if kids is not None:
+            del self._children[req.request_id]
+            for child, _think in kids:
+                self._drop(child)
         self._session_check(state)
 
     def on_terminal(self, req: Request) -> None:
         """`req` completed or was rejected: its follow-ups arrive after their think time."""
         now = self.env.now_s
-        kids = self._children.pop(req.request_id, None)
+        kids = self._children.get(req.request_id)
         if kids is not None:
+            del self._children[req.request_id]
             for child, think in kids:
                 self._schedule(child, now + think)
-        state = self._session_of.pop(req.request_id)
+        state = _take(self._session_of, req.request_id)
         state.pending -= 1
         state.count += 1
         if req.status == "rejected":
@@ -283,6 +287,14 @@ class Arrivals:
     def _check_idle(self) -> None:
         if self.done():
             self.on_idle()
+
+
+def _take(sessions: dict[int, _Session], request_id: int) -> _Session:
+    """Remove and return a request's session (get + del: compiled primitives, where dict.pop is
+    a generic method call)."""
+    state = sessions[request_id]
+    del sessions[request_id]
+    return state
 
 
 class _BenchSession:

@@ -44,16 +44,20 @@ class Router:
         return self._choose(self, req, candidates, role)
 
 
-def _queue_depth(inst: Instance, role: str) -> float:
+def _queue_depth(inst: Instance, decode: bool) -> float:
     """Work waiting on an instance, in its role's unit: prompt tokens still to compute (the front:
-    prefill or colocated), sequences held (decode)."""
-    return inst.held_sequences if role == "decode" else inst.queued_prompt_tokens
+    prefill or colocated), sequences held (`decode`). A float either way (compiled code keeps it
+    unboxed)."""
+    if decode:
+        return float(inst.held_sequences)
+    return inst.queued_prompt_tokens
 
 
 def _cache_aware(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
+    decode = role == "decode"
     max_depth = 0.0
     for inst in candidates:
-        depth = _queue_depth(inst, role)
+        depth = _queue_depth(inst, decode)
         if depth > max_depth:
             max_depth = depth
     w_queue, w_kv = router.w_queue, router.w_kv
@@ -63,7 +67,7 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
     key = req.parent_lineage
     if router.w_hit and key is not None and req.prefix_tokens:
         holders = router.store.hbm_copies(key)
-        if holders is not None and role != "decode":
+        if holders is not None and not decode:
             dram_node = router.store.demoted_node(key)
     w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
     prefix = req.prefix_tokens
@@ -72,7 +76,7 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
     for inst in candidates:
         score = (
             w_queue
-            - q * _queue_depth(inst, role)
+            - q * _queue_depth(inst, decode)
             + w_kv
             - w_kv * inst.hbm.reserved_bytes * inst.inv_kv_capacity
         )
@@ -88,9 +92,10 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
 
 
 def _least_loaded(router: Router, req: Request, candidates: list[Instance], role: str) -> Instance:
-    best, best_depth = candidates[0], _queue_depth(candidates[0], role)
+    decode = role == "decode"
+    best, best_depth = candidates[0], _queue_depth(candidates[0], decode)
     for inst in candidates[1:]:
-        depth = _queue_depth(inst, role)
+        depth = _queue_depth(inst, decode)
         if depth < best_depth:
             best, best_depth = inst, depth
     return best

@@ -3,7 +3,7 @@ possibly ragged grid) over measured kernel times (sim.timing.tables builds them 
 module doc gives the rules per axis), and `LinearTable` / `QuadraticTable` over the model
 arithmetic (sim.timing.arith).
 
-Only arithmetic on floats and tuples lives here, with nothing to import but `math` and `bisect`:
+Only arithmetic on floats and tuples lives here, with nothing to import but `math`:
 it answers most of the simulator's timing questions, so it is part of the compiled core
 (sim/native.py).
 """
@@ -11,12 +11,25 @@ it answers most of the simulator's timing questions, so it is part of the compil
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
 LOGLOG = "loglog"
 LINEAR = "linear"
+
+
+def _upper(xs: tuple[float, ...], x: float) -> int:
+    """The number of knots <= x (`bisect.bisect_right`'s answer, same steps): compiled, it compares
+    C doubles, where bisect_right compares Python floats through the generic protocol."""
+    lo = 0
+    hi = len(xs)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < xs[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _step(x0: float, x1: float, loglog: bool) -> float:
@@ -81,7 +94,7 @@ class Curve:
             return self.ys[0]
         if x >= xs[-1]:
             return _beyond(xs, self.ys, x, self.mode) if x > xs[-1] else self.ys[-1]
-        x0, step, y0, y1 = self._segments[bisect_right(xs, x) - 1]
+        x0, step, y0, y1 = self._segments[_upper(xs, x) - 1]
         return _between(x0, step, y0, y1, x, self._loglog)
 
     def sum_along(self, x0: float, dx: float, n: int) -> float:
@@ -94,8 +107,8 @@ class Curve:
         if dx <= 0.0:
             return n * self.at(x0)
         xs, pieces = self.xs, self._pieces
-        first = bisect_right(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
-        last = bisect_right(xs, x0 + dx * (n - 1))
+        first = _upper(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
+        last = _upper(xs, x0 + dx * (n - 1))
         total, ka = 0.0, 0
         for p in range(first, last + 1):
             kb = n if p == last else min(n, max(0, math.ceil((xs[p] - x0) / dx)))  # first k in piece p + 1
@@ -135,7 +148,7 @@ class Grid:
                 return last
             ys = (curves[-2].at(inner), last) if len(xs) > 1 else (last,)
             return _beyond(xs[-len(ys) :], ys, outer, self.mode)
-        i = bisect_right(xs, outer) - 1
+        i = _upper(xs, outer) - 1
         return _between(
             xs[i], self._steps[i], curves[i].at(inner), curves[i + 1].at(inner), outer, self._loglog
         )
@@ -173,13 +186,14 @@ class LinearTable:
     """Piecewise-linear interpolation of two components over one knot vector (plain floats:
     numpy scalars would cost ten times more per lookup)."""
 
-    __slots__ = ("xs", "_rows")
+    __slots__ = ("xs", "_knots", "_rows")
 
     def __init__(self, xs: Any, cols: list[Any]) -> None:
         if len(cols) != 2:
             raise ValueError("LinearTable holds exactly two components")
         x = [float(v) for v in xs]
         self.xs = x
+        self._knots = tuple(x)
         rows: list[tuple[float, ...]] = []
         for i in range(len(x)):
             j = min(i, len(x) - 2)
@@ -199,7 +213,7 @@ class LinearTable:
 
     def at(self, x: float) -> tuple[float, float]:
         xs = self.xs
-        i = bisect_right(xs, x) - 1
+        i = _upper(self._knots, x) - 1
         if i < 0:
             i = 0
         a0, s0, a1, s1 = self._rows[i]
@@ -211,13 +225,14 @@ class QuadraticTable:
     """Piecewise-quadratic interpolation of three components (through knots i, i+1, i+2 on
     [x_i, x_{i+1}])."""
 
-    __slots__ = ("xs", "_coef", "_last")
+    __slots__ = ("xs", "_knots", "_coef", "_last")
 
     def __init__(self, xs: Any, cols: list[Any]) -> None:
         if len(cols) != 3:
             raise ValueError("QuadraticTable holds exactly three components")
         x = [float(v) for v in xs]
         self.xs = x
+        self._knots = tuple(x)
         n = len(x)
         coef: list[tuple[float, ...]] = []
         for i in range(n - 1):
@@ -243,7 +258,7 @@ class QuadraticTable:
         # token positions come as ints: a float bisects the float knots twice as fast, and
         # x - xs[i] rounds the int to the same double either way (positions < 2^53)
         x = float(x)
-        i = bisect_right(xs, x) - 1
+        i = _upper(self._knots, x) - 1
         if i < 0:
             i = 0
         elif i > self._last:
