@@ -88,6 +88,7 @@ class InstanceSpec:
     timing: TimingModel
     kv_capacity_bytes: float  # HBM left for KV (all its GPUs)
     kv_replication: int  # copies of the latent KV (its attention-TP ranks, model.md §9)
+    dp_ranks: int  # attention data-parallel ranks (each holds whole requests)
 
 
 @dataclass
@@ -423,6 +424,7 @@ def build_simulation(
                     timing=timing,
                     kv_capacity_bytes=kv_cap,
                     kv_replication=pool.tp,
+                    dp_ranks=pool.dp,
                 )
             )
         pools.append(
@@ -513,6 +515,7 @@ def build_simulation(
                 chunk_tokens=sch.chunk_tokens,
                 max_decode_batch=sch.max_decode_batch,
                 kv_replication=s.kv_replication,
+                dp_ranks=s.dp_ranks,
                 read_links=read_links[i],
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )

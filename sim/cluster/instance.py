@@ -32,7 +32,7 @@ from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
 from sim.kvcache.store import KVStore
-from sim.sched.batcher import prefill_chunks
+from sim.sched.batcher import prefill_chunks, prefill_chunks_dp
 from sim.timing.batch import DecodeTerms, PrefillChunk
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class Instance:
         kv_replication: int,
         read_links: list[SharedLink | None],
         max_queue_wait_s: float | None,
+        dp_ranks: int = 1,
     ) -> None:
         self.env = env
         self.index = index
@@ -79,6 +80,10 @@ class Instance:
         self.chunk_tokens = chunk_tokens
         self.max_decode_batch = max_decode_batch
         self.kv_replication = kv_replication
+        # DP attention: requests are placed on ranks round-robin as they arrive (SGLang's default
+        # `--load-balance-method round_robin`); each rank prefills its own under budget / dp_ranks
+        self.dp_ranks = dp_ranks
+        self._next_rank = 0
         # by chain index: the link a load from that tier into this instance's HBM uses ([0], HBM: None)
         self.read_links = read_links
         self.max_queue_wait_s = max_queue_wait_s
@@ -128,6 +133,9 @@ class Instance:
         req.prefill_pool = self.pool
         req.prefill_instance = self.index
         self.queued_prompt_tokens += req.est_new_tokens
+        if self.dp_ranks > 1:
+            req.dp_rank = self._next_rank
+            self._next_rank = (self._next_rank + 1) % self.dp_ranks
         self.waiting.append(req)
         self._admit()
 
@@ -366,7 +374,11 @@ class Instance:
         if self.ready:
             budget = self.budget_tokens - batch * self._verify
             if budget > 0:
-                chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
+                dp = self.dp_ranks
+                if dp == 1:
+                    chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
+                else:
+                    chunks = prefill_chunks_dp(self.ready, max(1, budget // dp), self.chunk_tokens, dp)
         timing = self.timing
         if chunks:
             parts: list[PrefillChunk] = []
@@ -382,6 +394,7 @@ class Instance:
                         last_chunk=req.computed_tokens + take >= req.new_tokens,
                         image_tokens=img,
                         image_count=req.image_count if img else 0,
+                        rank=req.dp_rank,
                     )
                 )
                 req.image_pending = 0

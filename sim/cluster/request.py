@@ -55,6 +55,7 @@ class Request:
     prefill_instance: int = -1
     decode_pool: str | None = None
     decode_instance: int = -1
+    dp_rank: int = 0  # the DP-attention rank of its prefill instance that holds it (sim.sched.batcher)
     # timestamps
     admitted_s: float = NAN
     load_start_s: float = NAN

@@ -45,7 +45,12 @@ class Admission(StrictModel):
 
 class Scheduler(StrictModel):
     router: Router = Field(default_factory=Router)
-    prefill_budget_tokens: int = Field(16384, ge=1, description="prefill tokens per engine step")
+    prefill_budget_tokens: int = Field(
+        16384,
+        ge=1,
+        description="prefill tokens per engine step; with DP attention (dp > 1) each rank gets budget / dp for "
+        "its own requests (SGLang divides --chunked-prefill-size by the DP size)",
+    )
     chunk_tokens: int = Field(8192, ge=1, description="chunked-prefill chunk size")
     max_decode_batch: int = Field(256, ge=1, description="sequences decoded together per instance")
     admission: Admission = Field(default_factory=Admission)

@@ -3,6 +3,11 @@
 Running decodes come first: each decoding sequence takes `verified_tokens_per_step` rows of the
 budget. The rest goes to prefill chunks in arrival order, each at most `chunk_tokens`, so a long
 prompt is split over several steps and several short ones share a step.
+
+On an instance with DP attention each request lives on one DP rank (`Request.dp_rank`) and each
+rank schedules its own requests under its own share of the budget (`prefill_chunks_dp`): SGLang
+divides `--chunked-prefill-size` by the DP size (server_args.py, `enable_dp_attention`), and each
+DP rank's scheduler fills its batch from its own queue.
 """
 
 from __future__ import annotations
@@ -25,4 +30,31 @@ def prefill_chunks(ready: list[Request], budget_tokens: int, chunk_tokens: int) 
             take = budget_tokens
         out.append((req, take))
         budget_tokens -= take
+    return out
+
+
+def prefill_chunks_dp(
+    ready: list[Request], rank_budget_tokens: int, chunk_tokens: int, dp_ranks: int
+) -> list[tuple[Request, int]]:
+    """(request, tokens) for this step on an instance of `dp_ranks` DP-attention ranks: each rank
+    takes its own requests of `ready`, in order, while its `rank_budget_tokens` remain."""
+    left = [rank_budget_tokens] * dp_ranks
+    open_ranks = dp_ranks if rank_budget_tokens > 0 else 0
+    out: list[tuple[Request, int]] = []
+    for req in ready:
+        if open_ranks <= 0:
+            break
+        r = req.dp_rank
+        budget = left[r]
+        if budget <= 0:
+            continue
+        take = req.new_tokens - req.computed_tokens
+        if take > chunk_tokens:
+            take = chunk_tokens
+        if take > budget:
+            take = budget
+        out.append((req, take))
+        left[r] = budget - take
+        if budget - take <= 0:
+            open_ranks -= 1
     return out

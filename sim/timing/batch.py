@@ -9,7 +9,8 @@ is O(1) whatever the model (style.md §6: pure arithmetic, no loops on the hot p
   (KV bytes a step reads);
 - calibrated: `context_tokens` (the attention tables are read at the batch's mean context).
 
-`PrefillChunk`: one request's share of an engine step's prefill rows.
+`PrefillChunk`: one request's share of an engine step's prefill rows, on the DP-attention rank that
+holds the request (`rank`; 0 on an instance without DP attention).
 """
 
 from __future__ import annotations
@@ -121,9 +122,10 @@ class PrefillChunk:
     """`new_tokens` prompt tokens of one request computed in a step, after `context_tokens` already
     in its KV. `last_chunk` marks the request's final chunk (V4.1's decoder tail and the logits row
     run there); images (`image_tokens` from `image_count` images) go through the vision tower with
-    the first chunk."""
+    the first chunk. `rank`: the DP-attention rank the request lives on (its attention, dense
+    projections and KV are there; sim.timing.calibrated times a step at its slowest rank)."""
 
-    __slots__ = ("new_tokens", "context_tokens", "last_chunk", "image_tokens", "image_count")
+    __slots__ = ("new_tokens", "context_tokens", "last_chunk", "image_tokens", "image_count", "rank")
 
     def __init__(
         self,
@@ -133,15 +135,17 @@ class PrefillChunk:
         last_chunk: bool = False,
         image_tokens: int = 0,
         image_count: int = 0,
+        rank: int = 0,
     ) -> None:
         self.new_tokens = new_tokens
         self.context_tokens = context_tokens
         self.last_chunk = last_chunk
         self.image_tokens = image_tokens
         self.image_count = image_count
+        self.rank = rank
 
     def __repr__(self) -> str:
         return (
             f"PrefillChunk({self.new_tokens}, {self.context_tokens}, last_chunk={self.last_chunk}, "
-            f"image_tokens={self.image_tokens}, image_count={self.image_count})"
+            f"image_tokens={self.image_tokens}, image_count={self.image_count}, rank={self.rank})"
         )

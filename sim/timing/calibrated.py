@@ -58,6 +58,22 @@ context (sparse MLA prefill and indexer prefill, weighted by the layers that run
 prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; vision on the
 roofline.
 
+DP attention (dp > 1): a request lives on one DP rank (`PrefillChunk.rank`, placed by the engine,
+sim.cluster.instance), so its chunk's attention, dense projections, mHC and forward-pass term run
+on that rank's GPUs alone, beside the rank's share of the decode rows, while the routed experts
+(EP over every rank) process every rank's rows. The ranks synchronise at each MoE layer's
+dispatch and combine, so a mixed step lasts as long as its slowest rank, plus the experts and the
+all-to-all (vLLM, data_parallel_deployment.md: "expert layers across all ranks are required to
+synchronize during every forward pass"; TensorRT-LLM's ADP balance blog: "the iteration time is
+dominated by the slowest rank"). A 2K or 4K chunk on one rank of a DP8 H200 or B200 instance beside
+64-256 decoding sequences adds 7-8.4x (V4) and 3.5-5.8x (V4.1, whose decoder tail runs on 128 rows
+only) the time an even spread over the ranks would; chunks on every rank cost what the even
+spread does (tests/timing/test_dp_ranks.py).
+
+Other GPUs: the same composition over the H200's tables carried to them by the per-op-class
+rules of sim.timing.carry (separate compute and bandwidth fractions per kernel, native formats,
+published anchors); `timing.model: auto` picks it wherever the H200 tables exist.
+
 Other GPUs: the same composition over the H200's tables carried to them by the per-op-class
 rules of sim.timing.carry (separate compute and bandwidth fractions per kernel, native formats,
 published anchors); `timing.model: auto` picks it wherever the H200 tables exist.
@@ -353,6 +369,7 @@ class CalibratedTiming(RooflineTiming):
         self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
         # per class of layers (every-token, decoder tail): int keys hash faster than (class, rows)
         self._class_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        self._rank_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
         self._gemm_mhc_cache: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
         self._experts_cache: dict[int, tuple[float, float]] = {}
         self._mla_cache: dict[int, tuple[float, float]] = {}
@@ -401,20 +418,45 @@ class CalibratedTiming(RooflineTiming):
 
     def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float, float]:
         """(dense GEMMs, routed experts, mHC, forward-pass term) seconds of `rows` token rows
-        through one class of layers on the busiest GPU; the GEMMs scaled up for the work the tables
-        lack (module doc)."""
+        through one class of layers on the busiest GPU, the rows spread evenly over the DP groups;
+        the GEMMs scaled up for the work the tables lack (module doc)."""
         mt = self.mt
         cls = mt.every if every else mt.tail
         if rows <= 0 or cls.layers == 0:
             return 0.0, 0.0, 0.0, 0.0
         m = math.ceil(rows / self.par.dp)  # the straggler's DP group
+        dense, mhc, overhead = self._rank_parts(every, m)
+        return dense, self._experts_s(every, rows), mhc, overhead
+
+    def _rank_parts(self, every: bool, m: int) -> tuple[float, float, float]:
+        """(dense GEMMs, mHC, forward-pass term) seconds of one class of layers on a GPU of a DP
+        group (rank) holding `m` token rows: the work each DP rank does on its own rows."""
+        cls = self.mt.every if every else self.mt.tail
+        if m <= 0 or cls.layers == 0:
+            return 0.0, 0.0, 0.0
         dense, mhc = self._gemm_mhc(every, m)
-        share, experts = self._experts(rows)
         # the term's per-row part is kernel work the tables under-predict (the measured pass's MoE and
         # attention, sim.timing.forward), so a GPU pays it for its share of the rows' work: TP ranks
         # split the DP group's GEMM, expert and attention-head work (m / tp), as its kernels are split
         overhead = cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m / self.par.tp)
-        return dense, cls.moe_layers * share * experts * self._gemm_scale, mhc, overhead
+        return dense, mhc, overhead
+
+    def _rank_s(self, every: bool, m: int) -> float:
+        """Sum of `_rank_parts`, memoised by (class, rows of the rank)."""
+        cache = self._rank_cache[0 if every else 1]
+        v = cache.get(m)
+        if v is None:
+            v = cache[m] = sum(self._rank_parts(every, m), 0.0)
+        return v
+
+    def _experts_s(self, every: bool, rows: int) -> float:
+        """Seconds of one class of layers' routed experts over `rows` token rows of the whole
+        instance on one GPU (EP spans every DP rank: each GPU's experts see all ranks' rows)."""
+        cls = self.mt.every if every else self.mt.tail
+        if rows <= 0 or cls.moe_layers == 0:
+            return 0.0
+        share, experts = self._experts(rows)
+        return cls.moe_layers * share * experts * self._gemm_scale
 
     def _class_s(self, every: bool, rows: int) -> float:
         """Sum of `_class_parts`, memoised by (class, rows)."""
@@ -445,9 +487,10 @@ class CalibratedTiming(RooflineTiming):
 
     def head_s(self, rows: int) -> float:
         """The LM head over `rows` rows needing logits on the busiest GPU (module doc)."""
-        if rows <= 0:
-            return 0.0
-        m = -(-rows // self.par.dp)
+        return self._head_rank_s(-(-rows // self.par.dp)) if rows > 0 else 0.0
+
+    def _head_rank_s(self, m: int) -> float:
+        """The LM head on a GPU of a DP rank with `m` rows needing logits."""
         return max(self._head_read_s, m * self._head_flops / self._head_rate)
 
     def _rows_attention_s(self, rows: int, mean_context_tokens: float) -> float:
@@ -513,6 +556,8 @@ class CalibratedTiming(RooflineTiming):
             return self._fixed(batch_size) + self._attn_curve(batch_size).at(
                 terms.context_tokens / batch_size
             )
+        if self.par.dp > 1:
+            return self._dp_mixed_s(batch_size, terms, prefill)
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         every_rows = tail_rows = decode_rows
@@ -543,6 +588,85 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn + head
+
+    def _dp_mixed_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+        """A step with prefill chunks on an instance with DP attention. Each chunk runs on its
+        request's DP rank (`PrefillChunk.rank`): that rank's GPUs compute its attention, dense
+        projections, mHC, forward-pass term and logits on its decode rows plus its chunks' rows,
+        while the routed experts (EP over every rank) see the rows of all ranks. The ranks meet at
+        every MoE layer's dispatch and combine, so the step lasts as long as its slowest rank's own
+        work, plus the experts and the communication (the all-to-all waits for the rank sending the
+        most rows). Decode rows are spread evenly over the ranks (each holds ceil(rows / dp), as in a
+        decode step) [D]: the engine's round-robin placement balances sequence counts, not their
+        contexts. Every layer has the same slowest rank, so the sum over layers of the per-layer
+        slowest rank is taken as the slowest rank's sum (the layers' prefill/decode mixes differ
+        little). With CUDA-graph buckets every rank replays the graph of the most-loaded rank's rows."""
+        a, tail_tokens, dp, tp = self.arith, self.mt.tail_tokens, self.par.dp, self.par.tp
+        verify = self.verified_tokens_per_step
+        decode_rows = batch_size * verify
+        share = -(-decode_rows // dp)  # ceil: the straggler's decode rows, as in a decode step
+        through_decode = self.prefill_through_decode
+        every_r = [share] * dp
+        tail_r = [share] * dp
+        logits_r = [share] * dp
+        attn_r = [0.0] * dp
+        # rows x their attended context per rank, for prefill rows through the decode kernel
+        row_context_r = [terms.context_tokens * verify / dp] * dp
+        every_rows = tail_rows = decode_rows
+        for chunk in prefill:
+            r = chunk.rank
+            if not 0 <= r < dp:
+                raise ValueError(f"prefill chunk on DP rank {r}, outside the instance's {dp} ranks")
+            new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
+            if through_decode:
+                row_context_r[r] += new * (ctx + (new + 1) / 2.0)
+            else:
+                _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
+                # the rank's TP GPUs split the chunk's heads (measured seconds per FLOP on one GPU)
+                attn_r[r] += attn_flops / tp * self.prefill_attention_s_per_flop(new, ctx)
+            if chunk.image_tokens and self.vision_on_instance:  # on the rank's GPUs: 1 / dp of the rate
+                attn_r[r] += (
+                    a.vision_flops(chunk.image_tokens, chunk.image_count) * dp / self._attn_rate_prefill
+                )
+            every_r[r] += new
+            logits_r[r] += 1
+            every_rows += new
+            if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
+                tail = min(ctx + new, tail_tokens)
+                tail_r[r] += tail
+                tail_rows += tail
+        if every_rows == 0:
+            return 0.0
+        if not tail_tokens:
+            tail_r, tail_rows = every_r, every_rows
+        if through_decode:
+            decode_attn = 0.0
+            for r in range(dp):
+                if every_r[r]:
+                    attn_r[r] += self._rows_attention_s(every_r[r] * dp, row_context_r[r] / every_r[r])
+        else:
+            decode_attn = (
+                self._attn_curve(batch_size).at(terms.context_tokens / batch_size) if batch_size else 0.0
+            )
+        most = max(every_r)
+        padded = self.padded_rows(most * dp) // dp  # one graph for every rank, or eager (= most)
+        if padded != most:
+            every_r, every_rows = [padded] * dp, padded * dp
+        most_tail = max(tail_r)
+        padded = self.padded_rows(most_tail * dp) // dp
+        if padded != most_tail:
+            tail_r, tail_rows = [padded] * dp, padded * dp
+        slowest = max(
+            attn_r[r]
+            + self._rank_s(True, every_r[r])
+            + self._rank_s(False, tail_r[r])
+            + self._head_rank_s(logits_r[r])
+            for r in range(dp)
+        )
+        experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
+        drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+        # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
+        return decode_attn + slowest + experts + drafter + self._comm_s(most * dp)
 
     def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float:
         if steps <= 0:

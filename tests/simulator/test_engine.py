@@ -23,16 +23,20 @@ def _requests(result, model):
 
 def test_md1_mean_wait_matches_the_closed_form(tmp_path):
     # GIVEN one instance serving one fixed-size, one-token request per step (budget = prompt),
-    # Poisson arrivals at load rho, no cache hits: an M/D/1 queue
+    # Poisson arrivals at load rho, no cache hits: an M/D/1 queue. One attention group (TP 8): with
+    # DP attention each rank would serve its own requests, eight queues sharing steps
     n_tokens = 2048
-    probe = scenario(tmp_path, fixed_trace(tmp_path / "one.parquet", [0.0], n_tokens, 1),
+    tp8 = [
+        {"name": "coloc", "role": "colocated", "nodes": 1, "gpus_per_instance": 8, "tp": 8, "ep": 8, "dp": 1}
+    ]
+    probe = scenario(tmp_path, fixed_trace(tmp_path / "one.parquet", [0.0], n_tokens, 1), pools=tp8,
                      scheduler={"prefill_budget_tokens": n_tokens, "chunk_tokens": n_tokens})  # fmt: skip
     one = _requests(run_scenario(probe, out_dir=tmp_path / "probe"), "deepseek-v4.1-flash")
     service = float(one.first_token_s[0] - one.prefill_start_s[0])
     rho, n = 0.6, 12_000
     rng = np.random.default_rng(7)
     arrivals = np.cumsum(rng.exponential(service / rho, n))
-    scn = scenario(tmp_path, fixed_trace(tmp_path / "md1.parquet", arrivals.tolist(), n_tokens, 1),
+    scn = scenario(tmp_path, fixed_trace(tmp_path / "md1.parquet", arrivals.tolist(), n_tokens, 1), pools=tp8,
                    scheduler={"prefill_budget_tokens": n_tokens, "chunk_tokens": n_tokens},
                    workload={"replay": "open_loop"})  # fmt: skip
     # WHEN it runs

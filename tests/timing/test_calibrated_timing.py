@@ -43,7 +43,10 @@ def _decode(t, batch, context):
 
 
 def _prefill(t, chunk, context):
-    return t.step_s(0, DecodeTerms(), [PrefillChunk(chunk, context, last_chunk=True)])
+    """A prefill step with one such chunk on every DP rank: the balanced case, the same work per GPU
+    in the calibrated model (each rank its own chunk) and the roofline (all chunks spread evenly)."""
+    chunks = [PrefillChunk(chunk, context, last_chunk=True, rank=r) for r in range(t.par.dp)]
+    return t.step_s(0, DecodeTerms(), chunks)
 
 
 def test_calibrated_is_a_timing_model_overriding_every_decode_method(timings):
@@ -144,10 +147,14 @@ def test_mean_context_error_on_a_mixed_batch_is_small_and_conservative(timings):
 def test_mixed_step_costs_more_than_either_part(timings):
     cal = timings["deepseek-v4.1-flash"][0]
     decode = _decode(cal, 64, 64 * K)
-    prefill = _prefill(cal, 2048, 64 * K)
     batch = cal.decode_seq_terms(64 * K, 1).scaled(64)
-    mixed = cal.step_s(64, batch, [PrefillChunk(2048, 64 * K, last_chunk=True)])
-    assert max(decode, prefill) < mixed < decode + prefill
+    for chunks in (
+        [PrefillChunk(2048, 64 * K, last_chunk=True)],
+        [PrefillChunk(2048, 64 * K, last_chunk=True, rank=r) for r in range(8)],
+    ):
+        prefill = cal.step_s(0, DecodeTerms(), chunks)
+        mixed = cal.step_s(64, batch, chunks)
+        assert max(decode, prefill) < mixed < decode + prefill
 
 
 def test_v41_prefill_is_cheaper_per_token_than_v4_beyond_the_decoder_tail(timings):

@@ -1,0 +1,68 @@
+"""DP attention in the engine: requests are placed on ranks round-robin as they arrive, and each
+rank prefills its own requests under its share of the token budget (sim.sched.batcher,
+sim.cluster.instance); the timing model gets each chunk with its rank."""
+
+from sim.cluster.cluster import Cluster
+from sim.cluster.events import EventLoop
+from sim.cluster.instance import Instance
+from sim.cluster.link import SharedLink
+from sim.cluster.request import Request
+from sim.metrics.recorder import Recorder
+from sim.sched.batcher import prefill_chunks_dp
+from sim.sched.router import Router
+
+from . import objects
+from .test_engine_log import RoundSteps
+
+
+def _req(rid: int, tokens: int, rank: int) -> Request:
+    req = Request(rid, rid, 0, 0, rid, None, None, 0.0, tokens, 1, 0, 0, 0, 0)
+    req.dp_rank = rank
+    return req
+
+
+def test_each_rank_fills_its_own_budget_in_order():
+    ready = [_req(0, 5000, 0), _req(1, 300, 0), _req(2, 5000, 1), _req(3, 5000, 0), _req(4, 100, 3)]
+    chunks = prefill_chunks_dp(ready, 1000, 800, 4)
+    # rank 0: 800 (the chunk cap) + 200 (its budget's rest), nothing for request 3; rank 1: 800; rank 3: 100
+    assert [(r.request_id, take) for r, take in chunks] == [(0, 800), (1, 200), (2, 800), (4, 100)]
+    assert prefill_chunks_dp(ready, 0, 800, 4) == []
+
+
+class Recording(RoundSteps):
+    """Fixed step times; keeps each step's chunks as (request tokens, rank) pairs."""
+
+    def __init__(self):
+        self.steps = []
+
+    def step_s(self, batch_size, terms, prefill):
+        if prefill:
+            self.steps.append([(c.new_tokens, c.rank) for c in prefill])
+        return super().step_s(batch_size, terms, prefill)
+
+
+def test_requests_go_round_robin_and_prefill_on_their_own_rank():
+    loop = EventLoop()
+    st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
+    link = SharedLink(loop, "link", 1e12)
+    timing = Recording()
+    inst = Instance(loop, 0, "p", "colocated", 0, 4, timing, st, budget_tokens=2048, chunk_tokens=1024,
+                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                    max_queue_wait_s=None, dp_ranks=4)  # fmt: skip
+    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
+    cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
+                      recorder=Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"]),
+                      max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
+    inst.cluster = cluster
+    for rid, tokens in enumerate((1200, 300, 700, 400, 100)):  # ranks 0, 1, 2, 3, 0
+        loop.call_at(
+            0.0, cluster.dispatch, Request(rid, rid, 0, 0, rid, None, None, 0.0, tokens, 1, 0, 0, 0, 0)
+        )
+    loop.run()
+    # budget 2048 over 4 ranks: 512 tokens per rank and step; a rank's requests share its 512.
+    # The first arrival starts a step at once, alone
+    assert timing.steps == [
+        [(512, 0)],
+        [(512, 0), (300, 1), (512, 2), (400, 3)],
+        [(176, 0), (188, 2), (100, 0)],
+    ]

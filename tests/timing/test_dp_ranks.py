@@ -1,0 +1,117 @@
+"""A step with prefill chunks on an instance with DP attention lasts as long as its slowest rank:
+each chunk runs on its request's rank, the experts see every rank's rows (sim.timing.calibrated,
+`_dp_mixed_s`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.timing.batch import DecodeTerms, PrefillChunk
+from sim.timing.calibrated import build_calibrated
+from sim.timing.interp import chunk_parts
+
+K = 1024
+MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
+
+
+@pytest.fixture(scope="module")
+def dp8(context):
+    """Calibrated H200 timings, 8 GPUs TP 1 / EP 8 / DP 8, speculative decoding as in runs."""
+    return {m: build_calibrated(context(m, accepted_tokens_per_step=1.85, draft_tokens=1)) for m in MODELS}
+
+
+def _decode(t, batch, context_tokens):
+    return t.decode_seq_terms(context_tokens, 1).scaled(batch)
+
+
+def _attn_flops(t, c: PrefillChunk) -> float:
+    return chunk_parts(t._prefill_every, t._prefill_tail, c.new_tokens, c.context_tokens, c.last_chunk)[1]
+
+
+def _balanced_s(t, batch, terms, chunks) -> float:
+    """The step with every chunk's rows and attention spread evenly over the DP groups (the model
+    before chunks had ranks): what a step with equal chunks on every rank must cost."""
+    verify, tail_tokens = t.verified_tokens_per_step, t.mt.tail_tokens
+    decode_rows = batch * verify
+    every = tail = decode_rows
+    attn = t._attn_curve(batch).at(terms.context_tokens / batch) if batch else 0.0
+    for c in chunks:
+        attn += (
+            _attn_flops(t, c) / t.par.gpus * t.prefill_attention_s_per_flop(c.new_tokens, c.context_tokens)
+        )
+        every += c.new_tokens
+        if c.last_chunk and tail_tokens:
+            tail += min(c.context_tokens + c.new_tokens, tail_tokens)
+    tail = tail if tail_tokens else every
+    drafter = t._draft_share * t._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+    head = t.head_s(decode_rows + len(chunks))
+    return t._pass_s(every, tail) + drafter + t._comm_s(every) + attn + head
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_chunks_on_every_rank_cost_the_balanced_step(dp8, model):
+    t = dp8[model]
+    for batch in (0, 64, 256):  # decode rows divisible by the 8 ranks
+        terms = _decode(t, batch, 64 * K)
+        chunks = [PrefillChunk(2048, 60 * K, last_chunk=True, rank=r) for r in range(8)]
+        assert t.step_s(batch, terms, chunks) == pytest.approx(
+            _balanced_s(t, batch, terms, chunks), rel=1e-12
+        )
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_one_4k_chunk_costs_its_rank_not_an_eighth_of_it(dp8, model):
+    t = dp8[model]
+    batch, terms = 128, _decode(t, 128, 64 * K)
+    decode = t.step_s(batch, terms, ())
+    one = PrefillChunk(4096, 60 * K, last_chunk=True, rank=3)
+    alone = t.step_s(batch, terms, [one])
+    # the slowest rank's own work, plus the experts over every rank's rows and the all-to-all at its rows
+    share = batch * t.verified_tokens_per_step // 8
+    rows = batch * t.verified_tokens_per_step + 4096
+    tail = min(60 * K + 4096, t.mt.tail_tokens) if t.mt.tail_tokens else 0
+    slowest = (
+        _attn_flops(t, one) / 1 * t.prefill_attention_s_per_flop(4096, 60 * K)  # TP 1
+        + t._rank_s(True, share + 4096)
+        + t._rank_s(False, share + (tail or 4096))
+        + t._head_rank_s(share + 1)  # its decode rows' logits and the chunk's last row
+    )
+    experts = t._experts_s(True, rows) + t._experts_s(False, share * 8 + tail if tail else rows)
+    drafter = t._draft_share * t._pass_s(share * 8, share * 8)
+    attn = t._attn_curve(batch).at(terms.context_tokens / batch)
+    assert alone == pytest.approx(
+        attn + slowest + experts + drafter + t._comm_s((share + 4096) * 8), rel=1e-12
+    )
+    # the rank does all of the chunk: far more than the same tokens spread over the ranks
+    spread = t.step_s(batch, terms, [PrefillChunk(512, 60 * K, last_chunk=True, rank=r) for r in range(8)])
+    assert alone - decode > 3.0 * (spread - decode)
+    # which rank holds it does not matter; a smaller chunk on another rank hides behind it: only the
+    # experts see its rows
+    assert t.step_s(batch, terms, [PrefillChunk(4096, 60 * K, last_chunk=True, rank=0)]) == pytest.approx(
+        alone
+    )
+    both = t.step_s(batch, terms, [one, PrefillChunk(1024, 60 * K, last_chunk=True, rank=5)])
+    tail_rows = share * 8 + tail if tail else rows
+    more_experts = (
+        t._experts_s(True, rows + 1024)
+        - t._experts_s(True, rows)
+        + t._experts_s(False, tail_rows + (tail or 1024))
+        - t._experts_s(False, tail_rows)
+    )
+    assert both - alone == pytest.approx(more_experts, rel=1e-6, abs=1e-12)
+
+
+def test_a_chunk_outside_the_ranks_is_refused(dp8):
+    t = dp8["deepseek-v4-flash"]
+    with pytest.raises(ValueError, match="DP rank 8"):
+        t.step_s(0, DecodeTerms(), [PrefillChunk(1024, 0, rank=8)])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_without_dp_the_step_is_unchanged(context, model):
+    # TP 8 / DP 1: one group holds every row, as before chunks had ranks
+    t = build_calibrated(context(model, tp=8, ep=8, dp=1))
+    for batch in (0, 32):
+        terms = _decode(t, batch, 32 * K)
+        chunks = [PrefillChunk(4096, 16 * K, last_chunk=True), PrefillChunk(2048, 0)]
+        assert t.step_s(batch, terms, chunks) == _balanced_s(t, batch, terms, chunks)
