@@ -10,6 +10,8 @@ is simulated once the answer for it is implied, nor one dearer than a feasible a
 from __future__ import annotations
 
 import hashlib
+import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,15 +23,20 @@ from sim.config.yamlio import read_yaml_mapping
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
 from sim.plan.space import EvalTask, Inspection, PoolUnit
+from sim.plan.steady import WorkloadRate, decode_capacity, workload_rate
 
 _PATH_FIELDS = ("trace", "generator")  # workload paths, relative to the scenario file
 _RESULT_FILES = (".py", ".yaml", ".yml", ".json", ".csv", ".parquet")  # code and data a result depends on
 _NOT_RESULT_PACKAGES = ("plan", "cli", "report")  # parts of sim that never change a simulation
+# What a worker sends back (see `evaluate`), in the fingerprint: a ledger written by workers that sent
+# less is not resumed from.
+RESULT_FORMAT = "summary+decode_tokens_per_s"
 
 
 def code_fingerprint() -> str:
     """Hash of the simulator's code and data: the `sim` package (less plan/, cli/, report/) and the
-    hardware profiles. Two runs with equal fingerprints, scenario and seed give equal results."""
+    hardware profiles, and what a worker sends back (RESULT_FORMAT). Two runs with equal
+    fingerprints, scenario and seed give equal results."""
     package, profiles = Path(__file__).resolve().parents[1], hwprofiles_dir()  # sim/plan/backend.py -> sim/
     files = [
         (path.relative_to(package.parent).as_posix(), path)
@@ -37,7 +44,7 @@ def code_fingerprint() -> str:
         if path.relative_to(package).parts[0] not in _NOT_RESULT_PACKAGES
     ]
     files += [(path.relative_to(profiles.parent).as_posix(), path) for path in profiles.rglob("*")]
-    digest = hashlib.blake2b(digest_size=16)
+    digest = hashlib.blake2b(RESULT_FORMAT.encode(), digest_size=16)
     for name, path in sorted(files):
         if path.is_file() and path.suffix in _RESULT_FILES:
             digest.update(name.encode())
@@ -46,8 +53,10 @@ def code_fingerprint() -> str:
 
 
 def evaluate(task: EvalTask) -> dict[str, Any]:
-    """Worker side: simulate one candidate; only the model's summary travels back. A worker whose
-    simulator differs from the driver's (another version on a Ray node) refuses to run."""
+    """Worker side: simulate one candidate; the model's summary travels back, with its decode pools'
+    tokens per second at the SLO batch (sim.plan.steady.decode_capacity, asked of the same built
+    cluster model). A worker whose simulator differs from the driver's (another version on a Ray
+    node) refuses to run."""
     from sim.api import run_scenario
 
     started = time.perf_counter()
@@ -60,7 +69,24 @@ def evaluate(task: EvalTask) -> dict[str, Any]:
     scenario = validate_or_raise(Scenario, task.scenario, file=f"candidate {task.key}")
     result = run_scenario(scenario, task.seed, out_dir=None)
     summary = result.summary["models"][task.model]
-    return {"summary": summary, "wall_s": time.perf_counter() - started}
+    capacity = summary.get("capacity") or {}
+    context_tokens = capacity.get("context_tokens_mean") or 0.0
+    decode = (
+        decode_capacity(built_cluster(scenario, task.model), context_tokens, scenario.slo.tpot_s)
+        if context_tokens
+        else {}
+    )
+    return {"summary": summary, "decode_tokens_per_s": decode, "wall_s": time.perf_counter() - started}
+
+
+def built_cluster(scenario: Scenario, model: str) -> Any:
+    """The cluster model `run_scenario` simulated for `model`, built again (nothing runs)."""
+    from sim.cluster.build import build_simulation
+    from sim.timing.arith import build_arith
+
+    ref = next(m for m in scenario.models if m.name == model)
+    arith = build_arith(ref.name, prefill_mode=ref.prefill_mode, kv_layout=ref.kv_layout)
+    return build_simulation(scenario, ref, arith, out_dir=None)
 
 
 class SimBackend:
@@ -70,6 +96,7 @@ class SimBackend:
 
     def __init__(self) -> None:
         self._hashes: dict[str, str] = {}  # per plan: code and each input file are read once
+        self._rates: dict[str, WorkloadRate | None] = {}  # per workload section and seed
 
     def fingerprint(self, scenario: dict[str, Any]) -> str:
         """Simulator code and data, and the content of the workload file the scenario names
@@ -84,6 +111,28 @@ class SimBackend:
                     self._hashes[path] = hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest()
                 parts.append(self._hashes[path])
         return hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
+
+    def workload_rate(self, scenario: dict[str, Any], seed: int) -> WorkloadRate | None:
+        """Tasks, requests and output tokens per hour of the workload the scenario replays
+        (sim.plan.steady), from its trace, or from the trace its generator makes with `seed` (as
+        `sim run` makes it); None for a benchmark client, whose sessions come as fast as the
+        cluster serves them."""
+        workload = scenario.get("workload", {})
+        cache_key = json.dumps([workload, seed], sort_keys=True, default=str)
+        if cache_key not in self._rates:
+            w = validate_or_raise(Scenario, scenario, file="plan candidate").workload
+            if w.trace is not None:
+                self._rates[cache_key] = workload_rate(w.trace, w.warmup_s, w.horizon_s)
+            elif w.generator is not None:
+                from sim.workload.generator import generate_trace
+
+                with tempfile.TemporaryDirectory(prefix="sim-plan-") as tmp:
+                    trace = Path(tmp) / "generated_trace.parquet"
+                    generate_trace(w.generator, trace, seed=seed, days=w.days)
+                    self._rates[cache_key] = workload_rate(trace, w.warmup_s, w.horizon_s)
+            else:
+                self._rates[cache_key] = None
+        return self._rates[cache_key]
 
     def load_template(self, path: Path) -> dict[str, Any]:
         """The template document with its workload paths made absolute, so that every candidate

@@ -1,4 +1,5 @@
-"""The Pareto frontier (cost per task vs TTFT p99) of every simulated candidate, as one offline page.
+"""The Pareto frontier (steady-state cost per task, sim.plan.steady, vs TTFT p99) of every simulated
+candidate, as one offline page.
 
 A candidate is on its model's frontier when no other candidate of the same model is at most as
 expensive and at most as slow, and strictly better in one of the two. The page carries plotly.js
@@ -13,7 +14,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-X = "cost_per_task_usd"
+from sim.plan.steady import METHOD
+
+X = "steady_cost_per_task_usd"
 Y = "ttft_p99_s"
 
 
@@ -35,6 +38,7 @@ def _hover(row: dict[str, Any]) -> str:
     return (
         f"{row['model']}<br>{row['combo_label']} k={row['scale']}<br>nodes {row['nodes_json']}"
         f" ({row['total_gpus']} GPUs)<br>${row['cluster_usd_per_hour']:.2f}/h, ${row[X]:.4f}/task"
+        f" (steady load {row['steady_load']:.2f}, {row['steady_bottleneck']})"
         f"<br>TTFT p99 {row[Y]:.3f} s, TPOT p99 {row['tpot_p99_s']:.4f} s<br>{verdict}"
     )
 
@@ -104,7 +108,7 @@ def frontier_figure(
     fig.update_layout(
         title="Capacity plan: cost per task vs TTFT p99<br><sup>hollow = fails a constraint; lines = Pareto "
         "frontier of the candidates meeting every constraint but the TTFT bound</sup>",
-        xaxis_title="cost per task (USD)",
+        xaxis_title=f"cost per task (USD; {METHOD})",
         yaxis_title="TTFT p99 (s)",
         yaxis_type="log",
         template="plotly_white",

@@ -53,7 +53,16 @@ SCHEMA = pa.schema(
         pa.field("feasible", pa.bool_(), nullable=False),
         pa.field("violations", pa.string(), nullable=False),  # "; "-joined, empty when feasible
         *[pa.field(name, pa.float64()) for name in METRIC_COLUMNS],
+        # the candidate at its workload's steady rate (sim.plan.steady): derived from summary_json,
+        # and derived again when a plan resumes, so a change of that method needs no new simulation
+        pa.field("task_arrivals_per_hour", pa.float64()),
+        pa.field("steady_load", pa.float64()),
+        pa.field("steady_bottleneck", pa.string()),
+        pa.field("steady_cost_per_task_usd", pa.float64()),
         pa.field("summary_json", pa.string(), nullable=False),
+        pa.field(
+            "decode_tokens_per_s_json", pa.string(), nullable=False
+        ),  # {pool: tokens/s at the SLO batch}
         pa.field("scenario_json", pa.string(), nullable=False),
         pa.field("wall_s", pa.float64(), nullable=False),  # simulator wall time (not part of any decision)
     ]

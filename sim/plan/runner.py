@@ -28,6 +28,7 @@ from sim.plan.ledger import Ledger, metric_columns
 from sim.plan.search import Bisection, pool_nodes
 from sim.plan.space import Candidate, Combo, EvalTask, Inspection, candidate, combos, resolve
 from sim.plan.spec import Constraints, PlanSpec, load_plan
+from sim.plan.steady import WorkloadRate, steady_state
 from sim.plan.verdict import recommend
 
 LEDGER_DIR = "candidates"
@@ -51,13 +52,18 @@ class Backend(Protocol):
         """Validate a combination's scenario (InputError when invalid): per-pool GPUs, $/node-hour and
         node step, and whether the model can work on it at all (else a prune reason)."""
 
+    def workload_rate(self, scenario: dict[str, Any], seed: int) -> WorkloadRate | None:
+        """Tasks, requests and output tokens per hour the scenario's workload brings in steady
+        state (None: it has no arrival rate of its own)."""
+
     def fingerprint(self, scenario: dict[str, Any]) -> str:
         """Hash of everything besides the scenario document and seed that decides a result (the
         simulator's code and data, the files the scenario names): part of every candidate key."""
 
     @property
     def evaluate(self) -> Callable[[EvalTask], dict[str, Any]]:
-        """A picklable module-level function: task -> {"summary": {model's summary}, "wall_s": float}."""
+        """A picklable module-level function: task -> {"summary": {model's summary},
+        "decode_tokens_per_s": {pool: tokens/s at its SLO batch}, "wall_s": float}."""
 
 
 ProgressFn = Callable[[int, int, int], None]  # (finished, estimated total, of which resumed)
@@ -74,9 +80,10 @@ class PlanOutcome:
     pruned: list[dict[str, str]] = field(default_factory=list)
 
 
-def _row(cand: Candidate, result: dict[str, Any], limits: Constraints) -> dict[str, Any]:
+def _row(cand: Candidate, result: dict[str, Any], limits: Constraints, rate: WorkloadRate) -> dict[str, Any]:
     summary = result["summary"]
-    problems = limits.violations(summary)
+    steady = steady_state(summary, rate, result["decode_tokens_per_s"])
+    problems = limits.violations(summary, steady.load)
     return {
         "key": cand.key,
         "model": cand.combo.model,
@@ -90,17 +97,23 @@ def _row(cand: Candidate, result: dict[str, Any], limits: Constraints) -> dict[s
         "feasible": not problems,
         "violations": "; ".join(problems),
         **metric_columns(summary),
+        "task_arrivals_per_hour": rate.tasks_per_hour,
+        "steady_load": steady.load,
+        "steady_bottleneck": steady.bottleneck,
+        "steady_cost_per_task_usd": steady.cost_per_task_usd,
+        "decode_tokens_per_s_json": json.dumps(result["decode_tokens_per_s"], sort_keys=True),
         "scenario_json": json.dumps(cand.scenario),  # key order kept: it is the YAML written later
         "wall_s": float(result["wall_s"]),
     }
 
 
 def _cost_bounds(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per model, the $/hour of the cheapest feasible candidate so far (the pruning bound)."""
+    """Per model, the steady cost per task of the cheapest feasible candidate so far (the pruning
+    bound: no candidate costs less per task than its $/hour / task arrivals per hour)."""
     bounds: dict[str, float] = {}
     for row in rows:
-        if row["feasible"]:
-            bounds[row["model"]] = min(bounds.get(row["model"], math.inf), row["cluster_usd_per_hour"])
+        if row["feasible"] and row["steady_cost_per_task_usd"] is not None:
+            bounds[row["model"]] = min(bounds.get(row["model"], math.inf), row["steady_cost_per_task_usd"])
     return bounds
 
 
@@ -114,7 +127,11 @@ def _check_cost(cand: Candidate, result: dict[str, Any]) -> None:
 
 
 def _result_from_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {"summary": json.loads(row["summary_json"]), "wall_s": row["wall_s"]}
+    return {
+        "summary": json.loads(row["summary_json"]),
+        "decode_tokens_per_s": json.loads(row["decode_tokens_per_s_json"]),
+        "wall_s": row["wall_s"],
+    }
 
 
 def run_plan(
@@ -134,11 +151,23 @@ def run_plan(
 
     states: dict[int, Bisection] = {}
     inspections: dict[int, Inspection] = {}
+    rates: dict[int, WorkloadRate] = {}  # node counts never change the workload: one per combination
     pruned: list[dict[str, str]] = []
     for combo in all_combos:
         steps = backend.node_steps(resolve(template, combo, {}))
         first = resolve(template, combo, pool_nodes(dict(combo.ratio), spec.nodes.min, steps))
-        inspection = backend.inspect(first, combo.model, file=f"{plan_path} [{combo.model}: {combo.label}]")
+        where = f"{plan_path} [{combo.model}: {combo.label}]"
+        inspection = backend.inspect(first, combo.model, file=where)
+        rate = backend.workload_rate(first, spec.seed)
+        if rate is None:
+            raise InputError(
+                "the workload has no task arrival rate: a plan compares clusters by cost per task in "
+                "steady state (sim.plan.steady)",
+                file=where,
+                where="workload",
+                allowed="a trace or generator whose sessions start over time after workload.warmup_s",
+            )
+        rates[combo.index] = rate
         if inspection.prune_reason:
             pruned.append(
                 {"model": combo.model, "combination": combo.label, "reason": inspection.prune_reason}
@@ -165,11 +194,12 @@ def run_plan(
             left = sum(s.steps_left_at_most() for s in states.values()) - done_in_round
             progress(done, done + left, counts["resumed"])
 
-    def next_probe(combo: Combo, bound_usd_per_hour: float | None) -> Candidate | None:
+    def next_probe(combo: Combo, bound_usd_per_task: float | None) -> Candidate | None:
         state = states[combo.index]
         while (k := state.next_k()) is not None:
             cand = candidate(template, combo, k, spec.seed, inspections[combo.index], backend.fingerprint)
-            if bound_usd_per_hour is None or cand.usd_per_hour <= bound_usd_per_hour:
+            floor_usd_per_task = cand.usd_per_hour / rates[combo.index].tasks_per_hour
+            if bound_usd_per_task is None or floor_usd_per_task <= bound_usd_per_task * (1 + 1e-9):
                 return cand
             state.cap(k - 1)  # k and every larger k cost more than a feasible answer already found
             counts["capped_by_cost"] += 1
@@ -205,14 +235,14 @@ def run_plan(
                 key, result = executor.next_done()
                 cand = first_probe[key]
                 _check_cost(cand, result)
-                row = _row(cand, result, spec.constraints)
+                row = _row(cand, result, spec.constraints, rates[cand.combo.index])
                 ledger.append(row)
                 finished[key] = row
                 results[key] = result
                 counts["simulated"] += 1
                 report(len(results))
             for cand in probes:
-                row = _row(cand, results[cand.key], spec.constraints)
+                row = _row(cand, results[cand.key], spec.constraints, rates[cand.combo.index])
                 rows.append(row)
                 states[cand.combo.index].record(cand.scale, row["feasible"])
     finally:
@@ -258,7 +288,9 @@ def _write_outputs(
             _write_atomic(out / rec["scenario_file"], yaml.safe_dump(scenario, sort_keys=False))
     recommended = {m: rec["candidate"] for m, rec in recommendation["models"].items() if rec["feasible"]}
     but_ttft = spec.constraints.model_copy(update={"ttft_p99_s": None})
-    basis = {r["key"] for r in rows if not but_ttft.violations(json.loads(r["summary_json"]))}
+    basis = {
+        r["key"] for r in rows if not but_ttft.violations(json.loads(r["summary_json"]), r["steady_load"])
+    }
     figure = frontier_figure(rows, spec.models, recommended, spec.constraints.ttft_p99_s, basis)
     _write_atomic(out / FRONTIER, frontier_html(figure))
     _write_atomic(out / RECOMMENDATION, json.dumps(recommendation, indent=2, sort_keys=False) + "\n")

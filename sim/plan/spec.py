@@ -13,8 +13,8 @@ objective. Strict and frozen like every config of `sim` (unknown keys rejected, 
       max: 8
       ratios:                               # one more discrete axis: pool weights
         p1d2: {prefill: 1, decode: 2}
-    constraints: {ttft_p99_s: 20, tpot_p99_s: 0.1, min_slo_attainment_frac: 0.9}
-    objective: min_cost_per_task
+    constraints: {ttft_p99_s: 20, tpot_p99_s: 0.1, min_slo_attainment_frac: 0.9}   # max_steady_load: 1
+    objective: min_cost_per_task            # steady-state cost per task (sim.plan.steady)
 
 Overrides use the dotted paths of `sim.plan.overrides` on the template's YAML document.
 """
@@ -77,10 +77,16 @@ class Constraints(StrictModel):
     min_completed_frac: float = Field(
         1.0, ge=0, le=1, description="lower bound on requests completed / arrived (rejections count against)"
     )
+    max_steady_load: float | None = Field(
+        1.0,
+        gt=0,
+        description="upper bound on the busiest pool's load at the workload's steady rate (sim.plan.steady); "
+        "above 1 its queue grows for as long as tasks arrive; null: not checked",
+    )
 
-    def violations(self, summary: dict[str, Any]) -> list[str]:
-        """Every bound a model's run summary fails, in words (empty: feasible). A metric the
-        run could not measure (None) fails its bound."""
+    def violations(self, summary: dict[str, Any], steady_load: float | None) -> list[str]:
+        """Every bound a model's run summary (and its steady load, sim.plan.steady) fails, in
+        words (empty: feasible). A metric the run could not measure (None) fails its bound."""
         problems: list[str] = []
         for name, bound in (("ttft_p99_s", self.ttft_p99_s), ("tpot_p99_s", self.tpot_p99_s)):
             value = summary.get(name)
@@ -94,8 +100,10 @@ class Constraints(StrictModel):
         completed = (summary.get("requests_completed") or 0) / arrived if arrived else 0.0
         if completed < self.min_completed_frac:
             problems.append(f"completed fraction {completed:.4f} < {self.min_completed_frac}")
-        if summary.get("cost_per_task_usd") is None:
-            problems.append("no cost per task (no task completed)")
+        bound = self.max_steady_load
+        if bound is not None and (steady_load is None or steady_load > bound):
+            shown = "unknown" if steady_load is None else f"{steady_load:.3f}"
+            problems.append(f"steady load {shown} > {bound} (cannot keep up with the task arrivals)")
         return problems
 
 
@@ -109,8 +117,9 @@ class PlanSpec(StrictModel):
     )
     nodes: NodeSearch
     constraints: Constraints
-    # The load is the template's workload, so "most load per dollar" is the same ranking as "least
-    # cost per task"; one name keeps the door open for objectives that vary the load.
+    # Least cost per task in steady state (sim.plan.steady): every candidate serves the template's
+    # workload, so among those that keep up it is the same ranking as least $/hour; one name keeps
+    # the door open for objectives that vary the load.
     objective: Literal["min_cost_per_task"] = "min_cost_per_task"
 
     @model_validator(mode="after")

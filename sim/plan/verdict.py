@@ -7,6 +7,7 @@ against the first model of the plan.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rich.table import Table
@@ -14,22 +15,20 @@ from rich.table import Table
 from sim.plan.ledger import METRIC_COLUMNS
 from sim.plan.space import Combo
 from sim.plan.spec import PlanSpec
+from sim.plan.steady import METHOD
 
 SCENARIOS_DIR = "scenarios"
 
 
 def objective_key(row: dict[str, Any]) -> tuple:
-    """Sort key of the recommendation (objective `min_cost_per_task`).
-
-    Every candidate serves the same workload, and a feasible one completes it (min_completed_frac),
-    so the cheapest per task is the cheapest per hour: rank by cluster $/hour first. The measured
-    cost per task ($/h x window / tasks) comes next; it differs between equal-$/h candidates only
-    by edge effects (drain time, sessions cut at the horizon). Then fewer GPUs, then search order.
-    Ranking by $/hour is also what makes the cost bound of the search exact.
-    """
+    """Sort key of the recommendation (objective `min_cost_per_task`): the steady-state cost per
+    task (sim.plan.steady), which for candidates that keep up is $/hour over the workload's task
+    arrivals per hour; then $/hour, fewer GPUs, search order. The run's own cost per task ($/h x
+    window / tasks completed in it) is no key: it moves with the drain after the last arrival."""
+    cost = row["steady_cost_per_task_usd"]
     return (
+        math.inf if cost is None else cost,  # unknown only where the plan checks no steady load
         row["cluster_usd_per_hour"],
-        row["cost_per_task_usd"],
         row["total_gpus"],
         row["combo"],
         row["scale"],
@@ -61,7 +60,13 @@ def recommend(spec: PlanSpec, rows: list[dict[str, Any]], all_combos: list[Combo
             "total_nodes": best["total_nodes"],
             "total_gpus": best["total_gpus"],
             "cluster_usd_per_hour": best["cluster_usd_per_hour"],
-            "cost_per_task_usd": best["cost_per_task_usd"],
+            "cost_per_task_usd": best["steady_cost_per_task_usd"],
+            "cost_per_task_method": METHOD,
+            "steady_state": {
+                "task_arrivals_per_hour": best["task_arrivals_per_hour"],
+                "load": best["steady_load"],
+                "bottleneck_pool": best["steady_bottleneck"],
+            },
             "metrics": {name: best[name] for name in METRIC_COLUMNS},
             "scenario_file": path,
             "reproduce": f"sim run {path} --seed {best['seed']}",
@@ -96,13 +101,18 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def verdict_table(models: dict[str, dict[str, Any]], summary: dict[str, Any]) -> Table:
-    """One row per model (nodes per pool, GPUs, $/h, $/task, TTFT/TPOT p99), then the ratio rows."""
-    table = Table(title="Capacity verdict: cheapest configuration meeting the constraints, same workload")
-    for column in ("model", "nodes", "GPUs", "$/hour", "$/task", "TTFT p99 s", "TPOT p99 s"):
+    """One row per model (nodes per pool, GPUs, $/h, steady $/task and load, TTFT/TPOT p99), then the
+    ratio rows; the caption names the cost method."""
+    table = Table(
+        title="Capacity verdict: cheapest configuration meeting the constraints, same workload",
+        caption=f"$/task: {METHOD}",
+    )
+    columns = ("model", "nodes", "GPUs", "$/hour", "$/task", "steady load", "TTFT p99 s", "TPOT p99 s")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("model", "nodes") else "right")
     for name, rec in models.items():
         if not rec["feasible"]:
-            table.add_row(name, "[red]none feasible in the search space[/]", "", "", "", "", "")
+            table.add_row(name, "[red]none feasible in the search space[/]", *[""] * (len(columns) - 2))
             continue
         metrics = rec["metrics"]
         table.add_row(
@@ -110,7 +120,8 @@ def verdict_table(models: dict[str, dict[str, Any]], summary: dict[str, Any]) ->
             ", ".join(f"{pool} {n}" for pool, n in rec["nodes"].items()),
             str(rec["total_gpus"]),
             f"{rec['cluster_usd_per_hour']:,.2f}",
-            f"{rec['cost_per_task_usd']:.4f}",
+            "n/a" if rec["cost_per_task_usd"] is None else f"{rec['cost_per_task_usd']:.4f}",
+            _fmt_load(rec["steady_state"]),
             f"{metrics['ttft_p99_s']:.3f}",
             f"{metrics['tpot_p99_s']:.4f}",
         )
@@ -121,6 +132,7 @@ def verdict_table(models: dict[str, dict[str, Any]], summary: dict[str, Any]) ->
             _fmt_ratio(ratio["total_gpus"]),
             _fmt_ratio(ratio["cluster_usd_per_hour"]),
             _fmt_ratio(ratio["cost_per_task_usd"]),
+            "",
             "",
             "",
             style="bold",
@@ -135,6 +147,10 @@ def configuration_lines(models: dict[str, dict[str, Any]]) -> list[str]:
         for name, rec in models.items()
         if rec["feasible"]
     ]
+
+
+def _fmt_load(steady: dict[str, Any]) -> str:
+    return "n/a" if steady["load"] is None else f"{steady['load']:.2f} ({steady['bottleneck_pool']})"
 
 
 def _fmt_ratio(value: float | None) -> str:

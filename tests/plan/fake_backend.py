@@ -11,11 +11,14 @@ import yaml
 
 from sim.errors import InputError
 from sim.plan.space import EvalTask, Inspection, PoolUnit
+from sim.plan.steady import WorkloadRate
 
 PRICE_USD_PER_NODE_HOUR = {"small": 10.0, "big": 25.0, "tiny": 1.0}
 SPEED = {"small": 1.0, "big": 3.0, "tiny": 0.1}
 GPUS_PER_NODE = 8
 TASKS_PER_HOUR = 100.0
+REQUESTS_PER_TASK = 10.0  # the fake run's window serves the workload's rate: steady busy = run busy
+OUTPUT_TOKENS_PER_S = 1000.0  # the workload's
 
 TEMPLATE = {
     "name": "fake",
@@ -42,7 +45,8 @@ def fake_evaluate(task: EvalTask) -> dict[str, Any]:
     tpot = 0.4 * slow / (SPEED[hw] * nodes["decode"])
     usd_h = PRICE_USD_PER_NODE_HOUR[hw] * sum(nodes.values())
     summary = {
-        "requests_arrived": 1000,
+        "requests_arrived": int(TASKS_PER_HOUR * REQUESTS_PER_TASK),
+        "window_s": 3600.0,
         "requests_completed": 1000,
         "requests_rejected": 0,
         "ttft_p50_s": ttft / 2,
@@ -57,8 +61,17 @@ def fake_evaluate(task: EvalTask) -> dict[str, Any]:
         "slo_attainment": 1.0,
         "cluster_usd_per_hour": usd_h,
         "cost_per_task_usd": usd_h / TASKS_PER_HOUR,
+        # steady loads that fall with node counts, under 0.5 wherever the latency bounds hold:
+        # prefill busy ttft / 10, decode load tpot / 0.2 (its capacity below)
+        "capacity": {
+            "pools": [
+                {"name": "prefill", "role": "prefill", "busy": ttft / 10},
+                {"name": "decode", "role": "decode"},
+            ]
+        },  # fmt: skip
     }
-    return {"summary": summary, "wall_s": 0.01}
+    decode = {"decode": OUTPUT_TOKENS_PER_S / (tpot / 0.2)}
+    return {"summary": summary, "decode_tokens_per_s": decode, "wall_s": 0.01}
 
 
 class FakeBackend:
@@ -66,6 +79,9 @@ class FakeBackend:
 
     def fingerprint(self, scenario: dict[str, Any]) -> str:
         return "fake-v1"
+
+    def workload_rate(self, scenario: dict[str, Any], seed: int) -> WorkloadRate:
+        return WorkloadRate(TASKS_PER_HOUR, TASKS_PER_HOUR * REQUESTS_PER_TASK, OUTPUT_TOKENS_PER_S * 3600)
 
     def load_template(self, path: Path) -> dict[str, Any]:
         return yaml.safe_load(path.read_text())

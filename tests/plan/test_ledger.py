@@ -19,6 +19,7 @@ def _row(key, cost=1.0):
         "feasible": True,
         "violations": "",
         **metric_columns({"cost_per_task_usd": cost, "ttft_p99_s": 2, "extra_metric": "x"}),
+        "decode_tokens_per_s_json": '{"decode": 5000.0}',
         "scenario_json": "{}",
         "wall_s": 0.5,
     }

@@ -31,7 +31,8 @@ def plan(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("plan")
     for name in ("plan_tiny.yaml", "plan_tiny_scenario.yaml"):
         shutil.copy(HERE / name, folder / name)
-    agent_trace(folder / "plan_tiny_trace.parquet", sessions=80, turns=4, gap_s=0.05, shared_prefix_tokens=0)
+    # a session every 0.25 s: a steady rate (sim.plan.steady) that the small clusters can keep up with
+    agent_trace(folder / "plan_tiny_trace.parquet", sessions=80, turns=4, gap_s=0.25, shared_prefix_tokens=0)
     return folder / "plan_tiny.yaml"
 
 

@@ -7,15 +7,16 @@ import pytest
 from fake_backend import FakeBackend, fake_evaluate, write_plan
 
 from sim.errors import InputError
-from sim.plan.frontier import pareto
+from sim.plan.frontier import X, pareto
 from sim.plan.runner import run_plan
 from sim.plan.search import pool_nodes
 from sim.plan.space import EvalTask, candidate, combos, resolve
 from sim.plan.spec import load_plan
+from sim.plan.steady import steady_state
 
 
 def _brute_force(plan_path):
-    """Cheapest feasible (cost per task, GPUs) per model over every k: what the search must match."""
+    """Cheapest feasible (steady cost per task, GPUs) per model over every k: what the search must match."""
     spec, template_path = load_plan(plan_path)
     backend = FakeBackend()
     template = backend.load_template(template_path)
@@ -25,10 +26,13 @@ def _brute_force(plan_path):
         for k in range(spec.nodes.min, spec.nodes.max + 1):
             cand = candidate(template, combo, k, spec.seed, inspection, backend.fingerprint)
             task = EvalTask(cand.key, combo.model, cand.scenario, spec.seed, cand.fingerprint)
-            summary = fake_evaluate(task)["summary"]
-            if not spec.constraints.violations(summary):
+            result = fake_evaluate(task)
+            summary = result["summary"]
+            rate = backend.workload_rate(cand.scenario, spec.seed)
+            steady = steady_state(summary, rate, result["decode_tokens_per_s"])
+            if not spec.constraints.violations(summary, steady.load):
                 best[combo.model] = min(
-                    best.get(combo.model, (1e9, 0)), (summary["cost_per_task_usd"], cand.total_gpus)
+                    best.get(combo.model, (1e9, 0)), (steady.cost_per_task_usd, cand.total_gpus)
                 )
     return best
 
@@ -55,6 +59,17 @@ def test_search_finds_the_brute_force_optimum_with_fewer_simulations(plan_and_ru
     assert (
         outcome.simulated == outcome.recommendation["search"]["candidates_evaluated"] < brute_force_size / 4
     )
+
+
+def test_a_steady_load_bound_moves_the_answer_and_the_search_still_finds_it(tmp_path):
+    """Loads in the fake fall with node counts; a tight bound (0.3, under the 0.5 the latency bounds
+    imply) is met only by larger clusters, and the cost bound of the search stays exact."""
+    plan = write_plan(tmp_path, constraints={"ttft_p99_s": 5.0, "tpot_p99_s": 0.1, "max_steady_load": 0.3})
+    rec = run_plan(plan, tmp_path / "o", backend=FakeBackend(), workers=1).recommendation["models"]
+    for model, (cost, gpus) in _brute_force(plan).items():
+        assert (rec[model]["cost_per_task_usd"], rec[model]["total_gpus"]) == (cost, gpus)
+        assert rec[model]["steady_state"]["load"] <= 0.3
+    assert rec["m-a"]["nodes"] != {"prefill": 7, "decode": 4}  # the answer without the bound
 
 
 def test_two_workers_give_byte_identical_outputs(plan_and_run):
@@ -123,7 +138,7 @@ def test_bad_override_path_is_an_input_error(tmp_path):
 
 def test_pareto_keeps_exactly_the_non_dominated_points():
     rows = [
-        {"key": k, "cost_per_task_usd": c, "ttft_p99_s": t}
+        {"key": k, X: c, "ttft_p99_s": t}
         for k, c, t in [("a", 1, 9), ("b", 2, 5), ("c", 2, 7), ("d", 3, 5), ("e", 4, 1), ("f", 5, 2)]
     ]
     assert [r["key"] for r in pareto(rows)] == ["a", "b", "e"]

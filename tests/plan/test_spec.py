@@ -62,14 +62,17 @@ def test_constraints_name_every_violated_bound(tmp_path):
         "requests_completed": 10,
         "cost_per_task_usd": 0.1,
     }
-    assert spec.constraints.violations(ok) == []
+    assert spec.constraints.violations(ok, 1.0) == []
     bad = {**ok, "ttft_p99_s": 2.5, "tpot_p99_s": None, "slo_attainment": 0.8, "requests_completed": 9}
-    assert spec.constraints.violations(bad) == [
+    assert spec.constraints.violations(bad, 1.2) == [
         "ttft_p99_s 2.5 > 2.0",
         "tpot_p99_s None > 0.05",
         "slo_attainment 0.8 < 0.9",
         "completed fraction 0.9000 < 1.0",
+        "steady load 1.200 > 1.0 (cannot keep up with the task arrivals)",
     ]
-    assert spec.constraints.violations({**ok, "cost_per_task_usd": None}) == [
-        "no cost per task (no task completed)"
+    assert spec.constraints.violations(ok, None) == [
+        "steady load unknown > 1.0 (cannot keep up with the task arrivals)"
     ]
+    unchecked = spec.constraints.model_copy(update={"max_steady_load": None})
+    assert unchecked.violations(ok, None) == unchecked.violations(ok, 5.0) == []

@@ -14,6 +14,7 @@ def _rec(nodes, usd_h, cost):
         "total_gpus": 8 * sum(nodes.values()),
         "cluster_usd_per_hour": usd_h,
         "cost_per_task_usd": cost,
+        "steady_state": {"task_arrivals_per_hour": 7200.0, "load": 0.8, "bottleneck_pool": "decode"},
         "metrics": {"ttft_p99_s": 1.0, "tpot_p99_s": 0.01},
     }
 
@@ -52,4 +53,5 @@ def test_table_and_configuration_lines_show_the_recommendation():
     console.print(verdict_table(MODELS, verdict(MODELS)))
     text = console.export_text()
     assert "prefill 1, decode 2" in text and "48.00" in text and "0.75x the nodes" in text and "0.80x" in text
+    assert "0.80 (decode)" in text and "$/task: steady state: cluster $/h x max(1, steady load)" in text
     assert configuration_lines(MODELS) == ["v4: hardware=b200 nodes=p1d2", "v41: hardware=b200 nodes=p1d2"]
