@@ -170,16 +170,12 @@ class ByteTier:
         if slot is head or slot.last_use_s > limit:
             return []  # the common case: nothing expired
         out: Evicted = []
-        slots = self._slots
         while slot is not head and slot.last_use_s <= limit:
-            nxt = slot.next
-            _unlink(slot)
-            del slots[slot.key]
-            self.cached_bytes -= slot.nbytes
+            self._drop_oldest()
             self.expired_bytes += slot.nbytes
             out.append((slot.key, slot.nbytes))
-            slot = nxt
-        if not slots:
+            slot = head.next
+        if not self._slots:
             self.cached_bytes = 0.0
         return out
 
@@ -220,18 +216,22 @@ class ByteTier:
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
             return []
         evicted: Evicted = []
-        head = self._head
         slots = self._slots
         while self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6 and slots:
-            slot = head.next
-            _unlink(slot)
-            del slots[slot.key]
-            self.cached_bytes -= slot.nbytes
+            slot = self._drop_oldest()
             self.evicted_bytes += slot.nbytes
             evicted.append((slot.key, slot.nbytes))
         if not slots:
             self.cached_bytes = 0.0
         return evicted
+
+    def _drop_oldest(self) -> _Slot:
+        """Take the least recently used entry out (there is one); returns its slot."""
+        slot = self._head.next
+        _unlink(slot)
+        del self._slots[slot.key]
+        self.cached_bytes -= slot.nbytes
+        return slot
 
     def _note_peak(self) -> None:
         """A new peak: record it, after checking the capacity invariant (only a new peak can
