@@ -7,9 +7,12 @@ prefix-reused block table; every step replayed from a CUDA graph) run (1) with t
 with each sequence alone, (3) with the float64 reference kernels (``ServeRef``, on the GPU). (The production
 kernels run eagerly, without graphs, hit a misaligned-address fault in this check on the H200, call 10;
 the serving runs replay every step from a graph.) Relative errors of every work's logits are written to
-``serve_check.json``. Step times (``serve_step_times.csv``): the engine's view, a synchronised wall clock
-around ``model(plan)`` (every step a CUDA graph), for decode batches x contexts, prefill chunks and mixed steps, KV pools
-filled with random valid rows.
+``serve_check.json``. Step times (``serve_step_times.csv``, columns ``kernels_bench.columns.SERVE_STEP_COLUMNS``):
+the engine's view, a synchronised wall clock around ``model(plan)`` (every step a CUDA graph), for decode
+batches x contexts (also batches between graph buckets, which pay for padding rows), prefill chunks (also
+between buckets) and mixed steps, KV pools filled with random valid rows. A few points are profiled
+(``torch.profiler``) for their GPU time by kernel category (``kernels_bench.serve.breakdown``); their kernels
+in launch order go to ``serve_step_kernels.csv``.
 """
 
 from __future__ import annotations
@@ -24,26 +27,14 @@ from pathlib import Path
 import torch
 
 from kernels_bench import formats
+from kernels_bench.columns import SERVE_STEP_COLUMNS, names
 from kernels_bench.production import forward as fw
+from kernels_bench.serve import breakdown
 from kernels_bench.serve import model as sm
 from kernels_bench.serve.step_api import SeqWork, StepPlan
 
-STEP_COLUMNS = [
-    "model",
-    "spec",
-    "mode",
-    "batch",
-    "context_tokens",
-    "chunk_tokens",
-    "prefill_context_tokens",
-    "graph_bucket",
-    "wall_us_p50",
-    "wall_us_p10",
-    "wall_us_p90",
-    "reps",
-    "kv_bytes_per_block",
-    "note",
-]
+STEP_COLUMNS = list(names(SERVE_STEP_COLUMNS))  # kernels_bench.columns: shared with the sim side
+KERNELS_CSV = "serve_step_kernels.csv"
 
 
 def _tokens(seed: int, n: int, vocab: int) -> list[int]:
@@ -198,11 +189,57 @@ DECODE_POINTS = [(b, L) for L in (2048, 8192, 32768) for b in (1, 2, 4, 8, 16, 3
     (1, 131072),
     (8, 131072),
 ]
+# decode batches between graph buckets (1 2 4 8 16 24 32 48 64): each replays the next bucket up, so the
+# step pays for its padding rows
+BETWEEN_POINTS = [(b, 8192) for b in (3, 5, 12, 17, 20, 24, 25, 33, 40, 48, 49, 56)]
 PREFILL_POINTS = [(t, 0) for t in (128, 512, 1024, 2048, 4096, 8192)] + [(2048, 8192), (2048, 32768)]
-MIXED_POINTS = [(16, 8192, 2048, 8192), (32, 8192, 512, 0), (4, 32768, 4096, 0)]  # (B, L, chunk, chunk ctx)
+PREFILL_BETWEEN = [(t, 0) for t in (640, 700, 1100, 2100, 2200)]  # buckets 640, 768, 1280, 2112, 2560
+MIXED_POINTS = [(16, 8192, 2048, 8192), (32, 8192, 512, 0), (4, 32768, 4096, 0), (40, 8192, 2048, 0)]
+# (mode, B, L, T, C) profiled for the kernel breakdown
+PROFILE_POINTS = [
+    ("decode", 1, 8192, 0, 0),
+    ("decode", 8, 8192, 0, 0),
+    ("decode", 32, 8192, 0, 0),
+    ("decode", 33, 8192, 0, 0),
+    ("decode", 64, 8192, 0, 0),
+    ("decode", 64, 32768, 0, 0),
+    ("prefill", 0, 0, 512, 0),
+    ("prefill", 0, 0, 2048, 0),
+    ("prefill", 0, 0, 2048, 32768),
+    ("mixed", 16, 8192, 2048, 8192),
+]
+PROFILE_REPLAYS = 5
 
 
-def step_table(log, budget_s: float, num_blocks: int = 12000) -> list[dict]:
+def point_name(mode: str, B: int, L: int, T: int, C: int) -> str:
+    return f"{mode}_B{B}_L{L}_T{T}_C{C}"
+
+
+def profile_point(model, make_plan, replays: int = PROFILE_REPLAYS) -> list[tuple[str, float]]:
+    """Kernels of one step (name, us) in launch order: the step's graph is captured again while the
+    profiler runs (its warm-up cycle), then ``replays`` steps are recorded; the median one is returned."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    model._graphs.clear()  # recapture under the profiler (kernels of graphs captured before may not show)
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=1, active=replays, repeat=1),
+    ) as prof:
+        for _ in range(1 + replays):
+            model(make_plan())
+            prof.step()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        trace = json.load(open(f.name))
+    events = breakdown.chrome_trace_events(trace)
+    return breakdown.median_step(breakdown.split_replays(events, replays))
+
+
+def step_table(log, budget_s: float, num_blocks: int = 12000) -> tuple[list[dict], list[dict]]:
+    """The step-time rows, then the profiled kernels (``breakdown.KERNEL_COLUMNS`` rows)."""
     from kernels_bench.serve.kernels import ServeGpu
 
     cfg = sm.ServeConfig()
@@ -241,14 +278,17 @@ def step_table(log, budget_s: float, num_blocks: int = 12000) -> list[dict]:
             "note": note,
         }
 
-    points = [("decode", b, L, 0, 0) for b, L in DECODE_POINTS]
-    points += [("prefill", 0, 0, t, c) for t, c in PREFILL_POINTS]
+    points = [("decode", b, L, 0, 0) for b, L in DECODE_POINTS + BETWEEN_POINTS]
+    points += [("prefill", 0, 0, t, c) for t, c in PREFILL_POINTS + PREFILL_BETWEEN]
     points += [("mixed", b, L, t, c) for b, L, t, c in MIXED_POINTS]
-    for mode, B, L, T, C in points:
+    points += [(*p, "profile") for p in PROFILE_POINTS]
+    kernel_rows: list[dict] = []
+    for mode, B, L, T, C, *prof in points:
         if time.monotonic() - t0 > budget_s:
             print(f"[table] budget exhausted before {mode} B={B} L={L} T={T}", file=log, flush=True)
             break
         row = base(mode, B, L, T, C)
+        row["rows"] = B + T
         try:
             dec = decode_works(B, L) if B else []
             used = sum(-(-L // bt) for _ in range(B))
@@ -258,21 +298,50 @@ def step_table(log, budget_s: float, num_blocks: int = 12000) -> list[dict]:
                 pre = [prefill_work(T, C, pre_first)] if T else []
                 return StepPlan(tuple(dec), tuple(pre))
 
-            row.update(_time_plan(model, make, reps=20 if mode == "decode" else 8))
-            row["graph_bucket"] = model.last_graph_bucket
+            if prof:  # the breakdown of a point timed above: its kernels, and the category sums
+                ks = profile_point(model, make)
+                name = point_name(mode, B, L, T, C)
+                kernel_rows += [
+                    {"point": name, "order": i, "name": n, "us": u} for i, (n, u) in enumerate(ks)
+                ]
+                row.update(breakdown.category_us([n for n, _ in ks], [u for _, u in ks]))
+                row["note"] = "profiled: kernel time of the median of 5 graph replays (torch.profiler)"
+                timed = next((r for r in rows if (r["mode"], r["batch"], r["context_tokens"],
+                              r["chunk_tokens"], r["prefill_context_tokens"]) == (mode, B, L, T, C)
+                              and "wall_us_p50" in r), None)  # fmt: skip
+                if timed is not None:  # one row per point: the timed row gets the breakdown
+                    timed.update(
+                        {
+                            k: v
+                            for k, v in row.items()
+                            if k.endswith("_us") or k in ("kernels_per_step", "note")
+                        }
+                    )
+                    row = None
+                else:
+                    row.update(_time_plan(model, make, reps=20 if mode == "decode" else 8))
+            else:
+                row.update(_time_plan(model, make, reps=20 if mode == "decode" else 8))
+            if row is not None:
+                row["graph_bucket"] = model.last_graph_bucket
         except Exception as e:  # noqa: BLE001 - a failing point is reported, never silent
             row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             import traceback
 
             traceback.print_exc(file=log)
-        rows.append(row)
-        line = (
-            f"[{time.monotonic() - t0:6.1f}s] {mode} B={B} L={L} T={T} C={C} "
-            f"p50={row.get('wall_us_p50', '-')} {row.get('note', '')}"
-        )
+        if row is None:
+            line = f"[{time.monotonic() - t0:6.1f}s] profiled {mode} B={B} L={L} T={T} C={C}: " + " ".join(
+                f"{k}={timed[k]:.0f}" for k in ("gpu_busy_us", *(f"{c}_us" for c in breakdown.CATEGORIES))
+            )
+        else:
+            rows.append(row)
+            line = (
+                f"[{time.monotonic() - t0:6.1f}s] {mode} B={B} L={L} T={T} C={C} "
+                f"p50={row.get('wall_us_p50', '-')} bucket={row.get('graph_bucket')} {row.get('note', '')}"
+            )
         print(line, flush=True)
         print(line, file=log, flush=True)
-    return rows
+    return rows, kernel_rows
 
 
 def main(argv=None) -> int:
@@ -306,8 +375,9 @@ def main(argv=None) -> int:
         summary = {k: v for k, v in res.items() if k not in ("works", "provenance")}
         print("check", json.dumps(summary, default=str), flush=True)
         torch.cuda.empty_cache()
-    rows = step_table(log, args.budget_s)
+    rows, kernel_rows = step_table(log, args.budget_s)
     report.write_csv(out / "serve_step_times.csv", rows, prov, columns=STEP_COLUMNS)
+    report.write_csv(out / KERNELS_CSV, kernel_rows, prov, columns=list(breakdown.KERNEL_COLUMNS))
     return 0
 
 

@@ -102,6 +102,7 @@ class StepRecord:
     start_s: float
     end_s: float
     graph_bucket: int | None
+    graph_captured: bool | None  # the step captured its graph first (its wall time includes that)
     decode_context_tokens: list[int]
     prefill_context_tokens: list[int]
     prefill_new_tokens: list[int]
@@ -192,6 +193,7 @@ class Engine:
                 start_s=start_s,
                 end_s=end_s,
                 graph_bucket=getattr(self.fn, "last_graph_bucket", None),
+                graph_captured=getattr(self.fn, "last_step_captured", None),
                 decode_context_tokens=[w.context_tokens for w in plan.decode],
                 prefill_context_tokens=[w.context_tokens for w in plan.prefill],
                 prefill_new_tokens=[w.new_tokens for w in plan.prefill],

@@ -37,6 +37,7 @@ Serving, unlike ``kernels_bench.production.forward``:
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -57,6 +58,15 @@ ROW_BUCKETS = (
     *(640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2112, 2560, 3072, 3584, 4096, 4160),
     *(5120, 6144, 7168, 8192),
 )  # 2112, 4160: chunks of 2048 plus 64 decodes
+
+
+def graph_row_buckets(max_rows: int) -> list[int]:
+    """The row buckets a step of at most ``max_rows`` rows can replay: every bucket up to the first one that
+    holds ``max_rows`` (all of them when none does)."""
+    top = next((b for b in ROW_BUCKETS if b >= max_rows), ROW_BUCKETS[-1])
+    return [b for b in ROW_BUCKETS if b <= top]
+
+
 MAX_SEQS_PER_STEP = 128  # sequences per graphed step (a step with more runs eagerly)
 CONTEXT_BUCKET_TOKENS = 8192  # graphs are captured per multiple of this (indexer keys, HCA entries)
 INDEX_KEY_FMT = "fp8_132"  # V4's FP8 index keys (the fp8_index layout of the spec)
@@ -188,6 +198,10 @@ class ServedModel:
         self._mhc: OrderedDict[int, list] = OrderedDict()  # GEMM rows -> a pair of boundaries (eager)
         self._graphs: dict[tuple[int, int], _StepGraph] = {}
         self._graph_pool = None
+        self.pre_captured = 0  # graphs captured by warm_up (before serving)
+        self.pre_capture_s = 0.0
+        self.captured_in_run = 0  # graphs captured by a step (its wall time includes the capture)
+        self.last_step_captured = False
 
     model_name = SPEC  # the run directory's provenance names the served spec
 
@@ -206,6 +220,9 @@ class ServedModel:
             "kernels": self.k.name,
             "cuda_graphs": self.graphs,
             "graphs_captured": len(self._graphs),
+            "graphs_pre_captured": self.pre_captured,
+            "pre_capture_s": round(self.pre_capture_s, 2),
+            "graphs_captured_in_run": self.captured_in_run,
             "row_buckets": list(ROW_BUCKETS),
             "context_bucket_tokens": CONTEXT_BUCKET_TOKENS,
             "provenance": production_provenance(None) if self.device.type == "cuda" else {},
@@ -221,19 +238,24 @@ class ServedModel:
         return int(kv_hbm_bytes // kv_bytes_per_block(cfg))
 
     def warm_up(self, context_tokens: int, max_rows: int) -> None:
-        """Capture, before serving, the graph of every row bucket up to ``max_rows`` for every context
-        bucket up to ``context_tokens`` (largest first, so the shared pool is sized once); compilation and
-        capture then stay out of the measured steps."""
+        """Capture, before serving, the graph of every row bucket a step of up to ``max_rows`` rows can use
+        (every bucket up to the first one >= ``max_rows``) for every context bucket up to
+        ``context_tokens`` (largest first, so the shared pool is sized once); compilation and capture then
+        stay out of the measured steps. A graph captured later (``step``) is counted as an in-run capture."""
         if not (self.graphs and context_tokens and self.device.type == "cuda"):
             return
-        buckets = [b for b in ROW_BUCKETS if b <= max_rows]
-        for cb in range(CONTEXT_BUCKET_TOKENS, context_tokens + CONTEXT_BUCKET_TOKENS, CONTEXT_BUCKET_TOKENS):
+        t0 = time.perf_counter()
+        buckets = graph_row_buckets(max_rows)
+        top = -(-context_tokens // CONTEXT_BUCKET_TOKENS) * CONTEXT_BUCKET_TOKENS
+        for cb in range(top, 0, -CONTEXT_BUCKET_TOKENS):
             if cb // self.cfg.block_tokens > self.num_blocks:
-                break
+                continue
             for b in sorted(buckets, reverse=True):
                 if (b, cb) not in self._graphs:
                     self._graphs[(b, cb)] = _StepGraph(self, b, cb)
         torch.cuda.synchronize()
+        self.pre_captured = len(self._graphs)
+        self.pre_capture_s += time.perf_counter() - t0
 
     # -- the engine's step function --
     def __call__(self, plan) -> None:
@@ -245,6 +267,7 @@ class ServedModel:
         """Run one StepPlan (decode + prefill works); returns the logits of each work's last row, in the
         plan's order (decode then prefill). Greedy sampling is their argmax; the engine reads nothing back."""
         works = list(plan.decode) + list(plan.prefill)
+        self.last_step_captured = False
         if not works:
             return torch.empty(0, dtype=torch.int64)
         self._check(works)
@@ -545,6 +568,8 @@ class ServedModel:
         key = (bucket, cb)
         if key not in self._graphs:
             self._graphs[key] = _StepGraph(self, bucket, cb)
+            self.captured_in_run += 1
+            self.last_step_captured = True
         self.last_graph_bucket = bucket
         g = self._graphs[key]
         return g.run(self._rows(works, n_pad=bucket, nb_pad=cb // self.cfg.block_tokens, seq_pad=g.seqs))[

@@ -8,7 +8,9 @@ RUN_DIR/steps.parquet     one row per engine step (STEP_SCHEMA): when it ran, it
                           context (list columns) so that a step can be predicted again from its composition
 RUN_DIR/trace.parquet     the replayed trace, copied (the run is self-contained)
 RUN_DIR/provenance.json   engine settings, trace (file, sha256, think scale), step function, machine (GPU,
-                          driver, CUDA, torch, packages), commit, date, totals
+                          driver, CUDA, torch, packages), commit (as passed to the run: a device copy's own
+                          git is not the code's), date, totals, summary (latency percentiles, step times,
+                          batch range, hits and misses, evictions, in-run graph captures)
 
 Times are seconds on the engine's clock from the start of the replay. Only pyarrow and the standard library
 are used (the GPU machine has no ``sim`` installed).
@@ -95,6 +97,7 @@ STEP_SCHEMA = pa.schema(
         pa.field("gap_s", _f64, nullable=False),  # since the previous step's end: scheduling, or idle
         pa.field("decode_batch", _i32, nullable=False),
         pa.field("graph_bucket", _i32),  # CUDA-graph batch size replayed; null: eager or not reported
+        pa.field("graph_captured", _bool),  # the step captured its graph first; null: not reported
         pa.field("prefill_seqs", _i32, nullable=False),
         pa.field("prefill_tokens", _i32, nullable=False),
         pa.field("decode_context_tokens", _list_i32, nullable=False),  # KV tokens before the step, per decode
@@ -183,6 +186,7 @@ def steps_table(engine: Engine) -> pa.Table:
                 "gap_s": s.start_s - prev_end,
                 "decode_batch": len(s.decode_context_tokens),
                 "graph_bucket": s.graph_bucket,
+                "graph_captured": s.graph_captured,
                 "prefill_seqs": len(s.prefill_new_tokens),
                 "prefill_tokens": sum(s.prefill_new_tokens),
                 "decode_context_tokens": s.decode_context_tokens,
@@ -207,18 +211,74 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def machine() -> dict:
-    """Host, Python and package versions; GPU, driver and CUDA when torch sees one."""
+def machine(commit: str | None = None) -> dict:
+    """Host, Python and package versions; GPU, driver and CUDA when torch sees one; the code's commit
+    (``commit`` when given: the device copy's own git is not the code's)."""
     import numpy
 
     info: dict = {"python": platform.python_version(), "numpy": numpy.__version__, "pyarrow": pa.__version__}
     try:
         from kernels_bench.report import provenance
 
-        info.update(provenance())
+        info.update(provenance(commit))
     except ImportError:  # no torch: a CPU stand-in run
         info["hostname"] = platform.node()
     return info
+
+
+def _pct(values: list[float]) -> dict:
+    """p50 / p90 / p99 and the mean (seconds), nearest-rank on the sorted values; empty: {}."""
+    if not values:
+        return {}
+    v = sorted(values)
+
+    def q(p: float) -> float:
+        return v[min(len(v) - 1, max(0, math.ceil(p * len(v)) - 1))]
+
+    return {"mean": sum(v) / len(v), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99)}
+
+
+def run_summary(req: pa.Table, steps: pa.Table, engine: Engine) -> dict:
+    """The numbers a run is judged by: latencies, step times, batch range, prefix hits and misses, evictions,
+    preemptions and graph captures during the run."""
+    r = req.to_pydict()
+    done = [i for i, st in enumerate(r["status"]) if st == "completed"]
+
+    def col(name: str) -> list[float]:
+        return [r[name][i] for i in done if r[name][i] is not None]
+
+    s = steps.to_pydict()
+    batch = s["decode_batch"]
+    prefill = [i for i, t in enumerate(s["prefill_tokens"]) if t > 0]
+    decode_only = [i for i, t in enumerate(s["prefill_tokens"]) if t == 0]
+    bt = engine.block_tokens
+
+    def short_of_prefix(i: int) -> bool:  # hit fewer whole blocks than the trace's prefix holds
+        expected = min(r["prefix_tokens"][i], r["input_tokens"][i] - 1) // bt * bt
+        return r["hit_tokens"][i] < expected
+
+    return {
+        "requests": req.num_rows,
+        "completed": len(done),
+        "steps": steps.num_rows,
+        "ttft_s": _pct(col("ttft_s")),
+        "tpot_s": _pct(col("tpot_s")),
+        "e2e_s": _pct(col("e2e_s")),
+        "step_wall_s": {
+            "decode_only": _pct([s["wall_s"][i] for i in decode_only]),
+            "with_prefill": _pct([s["wall_s"][i] for i in prefill]),
+        },
+        "decode_batch_min": min((b for b in batch if b > 0), default=0),
+        "decode_batch_max": max(batch, default=0),
+        "requests_with_hit": sum(1 for i in done if r["hit_tokens"][i] > 0),
+        "requests_without_hit": sum(1 for i in done if r["hit_tokens"][i] == 0),
+        "requests_short_of_prefix": sum(1 for i in done if short_of_prefix(i)),
+        "hit_tokens": sum(r["hit_tokens"][i] for i in done),
+        "computed_tokens": sum(r["computed_tokens"][i] for i in done),
+        "evicted_blocks": engine.pool.stats.evicted_blocks,
+        "preemptions": engine.preemptions,
+        "steps_with_graph_capture": sum(1 for c in s["graph_captured"] if c),
+    }
 
 
 def write_run(
@@ -230,8 +290,10 @@ def write_run(
     stats: ReplayStats,
     clock: str,
     extra: dict | None = None,
-) -> None:
-    """Write the run directory (files replaced atomically; the folder is created)."""
+    commit: str | None = None,
+) -> dict:
+    """Write the run directory (files replaced atomically; the folder is created); returns the run's
+    summary (``run_summary``, also in the provenance). ``commit``: the code's commit, recorded as given."""
     run_dir.mkdir(parents=True, exist_ok=True)
     req = requests_table(engine, rows)
     steps = steps_table(engine)
@@ -242,6 +304,8 @@ def write_run(
     if trace_path.resolve() != (run_dir / TRACE_PARQUET).resolve():
         shutil.copyfile(trace_path, run_dir / (TRACE_PARQUET + ".tmp"))
         os.replace(run_dir / (TRACE_PARQUET + ".tmp"), run_dir / TRACE_PARQUET)
+    summary = run_summary(req, steps, engine)
+    machine_info = machine(commit)
     fn = engine.fn
     describe = getattr(fn, "describe", None)
     completed = sum(1 for o in engine.done if o.status == "completed")
@@ -278,9 +342,12 @@ def write_run(
             "duration_s": max((o.finish_s for o in engine.done), default=0.0),
             "idle_s": stats.idle_s,
         },
-        "machine": machine(),
+        "summary": summary,
+        "commit": machine_info.get("commit", commit or "unknown"),
+        "machine": machine_info,
         **(extra or {}),
     }
     tmp = run_dir / (PROVENANCE_JSON + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     os.replace(tmp, run_dir / PROVENANCE_JSON)
+    return summary

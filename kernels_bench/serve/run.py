@@ -2,11 +2,17 @@
 
     python3 -m kernels_bench.serve.run --trace traces/replay_v4_reduced.parquet --out RUN_DIR \
         --step PACKAGE.MODULE:FACTORY [--step-arg key=value ...] [--model SIM_MODEL_NAME] \
-        [--budget 8192] [--chunk 2048] [--max-batch 64] [--num-blocks N] [--think-scale 1.0]
+        [--budget 8192] [--chunk 2048] [--max-batch 64] [--num-blocks N] [--think-scale 1.0] \
+        [--commit SHA]
 
-The issue-14 run (what ``sim validate --real`` is checked on) uses these defaults and ``--num-blocks 1024``
-(262,144 tokens of KV: the 48 sessions' contexts overflow it late in the replay, so cached prefixes are
-evicted and some later turns miss part of theirs; with every block of the GPU nothing is ever evicted).
+Before the replay, a step function with ``warm_up(context_tokens, max_rows)`` (the served model) captures
+every CUDA graph the replay can need: every row bucket up to ``--budget`` rows for every context bucket up
+to the trace's largest ``input + output``; the run's provenance records how many, how long, and how many
+steps still captured one (0 when the pre-capture covered the run).
+
+``--commit``: the code's commit, recorded in the provenance (set also as ``KB_COMMIT`` for the step
+function's own provenance). A device copy of the code may sit inside another checkout, whose git would
+name the wrong commit.
 
 ``--step standin`` (the default) uses the affine stand-in on a fake clock: a CPU dry run, not a measurement.
 Any other ``--step`` names a factory returning a ``StepFunction``, called with the ``--step-arg`` pairs as
@@ -19,8 +25,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from kernels_bench.serve.engine import Engine, EngineConfig
@@ -34,6 +42,34 @@ def _arg_value(text: str):
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def max_context_tokens(rows) -> int:
+    """The largest context a step of this trace can reach: a request's input plus its output."""
+    return max((r.input_tokens + r.output_tokens for r in rows), default=0)
+
+
+def format_summary(s: dict) -> str:
+    """The run's summary numbers, one line each (milliseconds for latencies)."""
+
+    def ms(d: dict) -> str:
+        return " / ".join(f"{d[k] * 1e3:.1f}" for k in ("p50", "p90", "p99")) if d else "-"
+
+    return "\n".join(
+        [
+            f"requests {s['completed']}/{s['requests']} completed, {s['steps']} steps",
+            f"TTFT p50/p90/p99 ms {ms(s['ttft_s'])}",
+            f"TPOT p50/p90/p99 ms {ms(s['tpot_s'])}",
+            f"E2E  p50/p90/p99 ms {ms(s['e2e_s'])}",
+            f"step wall decode-only ms {ms(s['step_wall_s']['decode_only'])}; "
+            f"with prefill ms {ms(s['step_wall_s']['with_prefill'])}",
+            f"decode batch {s['decode_batch_min']}..{s['decode_batch_max']}",
+            f"requests with hit {s['requests_with_hit']}, without {s['requests_without_hit']}, short of their "
+            f"prefix {s['requests_short_of_prefix']}; hit tokens {s['hit_tokens']}, computed {s['computed_tokens']}",
+            f"evicted blocks {s['evicted_blocks']}, preemptions {s['preemptions']}, "
+            f"steps that captured a graph {s['steps_with_graph_capture']}",
+        ]
+    )
 
 
 def build_step(spec: str, pairs: list[str], clock: FakeClock):
@@ -64,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--model", default=None, help="the sim model spec served (provenance; default: the step function's)"
     )
+    ap.add_argument(
+        "--commit", default=None, help="the code's commit (provenance; default: git's, or KB_COMMIT)"
+    )
     args = ap.parse_args(argv)
     for p in args.step_arg:
         if "=" not in p:
@@ -76,8 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     except (TraceError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.commit:
+        os.environ["KB_COMMIT"] = args.commit
     fake = FakeClock()
     fn = build_step(args.step, args.step_arg, fake)
+    warm = getattr(fn, "warm_up", None)
+    if callable(warm):
+        t0 = time.perf_counter()
+        warm(max_context_tokens(rows), cfg.prefill_budget_tokens)
+        print(
+            f"pre-captured {getattr(fn, 'pre_captured', '?')} graphs in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
     clock = fake if args.step == "standin" else WallClock()
     engine = Engine(fn, cfg, clock.now)
 
@@ -93,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"command": shlex.join(["python3", "-m", "kernels_bench.serve.run", *argv])}
     if args.model is not None:
         extra["model"] = args.model
-    write_run(
+    summary = write_run(
         args.out,
         engine,
         rows,
@@ -102,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         stats,
         "fake" if clock is fake else "wall",
         extra,
+        args.commit,
     )
+    print(format_summary(summary))
     print(f"wrote {args.out}")
     return 0
 

@@ -88,7 +88,8 @@ class StepFunction(Protocol):
     how many KV blocks the device holds (the engine's pool size).
 
     ``last_graph_bucket`` (optional attribute): the CUDA-graph batch bucket the last call replayed, or None
-    when it ran eagerly; the engine records it per step when present.
+    when it ran eagerly; ``last_step_captured`` (optional): the last call captured its CUDA graph first.
+    The engine records both per step when present.
     """
 
     @property
