@@ -556,16 +556,24 @@ class ServedModel:
         return y.to(k.act_dtype)
 
     # -- CUDA graphs --
-    def _graph_step(self, works) -> torch.Tensor | None:
-        """Replay the graph of the step's (row bucket, context bucket), capturing it on first use; None when
-        the step is larger than every bucket (it then runs eagerly)."""
+    @staticmethod
+    def graph_key(works) -> tuple[int, int] | None:
+        """(row bucket, context bucket) of the graph a step of ``works`` replays; None: it runs eagerly."""
         n = sum(w.new_tokens for w in works)
         bucket = next((b for b in ROW_BUCKETS if b >= n), None)
         ctx = max(w.end_tokens for w in works)
         cb = -(-ctx // CONTEXT_BUCKET_TOKENS) * CONTEXT_BUCKET_TOKENS
         if bucket is None or len(works) > min(bucket, MAX_SEQS_PER_STEP):
             return None
-        key = (bucket, cb)
+        return bucket, cb
+
+    def _graph_step(self, works) -> torch.Tensor | None:
+        """Replay the graph of the step's (row bucket, context bucket), capturing it on first use; None when
+        the step is larger than every bucket (it then runs eagerly)."""
+        key = self.graph_key(works)
+        if key is None:
+            return None
+        bucket, cb = key
         if key not in self._graphs:
             self._graphs[key] = _StepGraph(self, bucket, cb)
             self.captured_in_run += 1
