@@ -317,9 +317,7 @@ def step_table(log, budget_s: float, num_blocks: int = 12000) -> tuple[list[dict
             if prof:  # the breakdown of a point timed above: its kernels, and the category sums
                 ks = profile_point(model, make)
                 name = point_name(mode, B, L, T, C)
-                kernel_rows += [
-                    {"point": name, "order": i, "name": n, "us": u} for i, (n, u) in enumerate(ks)
-                ]
+                kernel_rows += breakdown.aggregate(name, [n for n, _ in ks], [u for _, u in ks])
                 row.update(breakdown.category_us([n for n, _ in ks], [u for _, u in ks]))
                 row["note"] = "profiled: kernel time of the median of 5 graph replays (torch.profiler)"
                 timed = next((r for r in rows if (r["mode"], r["batch"], r["context_tokens"],

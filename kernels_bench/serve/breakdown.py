@@ -1,8 +1,9 @@
 """One served step's GPU time by kernel category, from a profile of its CUDA-graph replays.
 
-The bench (``kernels_bench.serve.bench``) profiles a few steps with ``torch.profiler`` (the graph captured
-while the profiler runs, then a few replays), writes every kernel of one replay in launch order to
-``serve_step_kernels.csv`` (point, order, name, us), and puts the category sums in ``serve_step_times.csv``
+The bench (``kernels_bench.serve.bench``) profiles a few steps with ``torch.profiler`` (replays of the
+step's CUDA graph), takes the kernels of the median replay in launch order, writes them per point,
+category and kernel name to ``serve_step_kernels.csv`` (``KERNEL_COLUMNS``: launches and microseconds per
+step, first launch position), and puts the category sums in ``serve_step_times.csv``
 (``kernels_bench.columns.SERVE_STEP_COLUMNS``). The categories come from kernel names and their order
 (``categorize``), so the sim side can model the LM head and graph padding as mechanisms and keep the rest as
 a measured term:
@@ -15,8 +16,11 @@ a measured term:
 - ``moe_gemm``: grouped GEMMs (the routed experts); ``dense_gemm``: every other GEMM;
 - ``mhc``: the TileKernels mHC boundaries; ``glue``: everything else.
 
+Static-input copies and the host's work between steps are outside the kernels: a step's wall time minus
+``gpu_busy_us`` is the launch and host overhead of the step.
+
 CPU only (standard library): ``python3 -m kernels_bench.serve.breakdown serve_step_kernels.csv`` prints the
-category sums per point again, so a change of the rules re-reads a measured profile without a GPU.
+category sums per point and each point's largest kernels.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import statistics
 from collections.abc import Sequence
 
 CATEGORIES = ("lm_head_embed", "attention", "indexer", "moe_gemm", "dense_gemm", "mhc", "glue")
-KERNEL_COLUMNS = ("point", "order", "name", "us")
+KERNEL_COLUMNS = ("point", "category", "name", "calls", "us", "first_order")
 
 _ATTENTION = re.compile(r"flash|mla", re.I)
 _INDEXER = re.compile(r"indexer", re.I)
@@ -114,26 +118,48 @@ def chrome_trace_events(trace: dict) -> list[tuple[float, float, str]]:
     ]
 
 
-def read_kernels(text: str) -> dict[str, list[tuple[str, float]]]:
-    """serve_step_kernels.csv (``#`` lines skipped) -> point -> [(name, us)] in order."""
+def aggregate(point: str, names: Sequence[str], us: Sequence[float]) -> list[dict]:
+    """One step's kernels -> one row per (category, kernel name): launches, microseconds per step, the first
+    launch's position; in order of first launch."""
+    rows: dict[tuple[str, str], dict] = {}
+    for i, (cat, n, t) in enumerate(zip(categorize(names), names, us, strict=True)):
+        r = rows.setdefault((cat, n), {"point": point, "category": cat, "name": n, "calls": 0, "us": 0.0,
+                                       "first_order": i})  # fmt: skip
+        r["calls"] += 1
+        r["us"] += t
+    return list(rows.values())
+
+
+def read_kernels(text: str) -> dict[str, list[dict]]:
+    """serve_step_kernels.csv (``#`` lines skipped) -> point -> its rows (calls int, us float)."""
     lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
-    out: dict[str, list[tuple[int, str, float]]] = {}
+    out: dict[str, list[dict]] = {}
     for r in csv.DictReader(io.StringIO("\n".join(lines))):
-        out.setdefault(r["point"], []).append((int(r["order"]), r["name"], float(r["us"])))
-    return {p: [(n, u) for _, n, u in sorted(v)] for p, v in out.items()}
+        out.setdefault(r["point"], []).append(
+            {**r, "calls": int(r["calls"]), "us": float(r["us"]), "first_order": int(r["first_order"])}
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kernels_bench.serve.breakdown", description=__doc__.splitlines()[0])
     ap.add_argument("kernels_csv")
+    ap.add_argument("--top", type=int, default=5, help="largest kernels listed per point")
     args = ap.parse_args(argv)
     with open(args.kernels_csv) as f:
         points = read_kernels(f.read())
-    cols = ["gpu_busy_us", *(f"{c}_us" for c in CATEGORIES), "kernels_per_step"]
-    print("point," + ",".join(cols))
-    for point, ks in points.items():
-        row = category_us([n for n, _ in ks], [u for _, u in ks])
-        print(point + "," + ",".join(f"{row[c]:.1f}" for c in cols))
+    for point, rows in points.items():
+        sums = dict.fromkeys(CATEGORIES, 0.0)
+        for r in rows:
+            sums[r["category"]] += r["us"]
+        busy = sum(sums.values())
+        calls = sum(r["calls"] for r in rows)
+        print(
+            f"{point}: {busy:.0f} us in {calls} kernels; "
+            + ", ".join(f"{c} {v:.0f}" for c, v in sums.items())
+        )
+        for r in sorted(rows, key=lambda r: -r["us"])[: args.top]:
+            print(f"  {r['us']:8.1f} us {r['calls']:4d} x {r['category']:<13} {r['name'][:90]}")
     return 0
 
 

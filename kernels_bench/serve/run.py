@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
     stats = replay(rows, engine, clock, args.think_scale, progress)
     # the module form, and RUN_DIR for the output folder: no path of the machine that ran it
-    argv = ["RUN_DIR" if a == str(args.out) else a for a in sys.argv[1:]]
+    given = sys.argv[1:] if argv is None else argv
+    argv = ["RUN_DIR" if a == str(args.out) else a for a in given]
     extra = {"command": shlex.join(["python3", "-m", "kernels_bench.serve.run", *argv])}
     if args.model is not None:
         extra["model"] = args.model

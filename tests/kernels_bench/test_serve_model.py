@@ -209,3 +209,11 @@ def test_sim_times_the_mini_spec():
     mixed = predict.predict_step_s(tm, 16, 8192, 2048, 8192)
     assert 0 < d1 < d64 < 0.05 and 0 < p512 < p4096 < 0.5
     assert mixed > predict.predict_step_s(tm, 0, 0, 2048, 8192)
+
+
+def test_graph_row_buckets_cover_every_step_up_to_the_budget() -> None:
+    assert sm.graph_row_buckets(8192) == list(sm.ROW_BUCKETS)
+    assert sm.graph_row_buckets(64)[-1] == 64 and sm.graph_row_buckets(65)[-1] == 80
+    assert sm.graph_row_buckets(10**6) == list(sm.ROW_BUCKETS)
+    for n in (1, 33, 2049, 8192):  # the bucket a step of n rows replays is pre-captured
+        assert next(b for b in sm.ROW_BUCKETS if b >= n) in sm.graph_row_buckets(8192)

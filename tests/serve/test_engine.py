@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -184,3 +185,57 @@ def test_run_cli_writes_a_run_directory(write_trace, tmp_path, capsys) -> None:
     assert main(["--trace", str(tmp_path / "nope.parquet"), "--out", str(tmp_path / "r2")]) == 2
     assert "nope.parquet: no such trace file" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()
+
+
+@dataclass
+class _Warmed(StandinStepFunction):
+    """A stand-in that 'captures a graph' the first time it sees a row count, unless warmed up first."""
+
+    seen: set[int] = field(default_factory=set)
+    warm_calls: list[tuple[int, int]] = field(default_factory=list)
+    last_step_captured: bool = False
+
+    def warm_up(self, context_tokens: int, max_rows: int) -> None:
+        self.warm_calls.append((context_tokens, max_rows))
+        self.seen.update(range(1, max_rows + 1))
+
+    def __call__(self, plan) -> None:
+        rows = plan.decode_batch + plan.prefill_tokens
+        self.last_step_captured = rows not in self.seen
+        self.seen.add(rows)
+        super().__call__(plan)
+
+
+def test_in_run_captures_are_recorded_per_step_and_counted(write_trace, tmp_path) -> None:
+    rows = read_trace(write_trace(session_trace(2, 2)))
+    clock = FakeClock()
+    fn = _Warmed(num_blocks=64, clock=clock)
+    engine = Engine(fn, EngineConfig(1024, 512, 8), clock.now)
+    stats = replay(rows, engine, clock)
+    summary = write_run(tmp_path / "run", engine, rows, tmp_path / "trace.parquet", 1.0, stats, "fake")
+    captured = pq.read_table(tmp_path / "run" / "steps.parquet").column("graph_captured").to_pylist()
+    assert captured[0] is True and summary["steps_with_graph_capture"] == sum(captured) > 0
+
+
+def test_run_pre_captures_for_the_trace_and_records_the_commit(write_trace, tmp_path, monkeypatch) -> None:
+    from kernels_bench.serve import run
+
+    made: list[_Warmed] = []
+
+    def build(spec, pairs, clock):
+        made.append(_Warmed(clock=clock))
+        return made[-1]
+
+    monkeypatch.setattr(run, "build_step", build)
+    monkeypatch.delenv("KB_COMMIT", raising=False)
+    trace = write_trace(session_trace(3, 2, first_in=600, growth=300, out=8))
+    out = tmp_path / "run"
+    assert run.main(["--trace", str(trace), "--out", str(out), "--budget", "1024", "--chunk", "512",
+                     "--commit", "abc1234+dirty"]) == 0  # fmt: skip
+    assert made[0].warm_calls == [(900 + 8, 1024)]  # the longest input + output, the budget
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["commit"] == "abc1234+dirty" and "--commit abc1234+dirty" in prov["command"]
+    s = prov["summary"]
+    assert s["steps_with_graph_capture"] == 0 and s["completed"] == 6 and s["requests_with_hit"] == 3
+    assert s["requests_without_hit"] == 3 and s["decode_batch_min"] >= 1
+    assert s["ttft_s"]["p50"] <= s["ttft_s"]["p90"] <= s["ttft_s"]["p99"]
