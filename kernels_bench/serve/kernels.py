@@ -86,24 +86,32 @@ class ServeGpu(fw.GpuKernels):
 
     def index_logits_paged(self, q, w, keys, pages, n_keys: int):
         """FP8 indexer scores of ``n_keys`` keys per row through a block table of 8-key pages (``pages``
-        [n, P], one row per query; the kernel's Reindex mode)."""
+        [n, P], one row per query; the kernel's Reindex mode). The kernel scores a multiple of its
+        ``block_n`` keys (the extra columns are cut off): with 650 keys (an eager step's exact count) it
+        faulted with a misaligned address on the H200, with multiples of 64 never (``eager_probe``, engine14
+        call 5). ``pages`` covers whole engine blocks (64 keys each), so the rounded count stays inside it."""
         from kernels_bench.indexer_triton import indexer_logits
 
+        block_n = 64
+        n_run = -(-n_keys // block_n) * block_n
+        if n_run > pages.shape[1] * 8:
+            raise ValueError(f"{n_keys} keys need {n_run // 8} pages, the table has {pages.shape[1]}")
         qc = _quant_index_q(q)
         qs = torch.ones(q.shape[0], q.shape[1], 4, device=q.device)
-        return indexer_logits(
+        out = indexer_logits(
             "fp8_132",
             qc,
             qs,
             w.float().contiguous(),
             keys,
-            n_keys,
+            n_run,
             q_per_seq=1,
             rows_per_seq=0,
             block_table=pages,
-            block_n=64,
+            block_n=block_n,
             num_warps=4,
         )[0]
+        return out if n_run == n_keys else out[:, :n_keys]
 
     def attend_decode(self, q, raw_pool, win, comp_pool, ext, sink) -> torch.Tensor:
         """FlashMLA sparse decode, one query per row, straight from the MODEL1 pools."""
