@@ -96,13 +96,80 @@ def compare(table: Path, gpu: str = "h200") -> tuple[list[dict], dict]:
     }
 
 
+# the bench's kernel categories (kernels_bench.serve.breakdown) -> sim's parts of a step
+BREAKDOWN = (
+    ("lm_head_embed_us", "lm_head_us"),
+    ("attention_us+indexer_us", "attention_us"),
+    ("dense_gemm_us", "dense_gemm_us"),
+    ("moe_gemm_us", "moe_gemm_us"),
+    ("mhc_us", "mhc_us"),
+    ("glue_us+launch_us", "served_term_us"),
+)
+
+
+def sim_parts_us(tm, batch: int, context_tokens: int, chunk_tokens: int, chunk_context_tokens: int) -> dict:
+    """sim's step split as the bench splits its kernels (microseconds): LM head, attention (with the indexer),
+    dense GEMMs, routed experts, mHC and the served term."""
+    rows = tm.padded_rows(batch + chunk_tokens)
+    parts = [a + b for a, b in zip(tm._class_parts(True, rows), tm._class_parts(False, rows), strict=True)]
+    total = predict_step_s(tm, batch, context_tokens, chunk_tokens, chunk_context_tokens)
+    head = tm.head_s(batch + (1 if chunk_tokens else 0))
+    other = dict(zip(("dense_gemm_us", "moe_gemm_us", "mhc_us", "served_term_us"), parts, strict=True))
+    attention = total - head - sum(other.values())
+    return {k: v * 1e6 for k, v in {"lm_head_us": head, "attention_us": attention, **other}.items()}
+
+
+def breakdown(table: Path) -> list[dict]:
+    """Each profiled point of the bench table (``gpu_busy_us`` set): measured kernel categories beside sim's
+    parts; ``launch_us`` is the wall time the kernels do not cover (launch gaps, copies)."""
+    tm = mini_timing()
+    out = []
+    for r in _read(table):
+        if not (r.get("gpu_busy_us") or "").strip():
+            continue
+        meas = {k: float(r[k]) for k in ("lm_head_embed_us", "attention_us", "indexer_us", "moe_gemm_us",
+                                        "dense_gemm_us", "mhc_us", "glue_us")}  # fmt: skip
+        meas["launch_us"] = float(r["wall_us_p50"]) - float(r["gpu_busy_us"])
+        b, L, T, C = (
+            int(r[k]) for k in ("batch", "context_tokens", "chunk_tokens", "prefill_context_tokens")
+        )
+        sim = sim_parts_us(tm, b, L, T, C)
+        row = {
+            "mode": r["mode"],
+            "batch": b,
+            "context_tokens": L,
+            "chunk_tokens": T,
+            "prefill_context_tokens": C,
+        }
+        for measured, simulated in BREAKDOWN:
+            row[measured] = round(sum(meas[k] for k in measured.split("+")), 1)
+            row["sim_" + simulated] = round(sim[simulated], 1)
+        out.append(row)
+    return out
+
+
+def _read(path: Path) -> list[dict]:
+    lines = [ln for ln in path.read_text().splitlines() if not ln.startswith("#")]
+    return list(csv.DictReader(io.StringIO("\n".join(lines))))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="kernels_bench.serve.predict", description=__doc__.splitlines()[0])
     ap.add_argument("table", type=Path)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--breakdown", action="store_true", help="profiled points: kernel categories vs sim's parts"
+    )
     args = ap.parse_args(argv)
-    rows, term = compare(args.table)
     buf = io.StringIO()
+    if args.breakdown:
+        rows = breakdown(args.table)
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        print(buf.getvalue(), end="")
+        return 0
+    rows, term = compare(args.table)
     buf.write(f"# served term: {term['per_layer_us']:.2f} us per layer + {term['per_layer_row_ns']:.3f} ns per layer-row; "
               f"|error| median {term['median_abs_error']:.4f}, max {term['max_abs_error']:.4f}; "
               f"leave-one-out |error| median {term['loo_median_abs_error']:.4f}, max {term['loo_max_abs_error']:.4f}\n")  # fmt: skip
