@@ -151,3 +151,20 @@ def test_bad_graph_buckets_are_a_config_error(tmp_path):
     for bad in ([4, 2], [0, 1], [1, 1]):
         with pytest.raises((ValidationError, InputError, ValueError), match="graph_row_buckets"):
             Timing(graph_row_buckets=bad)
+
+
+@pytest.mark.parametrize(
+    "point", [(1, 8192, 0, 0), (33, 8192, 0, 0), (0, 0, 2048, 8192), (16, 8192, 2048, 8192)]
+)
+def test_the_breakdown_parts_add_up_to_the_step(one_gpu, point):
+    """kernels_bench.serve.predict --breakdown: sim's parts of a step (LM head, attention, GEMMs, experts, mHC,
+    term) are the step, split as the bench splits its kernels."""
+    from kernels_bench.serve.predict import predict_step_s, sim_parts_us
+
+    tm = build_calibrated(one_gpu(forward_term="served", row_buckets=BUCKETS, prefill_through_decode=True))
+    parts = sim_parts_us(tm, *point)
+    assert sum(parts.values()) == pytest.approx(predict_step_s(tm, *point) * 1e6)
+    assert parts["lm_head_us"] == pytest.approx(tm.head_s(1) * 1e6) and parts["attention_us"] > 0
+    assert parts["served_term_us"] == pytest.approx(
+        5 * (tm.layer_overhead_s + tm.layer_row_overhead_s * tm.padded_rows(point[0] + point[2])) * 1e6
+    )
