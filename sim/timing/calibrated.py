@@ -656,12 +656,16 @@ class CalibratedTiming(RooflineTiming):
         padded = self.padded_rows(most_tail * dp) // dp
         if padded != most_tail:
             tail_r, tail_rows = [padded] * dp, padded * dp
+        # the ranks without a chunk all hold the same rows: one of them stands for the rest
+        ranks = list({chunk.rank for chunk in prefill})
+        if len(ranks) < dp:
+            ranks.append(next(r for r in range(dp) if logits_r[r] == share))
         slowest = max(
             attn_r[r]
             + self._rank_s(True, every_r[r])
             + self._rank_s(False, tail_r[r])
             + self._head_rank_s(logits_r[r])
-            for r in range(dp)
+            for r in ranks
         )
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
