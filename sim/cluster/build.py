@@ -401,6 +401,7 @@ def build_simulation(
             forward_term=scn.timing.forward_term,
             row_buckets=tuple(scn.timing.graph_row_buckets),
             prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
+            prefill_cp=pool.prefill_context_parallel,
         )
         timing = make_timing(scn.timing.model, ctx)
         node_timing.extend([timing] * layout.nodes)
@@ -516,6 +517,7 @@ def build_simulation(
                 max_decode_batch=sch.max_decode_batch,
                 kv_replication=s.kv_replication,
                 dp_ranks=s.dp_ranks,
+                dp_budget_divided=sch.dp_prefill_budget == "divided",
                 read_links=read_links[i],
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )

@@ -32,7 +32,7 @@ from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
 from sim.kvcache.store import KVStore
-from sim.sched.batcher import prefill_chunks, prefill_chunks_dp
+from sim.sched.batcher import prefill_chunks, prefill_chunks_dp, rank_prefill_budget
 from sim.timing.batch import DecodeTerms, PrefillChunk
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class Instance:
         read_links: list[SharedLink | None],
         max_queue_wait_s: float | None,
         dp_ranks: int = 1,
+        dp_budget_divided: bool = True,
     ) -> None:
         self.env = env
         self.index = index
@@ -81,8 +82,10 @@ class Instance:
         self.max_decode_batch = max_decode_batch
         self.kv_replication = kv_replication
         # DP attention: requests are placed on ranks round-robin as they arrive (SGLang's default
-        # `--load-balance-method round_robin`); each rank prefills its own under budget / dp_ranks
+        # `--load-balance-method round_robin`); each rank prefills its own under the engine's budget
+        # rule (sim.sched.batcher.rank_prefill_budget: budget / dp_ranks, or the budget per rank)
         self.dp_ranks = dp_ranks
+        self._budget_divided = dp_budget_divided
         self._next_rank = 0
         # by chain index: the link a load from that tier into this instance's HBM uses ([0], HBM: None)
         self.read_links = read_links
@@ -372,13 +375,15 @@ class Instance:
         batch = len(self.running)
         chunks = None
         if self.ready:
-            budget = self.budget_tokens - batch * self._verify
-            if budget > 0:
-                dp = self.dp_ranks
-                if dp == 1:
+            dp = self.dp_ranks
+            if dp == 1:
+                budget = self.budget_tokens - batch * self._verify
+                if budget > 0:
                     chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
-                else:
-                    chunks = prefill_chunks_dp(self.ready, max(1, budget // dp), self.chunk_tokens, dp)
+            else:
+                budget = rank_prefill_budget(self.budget_tokens, batch * self._verify, dp, self._budget_divided)
+                if budget > 0:
+                    chunks = prefill_chunks_dp(self.ready, budget, self.chunk_tokens, dp)
         timing = self.timing
         if chunks:
             parts: list[PrefillChunk] = []

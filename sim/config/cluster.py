@@ -49,6 +49,12 @@ class Pool(StrictModel):
     tp: int = Field(1, ge=1, description="attention tensor-parallel degree")
     ep: int = Field(1, ge=1, description="MoE expert-parallel degree (divides gpus_per_instance)")
     dp: int = Field(1, ge=1, description="attention data-parallel degree")
+    prefill_context_parallel: Literal["off", "round_robin", "zigzag"] = Field(
+        "off",
+        description="how the tp GPUs of the attention group share a prefill step: off = by attention head; "
+        "round_robin / zigzag = by token position (SGLang --nsa-prefill-cp-mode round-robin-split / "
+        "in-seq-split, CP size = tp); needs tp >= 2 and dp = 1 (sim/timing/context_parallel.py)",
+    )  # SGLang's DeepSeek-V4 recipes leave it off except the Context-Parallel one (round_robin)
 
     @field_validator("hardware")
     @classmethod
@@ -75,6 +81,16 @@ class Pool(StrictModel):
                     f"gpus_per_instance = {self.gpus_per_instance})",
                     self.tp,
                     f"tp = gpus_per_instance / dp = {self.gpus_per_instance / self.dp:g}",
+                )
+            )
+        if self.prefill_context_parallel != "off" and (self.tp < 2 or self.dp != 1):
+            problems.append(
+                Problem(
+                    "prefill_context_parallel",
+                    f"prefill context parallelism spreads a step's rows over the tp GPUs of one attention group: "
+                    f"needs tp >= 2 and dp = 1 (got tp {self.tp}, dp {self.dp})",
+                    self.prefill_context_parallel,
+                    "off, or tp = gpus_per_instance with dp 1",
                 )
             )
         if self.gpus_per_instance % self.ep:

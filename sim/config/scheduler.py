@@ -48,8 +48,14 @@ class Scheduler(StrictModel):
     prefill_budget_tokens: int = Field(
         16384,
         ge=1,
-        description="prefill tokens per engine step; with DP attention (dp > 1) each rank gets budget / dp for "
-        "its own requests (SGLang divides --chunked-prefill-size by the DP size)",
+        description="prefill tokens per engine step; with DP attention (dp > 1) see dp_prefill_budget",
+    )
+    dp_prefill_budget: Literal["divided", "per_rank"] = Field(
+        "divided",
+        description="with DP attention (dp > 1), the budget each rank prefills its own requests under: "
+        "divided = prefill_budget_tokens / dp (SGLang divides --chunked-prefill-size by the DP size); "
+        "per_rank = prefill_budget_tokens on every rank (vLLM: each DP rank is an engine with its own "
+        "--max-num-batched-tokens)",
     )
     chunk_tokens: int = Field(8192, ge=1, description="chunked-prefill chunk size")
     max_decode_batch: int = Field(256, ge=1, description="sequences decoded together per instance")

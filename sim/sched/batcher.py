@@ -5,9 +5,11 @@ budget. The rest goes to prefill chunks in arrival order, each at most `chunk_to
 prompt is split over several steps and several short ones share a step.
 
 On an instance with DP attention each request lives on one DP rank (`Request.dp_rank`) and each
-rank schedules its own requests under its own share of the budget (`prefill_chunks_dp`): SGLang
-divides `--chunked-prefill-size` by the DP size (server_args.py, `enable_dp_attention`), and each
-DP rank's scheduler fills its batch from its own queue.
+rank schedules its own requests under its own budget (`prefill_chunks_dp`, `rank_prefill_budget`),
+by the engine's rule (`scheduler.dp_prefill_budget`): SGLang divides `--chunked-prefill-size` by the
+DP size (server_args.py, `enable_dp_attention`) and each DP rank's scheduler fills its batch from its
+own queue (`divided`); in vLLM each DP rank is an engine core with its own scheduler and its own
+`--max-num-batched-tokens` (`per_rank`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ def prefill_chunks(ready: list[Request], budget_tokens: int, chunk_tokens: int) 
         out.append((req, take))
         budget_tokens -= take
     return out
+
+
+def rank_prefill_budget(budget_tokens: int, decode_rows: int, dp_ranks: int, divided: bool) -> int:
+    """Prefill tokens one DP rank may schedule in a step whose decode batch takes `decode_rows` rows of
+    the instance (spread evenly over its `dp_ranks` ranks): `divided`, the instance budget less every
+    decode row, split over the ranks (at least 1 while any is left); else the whole budget less the
+    rank's own decode rows. 0: no prefill this step."""
+    if divided:
+        left = budget_tokens - decode_rows
+        return max(1, left // dp_ranks) if left > 0 else 0
+    left = budget_tokens - -(-decode_rows // dp_ranks)
+    return left if left > 0 else 0
 
 
 def prefill_chunks_dp(

@@ -70,9 +70,9 @@ dominated by the slowest rank"). A 2K or 4K chunk on one rank of a DP8 H200 or B
 only) the time an even spread over the ranks would; chunks on every rank cost what the even
 spread does (tests/timing/test_dp_ranks.py).
 
-Other GPUs: the same composition over the H200's tables carried to them by the per-op-class
-rules of sim.timing.carry (separate compute and bandwidth fractions per kernel, native formats,
-published anchors); `timing.model: auto` picks it wherever the H200 tables exist.
+Prefill context parallelism (`cluster.pools[].prefill_context_parallel`, an engine setting; dp = 1):
+a step's rows go over the attention group's GPUs by position instead of by head, as
+sim.timing.context_parallel describes (`_cp_step_s`).
 
 Other GPUs: the same composition over the H200's tables carried to them by the per-op-class
 rules of sim.timing.carry (separate compute and bandwidth fractions per kernel, native formats,
@@ -94,6 +94,8 @@ from sim.model.modes import on_every_prompt_token
 from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available, tables_for
+from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, allgather_s, moe_alltoall_s
+from sim.timing.context_parallel import ContextParallel, cp_gather_s, rank_rows
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.tables import (
@@ -327,6 +329,7 @@ class CalibratedTiming(RooflineTiming):
         layer_row_overhead_s: float = 0.0,
         row_buckets: tuple[int, ...] = (),
         prefill_through_decode: bool = False,
+        prefill_cp: str = "off",
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -350,6 +353,9 @@ class CalibratedTiming(RooflineTiming):
         self.layer_row_overhead_s = layer_row_overhead_s
         self.row_buckets: tuple[int, ...] = tuple(sorted(row_buckets))
         self.prefill_through_decode = prefill_through_decode
+        # prefill context parallelism over the attention group's GPUs (sim.timing.context_parallel)
+        self.cp = ContextParallel(prefill_cp, par.tp)
+        self._cp_on = self.cp.on and not prefill_through_decode
         spec = arith.spec
         # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name
         shape = (
@@ -371,6 +377,7 @@ class CalibratedTiming(RooflineTiming):
         self._class_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
         self._rank_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
         self._gemm_mhc_cache: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
+        self._cp_rank_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
         self._experts_cache: dict[int, tuple[float, float]] = {}
         self._mla_cache: dict[int, tuple[float, float]] = {}
         self._fixed_cache: dict[int, float] = {}
@@ -560,6 +567,8 @@ class CalibratedTiming(RooflineTiming):
             return self._dp_mixed_s(batch_size, terms, prefill)
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
+        if self._cp_on and self.cp.splits(decode_rows, [chunk.new_tokens for chunk in prefill]):
+            return self._cp_step_s(batch_size, terms, prefill)
         every_rows = tail_rows = decode_rows
         through_decode = self.prefill_through_decode
         attn = 0.0
@@ -588,6 +597,91 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn + head
+
+    def _cp_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+        """A step whose rows go over the attention group's GPUs by position (prefill context
+        parallelism, sim.timing.context_parallel): each GPU runs attention and indexer for its share
+        of every chunk's rows against the whole context, at the measured efficiency of a chunk of that
+        share ending where the chunk ends; its dense projections (unsplit weights), mHC and forward-pass
+        term on its share of all the step's rows; the routed experts over every row as without CP;
+        then the all-gathers of the chunks' KV and of the hidden states. CUDA-graph padding does not
+        apply (prefill steps run eager)."""
+        a, tail_tokens, g = self.arith, self.mt.tail_tokens, self.cp.ranks
+        decode_rows = batch_size * self.verified_tokens_per_step
+        every_rows = tail_rows = decode_rows
+        attn = 0.0
+        if batch_size:  # the decode rows dealt over the GPUs too, each GPU's share at full heads [D]
+            attn = self._attn_curve(rank_rows(batch_size, g)).at(terms.context_tokens / batch_size)
+        kv_bytes = 0.0
+        for chunk in prefill:
+            new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
+            _dense, attn_flops, kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
+            share = rank_rows(new, g)
+            attn += attn_flops / g * self.prefill_attention_s_per_flop(share, ctx + new - share)
+            kv_bytes += kv
+            if chunk.image_tokens and self.vision_on_instance:
+                attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
+            every_rows += new
+            if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
+                tail_rows += min(ctx + new, tail_tokens)
+        if not tail_tokens:
+            tail_rows = every_rows
+        rank = self._cp_rank_s(True, rank_rows(every_rows, g)) + self._cp_rank_s(False, rank_rows(tail_rows, g))
+        experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
+        drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+        head = self.head_s(decode_rows + len(prefill))
+        return attn + rank + experts + drafter + head + self._cp_comm_s(every_rows, kv_bytes)
+
+    def _cp_rank_s(self, every: bool, m: int) -> float:
+        """Dense projections with unsplit weights, mHC and forward-pass term of one class of layers on
+        a GPU holding `m` of a CP step's rows, memoised by (class, m)."""
+        cache = self._cp_rank_cache[0 if every else 1]
+        v = cache.get(m)
+        if v is None:
+            cls = self.mt.every if every else self.mt.tail
+            if m <= 0 or cls.layers == 0:
+                v = 0.0
+            else:
+                dense, mhc = self._gemm_mhc(every, m)  # the GEMMs / tp: the unsplit weights take tp times
+                v = dense * self.par.tp + mhc + cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m)
+            cache[m] = v
+        return v
+
+    def _cp_comm_s(self, rows: int, kv_bytes: float) -> float:
+        """Communication of a CP step of `rows` rows writing `kv_bytes` of KV: the MoE's all-to-all
+        (DeepEP over the EP ranks, overlapped as `_comm_s`; with experts TP-split instead, ep = 1, an
+        all-gather and a reduce-scatter of the rows' hidden states around every MoE layer), and the
+        exposed CP all-gathers (sim.timing.context_parallel.cp_gather_s); no attention all-reduce."""
+        a, p, g = self.arith, self.par, self.cp.ranks
+        if p.ep > 1:
+            moe = moe_alltoall_s(
+                rows,
+                gpus=p.gpus,
+                ep=p.ep,
+                hidden=a.hidden,
+                top_k=a.top_k,
+                moe_layers=a.moe_layers,
+                dispatch_bytes_per_elem=DISPATCH_BYTES_PER_ELEM,
+                combine_bytes_per_elem=COMBINE_BYTES_PER_ELEM,
+                bw_bytes_per_s=self._comm_bw,
+                latency_s=self._comm_lat,
+            )
+        else:
+            hidden_bytes = rows * a.hidden * COMBINE_BYTES_PER_ELEM
+            moe = a.moe_layers * 2.0 * allgather_s(hidden_bytes, g, self._comm_bw, self._comm_lat)
+        v = moe * (1.0 - self.eff.comm_overlap_frac) + cp_gather_s(
+            kv_bytes,
+            rows,
+            ranks=g,
+            hidden=a.hidden,
+            layers=a.layers,
+            index_layers=self.mt.prefill_index_layers,
+            bw_bytes_per_s=self._comm_bw,
+            latency_s=self._comm_lat,
+        )
+        if self.engram_in_dram:
+            v += rows * a.engram_bytes_per_token / self._pcie_rate
+        return v + self.eff.step_overhead_s
 
     def _dp_mixed_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
         """A step with prefill chunks on an instance with DP attention. Each chunk runs on its
@@ -727,6 +821,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         layer_row_overhead_s=term.per_layer_row_s,
         row_buckets=ctx.row_buckets,
         prefill_through_decode=ctx.prefill_through_decode,
+        prefill_cp=ctx.prefill_cp,
     )
 
 

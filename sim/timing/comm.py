@@ -1,12 +1,17 @@
 """Collective communication time inside one serving instance (pure functions).
 
-Ring all-reduce over p ranks moves 2 (p - 1) / p of the buffer through each rank's link;
-an all-to-all over p ranks sends (p - 1) / p of each rank's buffer to the others. Each
-collective pays a fixed latency once. Bandwidths are one direction, per GPU, already scaled by
-the achievable fraction.
+Ring all-reduce over p ranks moves 2 (p - 1) / p of the buffer through each rank's link; a ring
+all-gather moves (p - 1) / p of the gathered buffer; an all-to-all over p ranks sends (p - 1) / p
+of each rank's buffer to the others. Each collective pays a fixed latency once. Bandwidths are one
+direction, per GPU, already scaled by the achievable fraction.
 """
 
 from __future__ import annotations
+
+from typing import Final
+
+DISPATCH_BYTES_PER_ELEM: Final = 1.0  # DeepEP dispatch in FP8 (hardware.md §1 notes, S41)
+COMBINE_BYTES_PER_ELEM: Final = 2.0  # combine in BF16
 
 
 def allreduce_s(nbytes: float, ranks: int, bw_bytes_per_s: float, latency_s: float) -> float:
@@ -14,6 +19,14 @@ def allreduce_s(nbytes: float, ranks: int, bw_bytes_per_s: float, latency_s: flo
     if ranks <= 1 or nbytes <= 0.0:
         return 0.0
     return latency_s + 2.0 * (ranks - 1) / ranks * nbytes / bw_bytes_per_s
+
+
+def allgather_s(nbytes_total: float, ranks: int, bw_bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-gather whose gathered buffer is `nbytes_total` (each of `ranks` GPUs brings 1 / ranks
+    of it and receives the rest)."""
+    if ranks <= 1 or nbytes_total <= 0.0:
+        return 0.0
+    return latency_s + (ranks - 1) / ranks * nbytes_total / bw_bytes_per_s
 
 
 def alltoall_s(nbytes_per_rank: float, ranks: int, bw_bytes_per_s: float, latency_s: float) -> float:

@@ -47,6 +47,7 @@ class TimingContext:
         False  # prefill rows attend through the decode kernel (timing.prefill_attention)
     )
     verify_rows: int = 0  # query rows per decoding sequence per step; 0 = 1 + draft_tokens
+    prefill_cp: str = "off"  # prefill context parallelism of the pool (sim.timing.context_parallel)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from sim.timing.batch import DecodeTerms, PrefillChunk
-from sim.timing.comm import moe_alltoall_s, tp_allreduce_s
+from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, moe_alltoall_s, tp_allreduce_s
 from sim.timing.interp import QuadraticTable, chunk_parts
 
 
@@ -167,8 +167,8 @@ class RooflineTiming:
                 hidden=a.hidden,
                 top_k=a.top_k,
                 moe_layers=a.moe_layers,
-                dispatch_bytes_per_elem=1.0,  # DeepEP dispatch in FP8 (hardware.md §1 notes, S41)
-                combine_bytes_per_elem=2.0,  # combine in BF16
+                dispatch_bytes_per_elem=DISPATCH_BYTES_PER_ELEM,
+                combine_bytes_per_elem=COMBINE_BYTES_PER_ELEM,
                 bw_bytes_per_s=self._comm_bw,
                 latency_s=self._comm_lat,
             )

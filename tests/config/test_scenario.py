@@ -144,6 +144,18 @@ def test_generator_workload_loads(folder):
                      "must be greater than or equal to 1 (got 0)", id="zero-gpus"),
         pytest.param({"cluster__pools__1__dp": 2}, "cluster.pools[1].tp",
                      "tp x dp must equal gpus_per_instance (4 x 2 = 8, gpus_per_instance = 16)", id="tp-dp-mismatch"),
+        pytest.param({"cluster__pools__0__tp": 1, "cluster__pools__0__dp": 8,
+                      "cluster__pools__0__prefill_context_parallel": "round_robin"},
+                     "cluster.pools[0].prefill_context_parallel",
+                     "prefill context parallelism spreads a step's rows over the tp GPUs of one attention group: "
+                     "needs tp >= 2 and dp = 1 (got tp 1, dp 8) (got 'round_robin')", id="cp-without-tp"),
+        pytest.param({"cluster__pools__0__prefill_context_parallel": "ring"},
+                     "cluster.pools[0].prefill_context_parallel",
+                     "not one of the allowed values (got 'ring'); allowed: 'off', 'round_robin' or 'zigzag'",
+                     id="cp-unknown-mode"),
+        pytest.param({"scheduler": {"dp_prefill_budget": "shared"}}, "scheduler.dp_prefill_budget",
+                     "not one of the allowed values (got 'shared'); allowed: 'divided' or 'per_rank'",
+                     id="dp-budget-unknown-rule"),
         pytest.param({"slo": {"ttft_s": "2ms"}}, "slo.ttft_s",
                      "expected a plain number in seconds (the suffix _s of 'ttft_s' is the unit), not a string "
                      "(got '2ms')", id="string-with-unit"),

@@ -8,7 +8,7 @@ from sim.cluster.instance import Instance
 from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.metrics.recorder import Recorder
-from sim.sched.batcher import prefill_chunks_dp
+from sim.sched.batcher import prefill_chunks_dp, rank_prefill_budget
 from sim.sched.router import Router
 
 from . import objects
@@ -66,3 +66,36 @@ def test_requests_go_round_robin_and_prefill_on_their_own_rank():
         [(512, 0), (300, 1), (512, 2), (400, 3)],
         [(176, 0), (188, 2), (100, 0)],
     ]
+
+
+def test_rank_budget_rules():
+    # SGLang divides the instance budget (less every decode row) over the ranks; vLLM gives each rank
+    # the whole budget less its own decode rows
+    assert rank_prefill_budget(16384, 256, 8, True) == (16384 - 256) // 8
+    assert rank_prefill_budget(16384, 256, 8, False) == 16384 - 32
+    assert rank_prefill_budget(16384, 257, 8, False) == 16384 - 33  # the busiest rank's decode rows
+    assert rank_prefill_budget(100, 99, 8, True) == 1  # something left: at least a token per rank
+    assert rank_prefill_budget(100, 100, 8, True) == 0
+    assert rank_prefill_budget(100, 800, 8, False) == 0
+
+
+def test_per_rank_budget_gives_each_rank_the_whole_budget():
+    loop = EventLoop()
+    st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
+    link = SharedLink(loop, "link", 1e12)
+    timing = Recording()
+    inst = Instance(loop, 0, "p", "colocated", 0, 4, timing, st, budget_tokens=512, chunk_tokens=1024,
+                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                    max_queue_wait_s=None, dp_ranks=4, dp_budget_divided=False)  # fmt: skip
+    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
+    cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
+                      recorder=Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"]),
+                      max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
+    inst.cluster = cluster
+    for rid, tokens in enumerate((1200, 300, 700, 400)):  # ranks 0, 1, 2, 3
+        loop.call_at(
+            0.0, cluster.dispatch, Request(rid, rid, 0, 0, rid, None, None, 0.0, tokens, 1, 0, 0, 0, 0)
+        )
+    loop.run()
+    # 512 tokens on every rank and step (divided, the same instance would give each rank 128)
+    assert timing.steps[:2] == [[(512, 0)], [(512, 0), (300, 1), (512, 2), (400, 3)]]
