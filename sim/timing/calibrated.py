@@ -55,8 +55,9 @@ layers (CED, the model's default prefill mode) only the decode rows plus the las
 each request finishing its prompt (model.md §6.2). Attention + indexer: the chunk's FLOPs (model
 arithmetic) at the measured seconds per FLOP of the prefill kernels at this chunk size and
 context (sparse MLA prefill and indexer prefill, weighted by the layers that run them on every
-prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; vision on the
-roofline.
+prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; attention-TP GPUs
+split the sparse MLA by heads but each runs the whole indexer (it is replicated in vLLM and SGLang,
+sim.timing.context_parallel); vision on the roofline.
 
 DP attention (dp > 1): a request lives on one DP rank (`PrefillChunk.rank`, placed by the engine,
 sim.cluster.instance), so its chunk's attention, dense projections, mHC and forward-pass term run
@@ -95,7 +96,7 @@ from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available, tables_for
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, allgather_s, moe_alltoall_s
-from sim.timing.context_parallel import ContextParallel, cp_gather_s, rank_rows
+from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.tables import (
@@ -528,6 +529,21 @@ class CalibratedTiming(RooflineTiming):
             self._fixed_cache[batch_size] = v
         return v
 
+    def _heads_attention_s(self, attn_flops: float, new_tokens: int, context_tokens: int) -> float:
+        """Seconds of a chunk's attention + indexer (`attn_flops`) on a GPU of an attention group whose
+        TP GPUs split it by heads: the measured sparse MLA prefill / tp, the replicated indexer whole
+        (sim.timing.context_parallel.heads_split_attention_s)."""
+        tp = self.par.tp
+        if tp == 1:
+            return attn_flops * self.prefill_attention_s_per_flop(new_tokens, context_tokens)
+        mt = self.mt
+        end = context_tokens + new_tokens
+        ni = mt.prefill_index_layers
+        mla_s, mla_flops = self._mla_prefill(new_tokens)
+        index_s = ni * mt.index_prefill.at(new_tokens, end)
+        flops = mla_flops + ni * mt.index_prefill_flops.at(new_tokens, end)
+        return attn_flops * heads_split_attention_s(mla_s, index_s, tp) / flops
+
     def prefill_attention_s_per_flop(self, new_tokens: int, context_tokens: int) -> float:
         """Measured seconds per attention + indexer FLOP of a prefill chunk on one GPU."""
         mt = self.mt
@@ -582,7 +598,7 @@ class CalibratedTiming(RooflineTiming):
                 row_context += new * (ctx + (new + 1) / 2.0)
             else:
                 _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
-                attn += attn_flops / self.par.gpus * self.prefill_attention_s_per_flop(new, ctx)
+                attn += self._heads_attention_s(attn_flops, new, ctx)
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
@@ -695,7 +711,7 @@ class CalibratedTiming(RooflineTiming):
         contexts. Every layer has the same slowest rank, so the sum over layers of the per-layer
         slowest rank is taken as the slowest rank's sum (the layers' prefill/decode mixes differ
         little). With CUDA-graph buckets every rank replays the graph of the most-loaded rank's rows."""
-        a, tail_tokens, dp, tp = self.arith, self.mt.tail_tokens, self.par.dp, self.par.tp
+        a, tail_tokens, dp = self.arith, self.mt.tail_tokens, self.par.dp
         verify = self.verified_tokens_per_step
         decode_rows = batch_size * verify
         share = -(-decode_rows // dp)  # ceil: the straggler's decode rows, as in a decode step
@@ -716,8 +732,7 @@ class CalibratedTiming(RooflineTiming):
                 row_context_r[r] += new * (ctx + (new + 1) / 2.0)
             else:
                 _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
-                # the rank's TP GPUs split the chunk's heads (measured seconds per FLOP on one GPU)
-                attn_r[r] += attn_flops / tp * self.prefill_attention_s_per_flop(new, ctx)
+                attn_r[r] += self._heads_attention_s(attn_flops, new, ctx)  # on the rank's TP GPUs
             if chunk.image_tokens and self.vision_on_instance:  # on the rank's GPUs: 1 / dp of the rate
                 attn_r[r] += (
                     a.vision_flops(chunk.image_tokens, chunk.image_count) * dp / self._attn_rate_prefill

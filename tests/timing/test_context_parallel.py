@@ -143,3 +143,18 @@ def test_decode_steps_do_not_change(tp8, model):
     terms = _decode(off, 64, 100 * K)
     assert rr.step_s(64, terms, ()) == off.step_s(64, terms, ())
     assert rr.decode_span_s(64, terms, 50) == off.decode_span_s(64, terms, 50)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tp_gpus_split_the_mla_by_heads_and_repeat_the_indexer(tp8, model):
+    t = tp8[(model, "off")]
+    mt, new, ctx = t.mt, 4096, 200 * K
+    mla_s, mla_flops = t._mla_prefill(new)
+    index_s = mt.prefill_index_layers * mt.index_prefill.at(new, ctx + new)
+    index_flops = mt.prefill_index_layers * mt.index_prefill_flops.at(new, ctx + new)
+    flops = 1e15
+    got = t._heads_attention_s(flops, new, ctx)
+    assert got == pytest.approx(flops * (mla_s / 8 + index_s) / (mla_flops + index_flops), rel=1e-12)
+    # far more than an eighth of one GPU's time at long context: the indexer dominates there
+    whole = flops * t.prefill_attention_s_per_flop(new, ctx)
+    assert whole / 8 < 0.5 * got < whole

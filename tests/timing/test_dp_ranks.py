@@ -36,9 +36,12 @@ def _balanced_s(t, batch, terms, chunks) -> float:
     every = tail = decode_rows
     attn = t._attn_curve(batch).at(terms.context_tokens / batch) if batch else 0.0
     for c in chunks:
-        attn += (
-            _attn_flops(t, c) / t.par.gpus * t.prefill_attention_s_per_flop(c.new_tokens, c.context_tokens)
-        )
+        if t.par.tp > 1:  # the TP GPUs split the MLA by heads, the indexer is replicated
+            attn += t._heads_attention_s(_attn_flops(t, c), c.new_tokens, c.context_tokens)
+        else:
+            attn += (
+                _attn_flops(t, c) / t.par.gpus * t.prefill_attention_s_per_flop(c.new_tokens, c.context_tokens)
+            )
         every += c.new_tokens
         if c.last_chunk and tail_tokens:
             tail += min(c.context_tokens + c.new_tokens, tail_tokens)
