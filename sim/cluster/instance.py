@@ -193,15 +193,27 @@ class Instance:
         """HBM that `req` reserves here: its prompt's KV, and its output's if it decodes here."""
         return self.need_bytes(req.input_tokens + req.output_tokens if with_output else req.input_tokens)
 
+    def _shared_in_place(self, req: Request) -> int:
+        """Tokens of `req`'s shared prompt it can use in place from this instance's HBM (sim.kvcache.store)."""
+        key = req.shared_key
+        if key is None or self.role == "decode":
+            return 0
+        return self.store.shared_hbm_tokens(key, self.index, req.shared_tokens)
+
     def _fitting_head(self, *, with_output: bool) -> Request | None:
         """The head of the waiting queue, taken off it, if its KV fits in HBM beside the running
         sequences (cached copies are evicted to make room); None if it must wait. A head that
         cannot fit even in an empty HBM is rejected and the next one tried. `with_output`: the
-        reservation holds the output tokens too (the sequence decodes here)."""
+        reservation holds the output tokens too (the sequence decodes here); a shared prompt used
+        in place is not reserved again."""
         waiting, hbm = self.waiting, self.hbm
         while waiting:
             req = waiting[0]
-            if hbm.can_reserve(self._reservation_bytes(req, with_output=with_output)):
+            need = self._reservation_bytes(req, with_output=with_output)
+            shared, key = self._shared_in_place(req), req.shared_key
+            if shared and key is not None:
+                need += self.store.shared_hold_bytes(key, self.index) - shared * self._rep_bpt
+            if hbm.can_reserve(need):
                 waiting.popleft()
                 return req
             if hbm.reserved_bytes > 0.0:
@@ -262,6 +274,11 @@ class Instance:
                     link = self.read_links[tier]
                     assert link is not None  # every tier below HBM has a read link
                     link.submit(nbytes, self._loaded, req, store.read_overhead_s(tier, tokens - hbm_tokens))
+            shared, skey = self._shared_in_place(req), req.shared_key
+            if shared and skey is not None:
+                store.hold_shared(skey, self.index)
+                req.shared_held = True
+                need -= shared * self._rep_bpt
             store.reserve_hbm(self.index, need - pinned, now)
             req.reserved_p_bytes = need
             if req.loads_pending:
@@ -297,7 +314,7 @@ class Instance:
             if key is not None and req.prefix_tokens:
                 held = store.hbm_tokens(key, self.index)
                 if held:
-                    usable = min(policy.hit_tokens(held, req.prefix_tokens), req.input_tokens - 1)
+                    usable = policy.hit_tokens(held, req.prefix_tokens, req.input_tokens)
                     if usable > 0:
                         pinned = store.pin_hbm(key, self.index)
                         req.d_pinned = True
@@ -327,8 +344,11 @@ class Instance:
             unpin_key=req.parent_lineage if req.pinned else None,
             now_s=self.env.now_s,
             persist=False,
+            shared_key=req.shared_key,
+            shared_held=req.shared_held,
         )
         req.pinned = False
+        req.shared_held = False
         self._admit()
 
     # --- the engine loop ---
@@ -494,6 +514,8 @@ class Instance:
         else:
             reserved_bytes, pinned = req.reserved_p_bytes, req.pinned
             req.pinned = False
+        shared_held = req.shared_held
+        req.shared_held = False
         self.store.finish(
             req.lineage,
             self.index,
@@ -503,6 +525,8 @@ class Instance:
             now_s=now,
             persist=True,
             prompt_tokens=req.input_tokens,
+            shared_key=req.shared_key,
+            shared_held=shared_held,
         )
         self.cluster.request_done(req)
         if self.waiting:

@@ -39,6 +39,7 @@ class Request:
     prefix_source: str = "none"
     shared_prefix_hit: bool = False
     pinned: bool = False
+    shared_held: bool = False  # it uses its shared prompt's cached blocks in place (sim.kvcache.store)
     load_bytes: float = 0.0
     swa_load_bytes: float = 0.0
     replay_tokens: int = 0

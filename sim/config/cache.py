@@ -131,8 +131,16 @@ class _TierChain(StrictModel):
     )
     eviction: Literal["lru"] = Field("lru", description="eviction order inside a tier")
     block_tokens: int = Field(
-        256, ge=1, description="KV block size: a partial prefix match is used in whole blocks"
-    )  # model.md §5.2 [B]: SGLang 256-token pages for V4, vLLM --block-size 256 for V4.1
+        256,
+        ge=1,
+        description="the engine's KV block (page) size in tokens: a partial prefix match is used in whole blocks, "
+        "and HBM evicts a cached context block by block from its tail",
+    )
+    # The engine's setting, not the model's. 256 for both families because the engines that serve them use it:
+    # SGLang's 256-token pages for V4 and vLLM's --block-size 256 for V4.1 (model.md §5.2 [B]). Engine defaults
+    # for other models differ [B]: vLLM 16 (its --block-size default; MLA backends raise it to 64,
+    # vllm-project/vllm#24692), SGLang page_size 1 (a radix cache per token); the served mini engine of issue 14
+    # runs 256 (kernels_bench/serve/blocks.py), and `sim validate --real` takes the run's value from its provenance.
     swa_prefix_rows: Literal["window", "every_token"] = Field(
         "window",
         description="what the prefix cache keeps of the sliding-window KV: window = the last window of each "

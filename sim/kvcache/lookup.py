@@ -4,9 +4,10 @@ Order: the chain, fastest first (sim.kvcache.store): the instance's own HBM, the
 it whose unit the instance reaches (default: its node's host DRAM, the RDMA pool unit its node
 reaches when the chain has one, the SSD tier), else recompute. The hit is the longest usable prefix
 over all tiers (each tier holds a prefix of the same lineage); the part already in HBM is used in
-place, the rest is loaded from the fastest tier that covers it. The last prompt token is always
-computed (its logits start the output). A cross-session shared prompt prefix is used when it
-covers more than the lineage's own hit.
+place, the rest is loaded from the fastest tier that covers it. A hit is whole blocks
+(`CachePolicy.hit_tokens`: engines hash full blocks only) and leaves the last prompt token to compute
+(its logits start the output). A cross-session shared prompt prefix is used when it covers more than
+the lineage's own hit.
 
 Every layer's sliding window (SWA, the last `swa_window_tokens` = 128 positions) must be restored
 at the hit's end. Window states exist where a sequence ended: in HBM, the live one at the end of
@@ -15,7 +16,12 @@ pool (V4.1) - at the end of the request's input and of its output, DeepSeek's tw
 units" per request (hardware.md §4.1 [A]). Each is kept the way paged engines keep it, as the KV
 blocks that overlap the window (SGLang's SWA radix cache, vLLM's sliding-window manager [B]), so
 it also serves a hit that ends a little earlier, at a block boundary whose window lies inside
-those blocks (`window_restorable`). That is the common case on real sessions: a turn repeats its
+those blocks (`window_restorable`). An HBM copy whose tail was evicted (sim.kvcache.store: runs of
+blocks cut from the tail) keeps what is left of those blocks: its window is judged at where its
+sequence ended, so a hit on the head left finds a window only while the blocks overlapping it remain;
+deeper, the window is recomputed like any other miss (what an engine keeping the last window only
+must do: SGLang falls back to a shorter match or recomputes, vLLM's hybrid manager needs the window's
+blocks; sim.model.kv). That is the common case on real sessions: a turn repeats its
 parent's input up to the last block boundary, not its output (Weka dev trace: every hit ends
 inside the parent's input, 95 % in its last 64-token block). A hit elsewhere needs a window the
 engine no longer holds, so it is recomputed: `swa_replay_tokens` cached tokens re-run - V4.1's
@@ -102,7 +108,6 @@ def _fastest(store: KVStore, e: Entry, inst: int, now_s: float, tokens: int) -> 
 
 def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan | None:
     """The load plan of `req` on instance `inst`, or None when nothing is cached."""
-    limit = req.input_tokens - 1
     p = store.policy
     best: Entry | None = None
     best_tokens = 0
@@ -113,7 +118,7 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         e = store.entries.get(key)
         if e is not None:
             cached = _cached(store, e, inst, now_s)
-            tokens = min(p.hit_tokens(cached, req.prefix_tokens), limit)
+            tokens = p.hit_tokens(cached, req.prefix_tokens, req.input_tokens)
             if tokens > 0:
                 best, best_tokens, best_cached = e, tokens, cached
     skey = req.shared_key
@@ -121,8 +126,10 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         e = store.entries.get(skey)
         if e is not None:
             cached = _cached(store, e, inst, now_s)
-            tokens = min(req.shared_tokens, limit)
-            if cached >= req.shared_tokens and tokens > best_tokens:
+            # whole blocks of the shared prompt: the copy may be another request's shorter shared part,
+            # or cut short in HBM
+            tokens = p.hit_tokens(cached, req.shared_tokens, req.input_tokens)
+            if tokens > best_tokens:
                 best, best_tokens, best_cached, shared = e, tokens, cached, True
     if best is None:
         return None
@@ -136,7 +143,7 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
     # where the window comes from: HBM (the live sequence), the persisted prefix, the pool, or replay
     window, block = p.swa_window_tokens, p.block_tokens
     if tier == 0:
-        restorable = window_restorable(hbm, tokens, window, block)
+        restorable = window_restorable(store.hbm_window_end(best.key, inst), tokens, window, block)
     else:
         prompt = best.prompt_tokens
         restorable = window_restorable(cached, tokens, window, block) or (

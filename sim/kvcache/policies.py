@@ -30,7 +30,7 @@ class CachePolicy:
     swa_ttl_s: float
     swa_window_tokens: int  # every layer's sliding window (model.md §1: 128)
     swa_replay_tokens: int  # recomputed when the window at a hit's end is gone
-    block_tokens: int  # prefix hits are whole blocks unless the whole cached context matches
+    block_tokens: int  # the engine's KV block: prefix hits are whole blocks
     hbm_keep_s: float  # a finished session's KV stays in HBM this long after last use
     persist_prefixes: bool  # completions are written through to the chain's write-through tiers (SSD)
     retention_s: float  # guaranteed retention there; evicting earlier is counted as a violation
@@ -54,9 +54,13 @@ class CachePolicy:
         """Bytes of a session's prefix in a tier below HBM (host DRAM, a pool, SSD)."""
         return tokens * self.global_kv_bytes_per_token + self.persisted_state_bytes
 
-    def hit_tokens(self, cached_tokens: int, prefix_tokens: int) -> int:
-        """Usable prefix: the whole cached context when the request repeats all of it, else
-        whole blocks of the shared part (chained block hashes stop at the first partial block)."""
-        if prefix_tokens >= cached_tokens:
-            return cached_tokens
-        return prefix_tokens - prefix_tokens % self.block_tokens
+    def hit_tokens(self, cached_tokens: int, repeated_tokens: int, input_tokens: int) -> int:
+        """Usable prefix of a request of `input_tokens` that repeats `repeated_tokens` of a cached
+        context of `cached_tokens`: whole blocks of the part both cover, short of the last input
+        token (computed for its logits). Engines hash full blocks only (vLLM's chained block hashes,
+        SGLang's page-aligned radix keys, the served engine's BlockPool), so a context's partial
+        last block is never hit, even by a request repeating all of it."""
+        usable = min(cached_tokens, repeated_tokens, input_tokens - 1)
+        if usable <= 0:
+            return 0
+        return usable - usable % self.block_tokens

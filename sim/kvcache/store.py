@@ -21,6 +21,31 @@ using a hit pins the HBM copy or touches the lower tier.
 
 A lineage's cached context always extends the one before it (an agent's context grows), so a
 request that repeats p tokens of its parent hits min(p, cached) tokens (rounded to blocks).
+
+HBM is block-granular, lower tiers hold whole prefixes. An instance's HBM copy of a context is a run
+of `block_tokens` blocks (sim.kvcache.tiers): capacity pressure cuts blocks off the tail of the least
+recently used run, and the head left still hits. That is what the engines do: vLLM's KV cache manager
+frees a finished request's blocks tail first into an LRU free queue and evicts from its front (the
+served engine, kernels_bench/serve/blocks.py, likewise), SGLang's radix cache evicts least recently used
+leaves (tails). A run is one slot with a length, not one object per block, and vLLM's order is kept
+because a request's blocks are all freed at once: whole runs in LRU order, tail first inside a run. A
+running request pins the run it hits (its bytes become the request's reservation); a session's next
+turn extends the same lineage's run, so the context its turns share is held once. A cross-session
+shared prompt is cached as its whole blocks and used in place: every running request that begins with
+it holds that one copy (ref-counted, like an engine's shared blocks) and reserves only the rest of its
+context, and each finishing request makes it the most recently used, so it outlives the sessions' runs
+that begin with it, as in an engine that frees a request's blocks tail first. A session's cached run
+still counts its own copy of those blocks [D: the engines hold them once; charging them per run
+makes the cache hold up to one shared prompt less per cached session].
+A cut sends the whole context the run held down the demotion chain (as a whole eviction did before),
+and the copies below HBM stay whole prefixes of a lineage with whole-entry LRU, TTL and retention,
+because (1) a lower-tier copy is only useful from its first token: LMCache and Mooncake chunk KV
+(256 tokens) but key each chunk by the whole prefix before it, so a lookup stops at the first missing
+chunk, and their LRU over chunks written together does not keep a useful head the way a free queue
+filled tail first does; (2) host DRAM and SSD are 10-100x larger than HBM and drop copies mostly by TTL
+(sim.config.cache DEFAULT_TIERS), where a context leaves whole; (3) one entry per lineage keeps the
+store's cost per request independent of context length [D: a lower-tier LRU that cuts tails is not
+modelled].
 """
 
 from __future__ import annotations
@@ -152,7 +177,17 @@ class KVStore:
     ) -> None:
         self.policy = policy
         p = policy
-        self.hbm = [ByteTier(f"hbm[{i}]", c, p.hbm_keep_s) for i, c in enumerate(hbm_capacity_bytes)]
+        # HBM: runs of blocks (the module doc), at the instance's replicated bytes per token
+        self.hbm = [
+            ByteTier(
+                f"hbm[{i}]",
+                c,
+                p.hbm_keep_s,
+                block_tokens=p.block_tokens,
+                token_bytes=p.hbm_bytes(1, kv_replication[i]) - p.hbm_bytes(0, kv_replication[i]),
+            )
+            for i, c in enumerate(hbm_capacity_bytes)
+        ]
         self.instance_node = instance_node
         self.kv_replication = kv_replication
         self.tiers = tiers
@@ -180,6 +215,11 @@ class KVStore:
         """Instance -> tokens of `key` cached in its HBM (read only), or None when `key` is not stored."""
         e = self.entries.get(key)
         return e.hbm if e is not None else None
+
+    def hbm_window_end(self, key: int, inst: int) -> int:
+        """Where the sequence that left instance `inst`'s HBM copy of `key` ended: its live sliding
+        window was there, in the blocks that overlap it (a copy cut short may have lost them)."""
+        return self.hbm[inst].whole_tokens(key)
 
     def demoted_node(self, key: int) -> int:
         """The node whose HBM the copy of `key` in the first demotion tier (host DRAM) came from, or -1."""
@@ -270,6 +310,8 @@ class KVStore:
         now_s: float,
         persist: bool,
         prompt_tokens: int = 0,
+        shared_key: int | None = None,
+        shared_held: bool = False,
     ) -> None:
         """A request on instance `inst` is done with its HBM: give back its reservation, keep
         `tokens` of `key` cached there, unpin the cached copy it used (`unpin_key`: the key it
@@ -277,9 +319,20 @@ class KVStore:
         through to the write-through tiers and put V4.1's SWA ring in the node's pool. The window
         state is saved at the end of the request's input (`prompt_tokens`) and of its output
         (hardware.md §4.1 [A]: prefix units at both), so a later hit may end at either
-        (sim.kvcache.lookup)."""
-        self.hbm[inst].release(reserved_bytes)
+        (sim.kvcache.lookup). The shared prompt the request began with (`shared_key`; used in place
+        when `shared_held`), if cached there, becomes the most recently used: its blocks head every
+        such request's context, so an engine frees them last (vLLM frees a request's blocks tail
+        first) and they outlive the sessions' own runs."""
+        tier = self.hbm[inst]
+        tier.release(reserved_bytes)
         self.retain_hbm(key, inst, tokens, now_s)
+        if shared_held:
+            assert shared_key is not None
+            tier.unhold(shared_key, now_s)
+        elif shared_key is not None:
+            s = self.entries.get(shared_key)
+            if s is not None and inst in s.hbm:
+                tier.touch(shared_key, now_s)
         if unpin_key is not None:
             self.unpin(unpin_key)
         if persist:
@@ -291,13 +344,42 @@ class KVStore:
                 e.prompt_tokens = prompt_tokens
 
     def retain_shared(self, key: int, inst: int, tokens: int, now_s: float) -> None:
-        """A shared prompt prefix just computed on `inst`: cache it there (and persist it once)."""
+        """A shared prompt prefix of `tokens` just computed on `inst`: cache its whole blocks there
+        (the part later requests can hit and use in place; no sequence state: it is the head of
+        other sequences) and persist it once."""
+        blocks = tokens - tokens % self.policy.block_tokens
         e = self.entries.get(key)
-        if e is not None and e.hbm.get(inst, 0) >= tokens:
-            self.hbm[inst].touch(key, now_s)
-            return
-        self.retain_hbm(key, inst, tokens, now_s)
+        tier = self.hbm[inst]
+        held = e.hbm.get(inst, 0) if e is not None else 0
+        if held and (held >= blocks or not tier.holdable_bytes(key)):
+            tier.touch(key, now_s)  # enough of it, or in use by running sequences (kept as it is)
+        elif blocks:
+            e = self._entry(key)
+            nbytes = blocks * tier.token_bytes
+            if tier.can_fit(nbytes):
+                e.hbm[inst] = blocks
+                for k, b in tier.put(key, nbytes, now_s, blocks):
+                    self._evicted_from_hbm(k, inst, b, now_s, expired=False)
         self.persist(key, inst, tokens, now_s)
+
+    # --- a shared prompt's blocks used in place ---
+
+    def shared_hbm_tokens(self, key: int, inst: int, shared_tokens: int) -> int:
+        """Tokens of a request's shared prompt (`shared_tokens` of `key`) that instance `inst`'s HBM
+        holds as whole blocks: the request can use them in place instead of holding its own copy."""
+        e = self.entries.get(key)
+        usable = min(e.hbm.get(inst, 0), shared_tokens) if e is not None else 0
+        return usable - usable % self.policy.block_tokens
+
+    def shared_hold_bytes(self, key: int, inst: int) -> float:
+        """HBM bytes a request starting to use `key`'s copy in place adds to the reserved ones (the
+        whole copy when nobody uses it yet, else nothing)."""
+        return self.hbm[inst].holdable_bytes(key)
+
+    def hold_shared(self, key: int, inst: int) -> None:
+        """A request on `inst` uses `key`'s cached blocks in place until it finishes (`finish` with
+        `shared_held`): they cannot be evicted meanwhile, and count once however many use them."""
+        self.hbm[inst].hold(key)
 
     def unpin(self, key: int) -> None:
         e = self.entries.get(key)
@@ -317,7 +399,7 @@ class KVStore:
             self._demote_from_hbm(e, inst, tokens, now_s)  # cannot stay: straight down the chain
             return
         e.hbm[inst] = tokens
-        for k, b in tier.put(key, nbytes, now_s):
+        for k, b in tier.put(key, nbytes, now_s, tokens):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
 
     def persist(self, key: int, inst: int, tokens: int, now_s: float) -> None:
@@ -397,10 +479,17 @@ class KVStore:
         return e
 
     def _evicted_from_hbm(self, key: int, inst: int, nbytes: float, now_s: float, *, expired: bool) -> None:
+        """`key`'s copy in instance `inst`'s HBM lost `nbytes`: all of it, or its tail when the
+        tier cut the run (its head still cached there). Either way the context it held goes down
+        the demotion chain whole (the module doc)."""
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
         e = self.entries[key]
         tokens = e.hbm[inst]
-        del e.hbm[inst]
+        left = self.hbm[inst].tokens(key)
+        if left:
+            e.hbm[inst] = left
+        else:
+            del e.hbm[inst]
         self._demote_from_hbm(e, inst, tokens, now_s)
         self._maybe_forget(e)
 

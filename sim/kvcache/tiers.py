@@ -7,6 +7,20 @@ recently used entries first and returns them so the caller can demote them. TTL 
 `expire(now)` is called by the owner at its own operations and by the periodic sampler, so no
 event is scheduled per entry. The LRU head is always the oldest last use, so expiry stops at the
 first entry still alive.
+
+A tier built with `block_tokens` (HBM: the engine's KV block) holds prefixes that can lose their tail:
+each entry is a run of blocks (a session's cached context, `tokens` long, at `token_bytes` per token
+plus a fixed state), and capacity pressure takes blocks off the tail of the least recently used run
+before it touches the next run, the order in which vLLM's free queue hands out a finished request's
+blocks (freed tail first, sim.kvcache.store). A run cut short keeps its place in the LRU order and its
+head still serves prefix hits. Its fixed state (the sliding-window ring, the compressor's partial
+group: state at the sequence's end) goes with its first evicted block. One slot per run, never one
+per block: a million-token context is one object, and a cut is arithmetic on its length.
+
+An entry can also be held: running sequences use it in place (a shared prompt's blocks, which every
+sequence starting with that prompt references, as an engine's ref-counted blocks): while anyone holds
+it, its bytes count as reserved and it is out of the LRU order; the last release makes it the most
+recently used.
 """
 
 from __future__ import annotations
@@ -22,13 +36,17 @@ class TierFull(Exception):
 
 class _Slot:
     """A cached entry: its bytes and last use, linked in LRU order (a native class, so the
-    compiled core moves an entry with a few pointer writes, no allocation)."""
+    compiled core moves an entry with a few pointer writes, no allocation). In a tier of blocks,
+    also its length in tokens now and when it was put (where its sequence ended)."""
 
-    __slots__ = ("key", "nbytes", "last_use_s", "prev", "next")
+    __slots__ = ("key", "nbytes", "tokens", "whole_tokens", "holders", "last_use_s", "prev", "next")
 
-    def __init__(self, key: int, nbytes: float, last_use_s: float) -> None:
+    def __init__(self, key: int, nbytes: float, tokens: int, last_use_s: float) -> None:
         self.key = key
         self.nbytes = nbytes
+        self.tokens = tokens
+        self.whole_tokens = tokens
+        self.holders = 0  # running sequences using it in place (out of the LRU ring while > 0)
         self.last_use_s = last_use_s
         self.prev: _Slot = self
         self.next: _Slot = self
@@ -44,15 +62,27 @@ class ByteTier:
         "peak_bytes",
         "evicted_bytes",
         "expired_bytes",
+        "block_tokens",
+        "token_bytes",
         "_slots",
         "_head",
     )
 
-    def __init__(self, name: str, capacity_bytes: float, ttl_s: float = float("inf")) -> None:
+    def __init__(
+        self,
+        name: str,
+        capacity_bytes: float,
+        ttl_s: float = float("inf"),
+        *,
+        block_tokens: int = 0,  # > 0: entries are runs of blocks of this many tokens, cut from the tail
+        token_bytes: float = 0.0,  # bytes per token of a run (its tokens' KV; the rest is fixed state)
+    ) -> None:
         if capacity_bytes < 0.0:
             raise ValueError(f"tier {name}: capacity must be >= 0, got {capacity_bytes}")
         if not ttl_s > 0.0:
             raise ValueError(f"tier {name}: ttl must be > 0, got {ttl_s}")
+        if block_tokens < 0 or (block_tokens > 0 and not token_bytes > 0.0):
+            raise ValueError(f"tier {name}: block_tokens {block_tokens} needs token_bytes > 0, got {token_bytes}")
         self.name = name
         self.capacity_bytes = float(capacity_bytes)
         self.ttl_s = float(ttl_s)
@@ -61,10 +91,12 @@ class ByteTier:
         self.peak_bytes = 0.0
         self.evicted_bytes = 0.0  # cached bytes pushed out by capacity pressure
         self.expired_bytes = 0.0  # cached bytes dropped by TTL
+        self.block_tokens = block_tokens
+        self.token_bytes = float(token_bytes)
         # key -> its slot; the slots form a ring through the sentinel `_head`: _head.next is the
         # least recently used, _head.prev the most recently used
         self._slots: dict[int, _Slot] = {}
-        self._head = _Slot(0, 0.0, 0.0)
+        self._head = _Slot(0, 0.0, 0, 0.0)
 
     # --- reading ---
 
@@ -86,6 +118,15 @@ class ByteTier:
         """Bytes cached under `key` (0 when absent)."""
         slot = self._slots.get(key)
         return slot.nbytes if slot is not None else 0.0
+
+    def tokens(self, key: int) -> int:
+        """Tokens cached under `key` now (0 when absent; a run's head after its tail was cut)."""
+        slot = self._slots.get(key)
+        return slot.tokens if slot is not None else 0
+
+    def whole_tokens(self, key: int) -> int:
+        """Tokens `key` held when it was put (its sequence's end; more than `tokens` once cut)."""
+        return self._slots[key].whole_tokens
 
     def last_use_s(self, key: int) -> float:
         return self._slots[key].last_use_s
@@ -109,12 +150,15 @@ class ByteTier:
 
     # --- cached entries ---
 
-    def put(self, key: int, nbytes: float, now_s: float) -> Evicted:
-        """Cache `key` with `nbytes` (replacing its previous size), most recently used; evicts the
-        least recently used others as needed. Refuses (TierFull) if it cannot fit at all."""
+    def put(self, key: int, nbytes: float, now_s: float, tokens: int = 0) -> Evicted:
+        """Cache `key` with `nbytes` (`tokens` long; replacing its previous size), most recently
+        used; evicts the least recently used others as needed (in a tier of blocks, a run's tail
+        first). Refuses (TierFull) if it cannot fit at all."""
         slots = self._slots
         old = slots.get(key)  # get + del: compiled primitives (dict.pop is a generic method call)
         if old is not None:
+            if old.holders:
+                raise TierFull(f"{self.name}: entry {key} is in use, it cannot be replaced")
             del slots[key]
             _unlink(old)
             self.cached_bytes -= old.nbytes
@@ -131,9 +175,10 @@ class ByteTier:
         else:
             evicted = []
         if old is None:
-            old = _Slot(key, nbytes, now_s)
+            old = _Slot(key, nbytes, tokens, now_s)
         else:
             old.nbytes = nbytes
+            old.tokens = old.whole_tokens = tokens
             old.last_use_s = now_s
         slots[key] = old
         _link_after(self._head.prev, old)
@@ -145,16 +190,20 @@ class ByteTier:
     def touch(self, key: int, now_s: float) -> None:
         slot = self._slots[key]
         slot.last_use_s = now_s
+        if slot.holders:
+            return  # out of the LRU order until released
         last = self._head.prev
         if slot is not last:
             _unlink(slot)
             _link_after(last, slot)
 
     def remove(self, key: int) -> float:
-        """Drop `key`; returns its bytes (0 when absent)."""
+        """Drop `key` (not held); returns its bytes (0 when absent)."""
         slot = self._slots.get(key)
         if slot is None:
             return 0.0
+        if slot.holders:
+            raise TierFull(f"{self.name}: entry {key} is in use, it cannot be removed")
         del self._slots[key]
         _unlink(slot)
         self.cached_bytes -= slot.nbytes
@@ -201,6 +250,35 @@ class ByteTier:
                 raise TierFull(f"{self.name}: released more than reserved ({self.reserved_bytes:.0f} B)")
             self.reserved_bytes = max(self.reserved_bytes, 0.0)
 
+    def holdable_bytes(self, key: int) -> float:
+        """Bytes that holding `key` would move from cached to reserved (0 when absent or already held)."""
+        slot = self._slots.get(key)
+        return slot.nbytes if slot is not None and not slot.holders else 0.0
+
+    def hold(self, key: int) -> None:
+        """One more running sequence uses `key` in place: the first takes it out of the LRU order and
+        counts its bytes as reserved (the caller checked `can_reserve` for `holdable_bytes`)."""
+        slot = self._slots[key]
+        if not slot.holders:
+            _unlink(slot)
+            self.cached_bytes -= slot.nbytes
+            self.reserved_bytes += slot.nbytes
+            if self.reserved_bytes + self.cached_bytes > self.peak_bytes:
+                self._note_peak()
+        slot.holders += 1
+
+    def unhold(self, key: int, now_s: float) -> None:
+        """A sequence holding `key` is done with it; the last one makes it cached again, most
+        recently used."""
+        slot = self._slots[key]
+        slot.holders -= 1
+        if slot.holders:
+            return
+        self.reserved_bytes -= slot.nbytes
+        self.cached_bytes += slot.nbytes
+        slot.last_use_s = now_s
+        _link_after(self._head.prev, slot)
+
     def pin(self, key: int) -> float:
         """Turn a cached entry into reserved bytes (a running sequence now uses it); returns its bytes."""
         slot = self._slots[key]
@@ -213,17 +291,50 @@ class ByteTier:
     # --- internals ---
 
     def _make_room(self, nbytes: float) -> Evicted:
+        """Evict until `nbytes` more fit: whole entries, least recently used first; in a tier of
+        blocks, the least recently used run loses only the tail blocks it must (a cut run appears in
+        the result with the bytes it lost, and stays cached with its head)."""
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
             return []
         evicted: Evicted = []
         slots = self._slots
         while self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6 and slots:
+            if self.block_tokens:
+                cut = self._cut_oldest(self.reserved_bytes + self.cached_bytes + nbytes - self.capacity_bytes)
+                if cut > 0.0:
+                    self.evicted_bytes += cut
+                    evicted.append((self._head.next.key, cut))
+                    break
             slot = self._drop_oldest()
             self.evicted_bytes += slot.nbytes
             evicted.append((slot.key, slot.nbytes))
         if not slots:
             self.cached_bytes = 0.0
         return evicted
+
+    def _cut_oldest(self, excess_bytes: float) -> float:
+        """Free at least `excess_bytes` by cutting whole blocks off the tail of the least recently
+        used run, keeping the longest head that leaves room; returns the bytes freed (0.0 when the
+        whole run must go: no head of at least one block is left)."""
+        slot = self._head.next
+        block = self.block_tokens
+        block_bytes = block * self.token_bytes
+        keep_bytes = slot.nbytes - excess_bytes  # what the run may still hold
+        if keep_bytes < block_bytes:
+            return 0.0
+        keep = int(keep_bytes // block_bytes) * block
+        if keep * self.token_bytes > keep_bytes:  # float rounding at an exact multiple
+            keep -= block
+        last = (slot.tokens - 1) // block * block  # the start of its last block: at least one goes
+        if keep > last:
+            keep = last
+        if keep <= 0:
+            return 0.0
+        freed = slot.nbytes - keep * self.token_bytes
+        slot.nbytes = keep * self.token_bytes
+        slot.tokens = keep
+        self.cached_bytes -= freed
+        return freed
 
     def _drop_oldest(self) -> _Slot:
         """Take the least recently used entry out (there is one); returns its slot."""

@@ -86,7 +86,8 @@ def request(prefix: int, inp: int, *, parent: int | None = 7, out: int = 1) -> R
 def instances(st: KVStore, nodes: list[int]) -> list[Instance]:
     """One prefill instance per entry of `nodes` over the store's HBM tiers (instance i: tier i)."""
     env = EventLoop()
-    timing = SimpleNamespace(verified_tokens_per_step=1, accepted_tokens_per_step=1.0)
+    # a step of any batch takes 1 ms (admission tests start steps; nothing here depends on their length)
+    timing = SimpleNamespace(verified_tokens_per_step=1, accepted_tokens_per_step=1.0, step_s=lambda *_: 1e-3)
     link = SharedLink(env, "link", 1e12)
     return [
         Instance(env, i, "p", "prefill", node, 8, timing, st, budget_tokens=8192, chunk_tokens=8192,
