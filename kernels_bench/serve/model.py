@@ -128,6 +128,7 @@ class StepRows:
     out_rows: torch.Tensor  # [k] rows whose next token is sampled (each sequence's last row)
     n_keys: int  # CSA keys scored per row (host; >= every row's visible count)
     hca_width: int  # HCA entries per row (host)
+    ctx_tokens: int  # tokens every row's keys fit in (host): the graph's context bucket, or the step's max
 
 
 # ---- the model -----------------------------------------------------------------------------------------------
@@ -175,10 +176,10 @@ class ServedModel:
         g.manual_seed(cfg.seed)
         self.weights = []
         self.sinks = []
-        for i, kind in enumerate(cfg.kinds):
+        for i in range(len(cfg.kinds)):
             gl = torch.Generator(device=self.device)
             gl.manual_seed(cfg.seed + 101 * i)
-            self.weights.append(fw.make_layer_weights(kind, d, gl, self.device))
+            self.weights.append(self._layer_weights(i, gl))
             self.sinks.append(torch.randn(d.heads, generator=gl, device=self.device))
         self.mhc_params = mhc_tk.make_params(d.hidden, device=self.device, generator=g)
         scale = 1 / math.sqrt(d.hidden)
@@ -192,7 +193,7 @@ class ServedModel:
         half = d.rope_dim // 2
         self.inv_freq = cfg.rope_base ** (-torch.arange(half, device=self.device, dtype=torch.float64) / half)
         state_dtype = torch.float64 if kernels.act_dtype == torch.float64 else torch.float32
-        self.kv = [LayerKv(kind, cfg, num_blocks, state_dtype, self.device) for kind in cfg.kinds]
+        self.kv = self._layer_kv(state_dtype)
         self.dummy_slot = cfg.state_slots
         self._slots: OrderedDict[int, int] = OrderedDict()  # seq_id -> slot, least recently used first
         self._mhc: OrderedDict[int, list] = OrderedDict()  # GEMM rows -> a pair of boundaries (eager)
@@ -205,12 +206,19 @@ class ServedModel:
 
     model_name = SPEC  # the run directory's provenance names the served spec
 
+    def _layer_weights(self, li: int, g: torch.Generator):
+        """Layer ``li``'s weights drawn from ``g`` (forward.make_layer_weights: V4's kinds)."""
+        return fw.make_layer_weights(self.cfg.kinds[li], self.cfg.dims, g, self.device)
+
+    def _layer_kv(self, state_dtype) -> list:
+        return [LayerKv(kind, self.cfg, self.num_blocks, state_dtype, self.device) for kind in self.cfg.kinds]
+
     def describe(self) -> dict:
         """The step function in the run's provenance: the model, its KV and graphs, the kernel packages."""
         from kernels_bench.production.run import production_provenance
 
         return {
-            "spec": SPEC,
+            "spec": self.model_name,
             "layers": list(self.cfg.kinds),
             "routed_experts": self.cfg.dims.experts,
             "experts_per_token": self.cfg.dims.experts_per_token,
@@ -331,6 +339,7 @@ class ServedModel:
         ctx_max = nb * cfg.block_tokens
         n_keys = ctx_max // 4 if n_pad else max(1, int(((pos + 1) // 4).max()))
         hca = ctx_max // 128 if n_pad else int(((pos + 1) // 128).max())
+        ctx_tokens = ctx_max if n_pad else max(1, int((pos + 1).max()))
         al = self.k.ext_align
         hca_width = max(al, -(-hca // al) * al)
         # one host-to-device copy for every index array of the step (each separate copy costs a sync)
@@ -355,6 +364,7 @@ class ServedModel:
             out_rows=views[6],
             n_keys=n_keys,
             hca_width=hca_width,
+            ctx_tokens=ctx_tokens,
         )
 
     # -- the forward pass --
@@ -422,20 +432,12 @@ class ServedModel:
             torch.full_like(st.pos, kv_l.raw.scratch_row),
         )
         kv_l.raw.write(raw_dest, k.quant_rows("fp8_584", kv[:n]))
-        if kind != "SWA":
-            self._compress(li, kind, st, xq, x)
+        comp, ext_rows = self._global_entries(li, kind, st, xq, x, qa_q)
         # window: positions pos-W+1 .. pos
         W = d.window
         win_pos = st.pos[:, None] - torch.arange(W - 1, -1, -1, device=self.device)[None, :]
         win = torch.where(win_pos >= 0, paged_rows(st.bt, st.seq, win_pos, bt_tokens), -1)
-        ext = None
-        if kind == "CSA":
-            ext = self._select_csa(li, st, qa_q, x)
-        elif kind == "HCA":
-            j = torch.arange(st.hca_width, device=self.device)[None, :].expand(n, -1)
-            vis = (st.pos + 1) // fw.RATIO["HCA"]
-            ext = torch.where(j < vis[:, None], j, -1)
-        o = self._attend(li, kind, st, q[:n], win, ext)
+        o = self._attend(li, q[:n], win, comp, ext_rows)
         o = torch.where(valid, o, torch.zeros((), dtype=o.dtype, device=o.device))
         om = torch.zeros(m, d.heads, d.head_dim, dtype=q.dtype, device=self.device)
         om[:n] = o
@@ -443,6 +445,22 @@ class ServedModel:
         g = d.o_groups
         oa = torch.bmm(om.view(m, g, -1).transpose(0, 1), w.wo_a.to(om.dtype)).transpose(0, 1).reshape(m, -1)
         return k.gemm(k.quant(oa), w.w["wo_b"])
+
+    def _global_entries(self, li, kind, st: StepRows, xq, x, qa_q):
+        """(the compressed pool layer ``li`` attends to, each row's entries in it as absolute pool rows
+        [n, k], -1 = none), after writing this step's entries; (None, None) for an SWA-only layer. V4: CSA
+        selects its top-512 of the visible entries, HCA attends every one."""
+        if kind == "SWA":
+            return None, None
+        self._compress(li, kind, st, xq, x)
+        if kind == "CSA":
+            ext = self._select_csa(li, st, qa_q, x)
+        else:
+            j = torch.arange(st.hca_width, device=self.device)[None, :].expand(st.n, -1)
+            vis = (st.pos + 1) // fw.RATIO["HCA"]
+            ext = torch.where(j < vis[:, None], j, -1)
+        rows = torch.where(ext >= 0, paged_rows(st.bt, st.seq, ext, self.cfg.per_block(kind)), -1)
+        return self.kv[li].comp, rows
 
     def _compress(self, li, kind, st: StepRows, xq, x) -> None:
         """Pool this step's tokens into compressed rows (groups that close) and states (groups left open)."""
@@ -515,32 +533,38 @@ class ServedModel:
         [n, topk] entry numbers (-1 = none). Every row alike, decode or prefill (static shapes)."""
         from kernels_bench.serve.kernels import masked_topk
 
+        d = self.cfg.dims
+        vis = (st.pos + 1) // fw.RATIO["CSA"]
+        sc = self._index_scores(li, self.kv[li].keys, st, qa_q, x, vis, st.n_keys, self.cfg.per_block("CSA"))
+        return masked_topk(sc, d.topk)
+
+    def _index_scores(self, li, keys, st: StepRows, qa_q, x, vis, n_keys: int, per: int) -> torch.Tensor:
+        """Layer ``li``'s lightning-indexer queries scored against ``n_keys`` index keys of each row's
+        sequence in the key pool ``keys`` (``per`` keys per engine block, through the block table): [n,
+        n_keys] scores, -inf for keys j >= ``vis`` (the row's visible count). Every row alike, decode or
+        prefill (static shapes)."""
         d, k, n = self.cfg.dims, self.k, st.n
-        w, kv_l = self.weights[li], self.kv[li]
+        w = self.weights[li]
         iq = k.gemm(qa_q, w.w["index_q"]).view(st.m, d.index_heads, d.index_dim)[:n]
         iw = (x[:n] @ w.w_index_weights.to(x.dtype)).to(k.acc_dtype) / math.sqrt(d.index_heads * d.index_dim)
-        vis = (st.pos + 1) // fw.RATIO["CSA"]
-        per = self.cfg.per_block("CSA")
         if not hasattr(k, "index_logits_paged"):  # the reference: gather every row's keys
-            j = torch.arange(st.n_keys, device=self.device)[None, :].expand(n, -1)
+            j = torch.arange(n_keys, device=self.device)[None, :].expand(n, -1)
             rows = torch.where(j < vis[:, None], paged_rows(st.bt, st.seq, j, per), 0)
-            return masked_topk(k.index_logits(iq, iw, kv_l.keys, rows, vis), d.topk)
+            return k.index_logits(iq, iw, keys, rows, vis)
         pp = per // 8  # the kernel's 8-key pages per engine block
         pages = (st.bt[:, :, None] * pp + torch.arange(pp, device=self.device)).flatten(1)
-        sc = k.index_logits_paged(iq, iw, kv_l.keys, pages[st.seq].int().contiguous(), st.n_keys)
+        sc = k.index_logits_paged(iq, iw, keys, pages[st.seq].int().contiguous(), n_keys)
         j = torch.arange(sc.shape[1], device=self.device)[None, :]
-        return masked_topk(sc.masked_fill(j >= vis[:, None], float("-inf")), d.topk)
+        return sc.masked_fill(j >= vis[:, None], float("-inf"))
 
-    def _attend(self, li, kind, st: StepRows, q, win, ext) -> torch.Tensor:
-        """Every row attends to its window rows and compressed entries straight from the pools (FlashMLA
-        sparse decode on the GPU, one query per row; the float64 reference on the CPU)."""
+    def _attend(self, li, q, win, comp, ext_rows) -> torch.Tensor:
+        """Every row attends to its window rows of layer ``li`` and its entries ``ext_rows`` of the
+        compressed pool ``comp`` (None: none) straight from the pools (FlashMLA sparse decode on the GPU,
+        one query per row; the float64 reference on the CPU)."""
         k, kv_l, sink = self.k, self.kv[li], self.sinks[li]
-        ext_rows = None
-        if ext is not None:
-            ext_rows = torch.where(ext >= 0, paged_rows(st.bt, st.seq, ext, self.cfg.per_block(kind)), -1)
         if not hasattr(k, "attend_decode"):
-            return k.attend(q, kv_l.raw, win, kv_l.comp, ext_rows, sink)
-        return k.attend_decode(q, kv_l.raw, win, kv_l.comp, ext_rows, sink)
+            return k.attend(q, kv_l.raw, win, comp, ext_rows, sink)
+        return k.attend_decode(q, kv_l.raw, win, comp, ext_rows, sink)
 
     def _moe_block(self, li, x, n) -> torch.Tensor:
         d, k = self.cfg.dims, self.k
@@ -636,6 +660,7 @@ def _static_rows(model: ServedModel, bucket: int, nb: int, seqs: int) -> StepRow
         out_rows=torch.zeros(seqs, dtype=torch.int64, device=dev),
         n_keys=ctx // 4,
         hca_width=max(al, -(-(ctx // 128) // al) * al),
+        ctx_tokens=ctx,
     )
 
 

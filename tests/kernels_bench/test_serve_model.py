@@ -170,10 +170,8 @@ def test_bad_block_table_is_refused():
 @pytest.mark.gpu
 def test_production_served_model_matches_reference_and_alone():
     """The GPU check of kernels_bench.serve.bench (real shapes, 8 experts): the production kernels against
-    the float64 reference on one mixed schedule (every step a CUDA graph) and each sequence alone. FP8
-    activation rounding makes the stack rough (forward.component_errors: a 0.1 % input change moves the
-    output by ~7 %), so agreement is judged against that scale and against the O(1) distance between
-    neighbouring positions' logits."""
+    the float64 reference on one mixed schedule (every step a CUDA graph, and eagerly) and each sequence
+    alone (criteria: bench.check_failures)."""
     try:
         from kernels_bench.serve.kernels import ServeGpu
 
@@ -191,10 +189,7 @@ def test_production_served_model_matches_reference_and_alone():
     print({k: v for k, v in res.items() if k != "works"})
     if os.environ.get("SERVE_CHECK_JSON"):  # the device call keeps the full result
         Path(os.environ["SERVE_CHECK_JSON"]).write_text(json.dumps(res, indent=1) + "\n")
-    assert res["all_finite"]
-    assert res["median_rel_vs_reference"] < 0.1 and res["max_rel_vs_reference"] < 0.3
-    assert res["max_rel_vs_reference"] < 0.5 * res["neighbour_rel_min"]
-    assert res["max_rel_vs_alone"] < 0.3
+    assert not bench.check_failures(res)
     assert [1, 8192] in res["graph_buckets"] and [512, 8192] in res["graph_buckets"]
 
 

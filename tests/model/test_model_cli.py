@@ -67,6 +67,7 @@ def test_list_json():
         "deepseek-v4-flash",
         "deepseek-v4-flash-mini",
         "deepseek-v4.1-flash",
+        "deepseek-v4.1-flash-mini",
         "qwen3-coder-30b-a3b",
     ]
 

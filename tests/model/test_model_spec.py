@@ -24,6 +24,7 @@ def test_model_names():
         "deepseek-v4-flash",
         "deepseek-v4-flash-mini",
         "deepseek-v4.1-flash",
+        "deepseek-v4.1-flash-mini",
         "qwen3-coder-30b-a3b",
     ]
 
@@ -34,7 +35,7 @@ def test_unknown_model_names_the_allowed_ones():
     assert str(err.value) == (
         "model: unknown model (got 'deepseek-v5'); allowed: "
         "deepseek-llm-67b, deepseek-v3.2, deepseek-v4-flash, deepseek-v4-flash-mini, deepseek-v4.1-flash, "
-        "qwen3-coder-30b-a3b"
+        "deepseek-v4.1-flash-mini, qwen3-coder-30b-a3b"
     )
 
 
