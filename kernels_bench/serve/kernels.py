@@ -76,6 +76,7 @@ class ServeGpu(fw.GpuKernels):
     def __init__(self):
         super().__init__()
         self._meta: dict[tuple, object] = {}
+        self._padded: dict[int, tuple] = {}  # id(weight) -> (weight, its K-padded copy)
 
     def quant_rows(self, fmt: str, x: torch.Tensor) -> torch.Tensor:
         from kernels_bench.kvquant_triton import quantize_on_write
@@ -83,6 +84,18 @@ class ServeGpu(fw.GpuKernels):
         out = torch.empty(x.shape[0], formats.ROW_BYTES[fmt], dtype=torch.uint8, device=x.device)
         slots = torch.arange(x.shape[0], device=x.device)
         return quantize_on_write(fmt, x.to(torch.bfloat16).contiguous(), slots, out)
+
+    def gemm(self, xqs, w):
+        """forward.GpuKernels' cuBLASLt blockwise FP8 GEMM, which is wrong unless K/128 % 4 == 0: V4.1's K =
+        1280 (q_lora: wq_b, indexer wq_b) and 2304 (shared expert down) run zero-padded to a multiple of 512
+        (+20 % / +11 % of those GEMMs' work; DeepGEMM, the production kernel, takes them unpadded) [D]."""
+        k = xqs[0].shape[1]
+        if (k // 128) % 4 == 0:
+            return super().gemm(xqs, w)
+        kp = -(-k // 512) * 512
+        if id(w) not in self._padded:  # the weight padded once (the model keeps its weights alive)
+            self._padded[id(w)] = (w, pad_weight_k(w, kp))
+        return super().gemm(pad_act_k(xqs, kp), self._padded[id(w)][1])
 
     def index_logits_paged(self, q, w, keys, pages, n_keys: int):
         """FP8 indexer scores of ``n_keys`` keys per row through a block table of 8-key pages (``pages``
@@ -136,6 +149,27 @@ class ServeGpu(fw.GpuKernels):
             use_legacy=True,
             kv_format="V4",
         )[0][:, 0]
+
+
+def pad_act_k(xqs, kp: int):
+    """Blockwise FP8 activations (codes [m, K], outer-dim-major scales [m, K/128]) zero-padded to ``kp``
+    columns (codes 0, scales 1): a GEMM with a weight padded alike (``pad_weight_k``) is unchanged."""
+    xq, xs_t = xqs
+    m, k = xq.shape
+    xp = torch.zeros(m, kp, dtype=xq.dtype, device=xq.device)
+    xp[:, :k] = xq
+    sp = torch.ones(kp // 128, m, dtype=xs_t.dtype, device=xs_t.device).t()
+    sp[:, : k // 128] = xs_t
+    return xp, sp
+
+
+def pad_weight_k(w: fw.BlockwiseWeight, kp: int) -> fw.BlockwiseWeight:
+    n, k = w.q.shape
+    wq = torch.zeros(n, kp, dtype=w.q.dtype, device=w.q.device)
+    wq[:, :k] = w.q
+    ws = torch.ones(w.s.shape[0], kp // 128, dtype=w.s.dtype, device=w.s.device)
+    ws[:, : k // 128] = w.s
+    return fw.BlockwiseWeight(wq, ws)
 
 
 def masked_topk(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -195,3 +195,18 @@ def test_production_served_model41_matches_reference_and_alone():
     if os.environ.get("SERVE_CHECK41_JSON"):  # the device call keeps the full result
         Path(os.environ["SERVE_CHECK41_JSON"]).write_text(json.dumps(res, indent=1) + "\n")
     assert not bench.check_failures(res)
+
+
+def test_k_padding_leaves_a_blockwise_gemm_unchanged():
+    """ServeGpu pads V4.1's K = 1280 / 2304 to a multiple of 512 for cuBLASLt; the padded operands give the
+    same product (here through the float64 reference GEMM)."""
+    from kernels_bench.serve.kernels import pad_act_k, pad_weight_k
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 1280, generator=g, dtype=torch.float64)
+    w = fw.quant_weight_blockwise((torch.randn(256, 1280, generator=g) / 36).to(torch.bfloat16))
+    xq, xs = fw.act_quant_blockwise(x)
+    ref = ServeRef()
+    want = ref.gemm((xq, xs), w)
+    got = ref.gemm(pad_act_k((xq, xs), 1536), pad_weight_k(w, 1536))
+    assert got.shape == want.shape and torch.allclose(got, want, rtol=0, atol=1e-12)
