@@ -1,8 +1,10 @@
 """What ``sim`` predicts for the served model's measured step times (CPU; reads a bench table).
 
-    python3 -m kernels_bench.serve.predict hwprofiles/h200/serve/serve_step_times.csv [--out CSV]
+    python3 -m kernels_bench.serve.predict hwprofiles/h200/serve/serve_step_times.csv [--out CSV] [--term-from CSV]
+    python3 -m kernels_bench.serve.predict --ratio V4_TABLE V41_TABLE [--out CSV]
 
-Builds the calibrated timing of ``deepseek-v4-flash-mini`` on one H200 (TP 1, EP 1, DP 1: every expert
+Builds the calibrated timing of the table's served model (``deepseek-v4-flash-mini`` or
+``deepseek-v4.1-flash-mini``, the table's ``spec`` column) on one H200 (TP 1, EP 1, DP 1: every expert
 on the GPU) as ``sim calibrate show`` builds it for an instance, with the served engine's settings
 (``timing.graph_row_buckets``: its CUDA-graph row buckets, ``kernels_bench.serve.model.ROW_BUCKETS``;
 ``timing.prefill_attention: decode_kernel``), and evaluates ``step_s`` for each measured point (decode
@@ -10,7 +12,12 @@ batch x context, prefill chunk after a cached prefix, mixed), next to the measur
 is the kernel sum with the LM head and the padding, no forward-pass term; ``sim_us`` adds the served
 model's own term (``timing.forward_term: served``: per layer and per layer-row, least squares over these
 points, sim.timing.forward.served_check); ``loo_us`` is each point predicted by the term fitted without
-it, the out-of-sample figure. The table's header lines give the fitted term.
+it, the out-of-sample figure. The table's header lines give the fitted term. ``--term-from`` adds
+``sim_other_term_us``: the kernel sum plus the term fitted on another table (the other mini's constants).
+
+``--ratio``: the V4.1 mini's step time over the V4 mini's at every point both tables measured, measured and
+as sim predicts it with each forward-pass term (``served``: each model's own fit; ``fused_glue``: the
+production default; ``none``: the kernel sum).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 
 SPEC = "deepseek-v4-flash-mini"
+SPEC41 = "deepseek-v4.1-flash-mini"
+POINT_KEYS = ("mode", "batch", "context_tokens", "chunk_tokens", "prefill_context_tokens")
 
 
 def served_buckets() -> tuple[int, ...]:
@@ -32,8 +41,9 @@ def served_buckets() -> tuple[int, ...]:
 
 
 def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str = "served",
-                 row_buckets: tuple[int, ...] | None = None, prefill_through_decode: bool = True):  # fmt: skip
-    """The timing context of the mini model on one GPU with the served engine's settings (row buckets:
+                 row_buckets: tuple[int, ...] | None = None, prefill_through_decode: bool = True,
+                 spec: str = SPEC):  # fmt: skip
+    """The timing context of a mini model on one GPU with the served engine's settings (row buckets:
     the engine's when None)."""
     from sim.cli.calibrate_cmd import _resolve
     from sim.cluster.build import efficiency, hw_rates
@@ -44,23 +54,23 @@ def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str
 
     _, profile = _resolve(gpu)
     timing = Timing()
-    arith = build_arith(SPEC)
+    arith = build_arith(spec)
     achievable = {k: getattr(profile.achievable, k).value for k in type(profile.achievable).model_fields}
     eff = efficiency(achievable, timing)
     eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
     par = Parallelism(gpus=1, tp=1, ep=1, dp=1)
     rates = hw_rates(profile, timing.scale_out_latency_s)
     buckets = served_buckets() if row_buckets is None else row_buckets
-    return TimingContext(SPEC, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack,
+    return TimingContext(spec, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack,
                          forward_term=forward_term, row_buckets=buckets,
                          prefill_through_decode=prefill_through_decode)  # fmt: skip
 
 
-def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served"):
-    """The calibrated timing of the mini model on one GPU (the served model's instance and settings)."""
+def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served", spec: str = SPEC):
+    """The calibrated timing of a mini model on one GPU (the served model's instance and settings)."""
     from sim.timing.calibrated import build_calibrated
 
-    return build_calibrated(mini_context(gpu, stack, forward_term))
+    return build_calibrated(mini_context(gpu, stack, forward_term, spec=spec))
 
 
 def predict_step_s(
@@ -75,19 +85,38 @@ def predict_step_s(
     )
 
 
-def compare(table: Path, gpu: str = "h200") -> tuple[list[dict], dict]:
-    """(one row per measured point, the fitted term and its summary)."""
+def table_spec(table: Path) -> str:
+    """The served model a bench table measured (its first point's ``spec``)."""
+    return _read(table)[0]["spec"]
+
+
+def compare(table: Path, gpu: str = "h200", term_from: Path | None = None) -> tuple[list[dict], dict]:
+    """(one row per measured point, the fitted term and its summary); ``term_from``: another table whose
+    fitted term is also applied (``sim_other_term_us``)."""
     from sim.timing.forward import served_check
 
-    check = served_check(table, mini_context(gpu))
+    spec = table_spec(table)
+    ctx = mini_context(gpu, spec=spec)
+    check = served_check(table, ctx)
+    other = None
+    if term_from is not None:
+        other = served_check(term_from, mini_context(gpu, spec=table_spec(term_from))).term
+        padded = mini_timing(gpu, forward_term="none", spec=spec).padded_rows
+    layers = ctx.arith.spec.n_layers
     out = []
     for r in check.rows:
         meas = r["measured_us"]
         loo_us = meas * (1.0 + r["loo_error"])
-        out.append({**{k: r[k] for k in ("mode", "batch", "context_tokens", "chunk_tokens", "prefill_context_tokens")},
-                    "measured_us": round(meas, 1), "sim_kernels_us": round(r["predicted_kernels_us"], 1),
-                    "sim_us": round(r["predicted_us"], 1), "loo_us": round(loo_us, 1),
-                    "error": round(r["error"], 4), "loo_error": round(r["loo_error"], 4)})  # fmt: skip
+        row = {**{k: r[k] for k in POINT_KEYS},
+               "measured_us": round(meas, 1), "sim_kernels_us": round(r["predicted_kernels_us"], 1),
+               "sim_us": round(r["predicted_us"], 1), "loo_us": round(loo_us, 1),
+               "error": round(r["error"], 4), "loo_error": round(r["loo_error"], 4)}  # fmt: skip
+        if other is not None:
+            rows = padded(r["batch"] + r["chunk_tokens"])
+            us = r["predicted_kernels_us"] + layers * (other.per_layer_s + other.per_layer_row_s * rows) * 1e6
+            row["sim_other_term_us"] = round(us, 1)
+            row["other_term_error"] = round(us / meas - 1.0, 4)
+        out.append(row)
     t = check.term
     return out, {
         "per_layer_us": t.per_layer_s * 1e6,
@@ -122,7 +151,7 @@ def sim_parts_us(tm, batch: int, context_tokens: int, chunk_tokens: int, chunk_c
 def breakdown(table: Path) -> list[dict]:
     """Each profiled point of the bench table (``gpu_busy_us`` set): measured kernel categories beside sim's
     parts; ``launch_us`` is the wall time the kernels do not cover (launch gaps, copies)."""
-    tm = mini_timing()
+    tm = mini_timing(spec=table_spec(table))
     out = []
     for r in _read(table):
         if not (r.get("gpu_busy_us") or "").strip():
@@ -148,6 +177,31 @@ def breakdown(table: Path) -> list[dict]:
     return out
 
 
+RATIO_TERMS = ("served", "fused_glue", "none")
+
+
+def ratio(v4_table: Path, v41_table: Path, gpu: str = "h200") -> list[dict]:
+    """At every point both tables measured: the V4.1 mini's step time over the V4 mini's, measured and as
+    sim predicts it with each forward-pass term (RATIO_TERMS; ``served``: each model's own fit)."""
+
+    def measured(table: Path) -> dict:
+        return {tuple(int(r[k]) if k != "mode" else r[k] for k in POINT_KEYS): float(r["wall_us_p50"])
+                for r in _read(table) if (r.get("wall_us_p50") or "").strip()}  # fmt: skip
+
+    m4, m41 = measured(v4_table), measured(v41_table)
+    tms = {t: (mini_timing(gpu, forward_term=t, spec=SPEC), mini_timing(gpu, forward_term=t, spec=SPEC41))
+           for t in RATIO_TERMS}  # fmt: skip
+    out = []
+    for key in [k for k in m41 if k in m4]:
+        _, b, L, T, C = key
+        row = {**dict(zip(POINT_KEYS, key, strict=True)), "v4_us": round(m4[key], 1), "v41_us": round(m41[key], 1),
+               "measured_ratio": round(m41[key] / m4[key], 4)}  # fmt: skip
+        for t, (t4, t41) in tms.items():
+            row[f"sim_ratio_{t}"] = round(predict_step_s(t41, b, L, T, C) / predict_step_s(t4, b, L, T, C), 4)
+        out.append(row)
+    return out
+
+
 def _read(path: Path) -> list[dict]:
     lines = [ln for ln in path.read_text().splitlines() if not ln.startswith("#")]
     return list(csv.DictReader(io.StringIO("\n".join(lines))))
@@ -155,21 +209,34 @@ def _read(path: Path) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="kernels_bench.serve.predict", description=__doc__.splitlines()[0])
-    ap.add_argument("table", type=Path)
+    ap.add_argument("table", type=Path, nargs="+", help="a bench table (--ratio: the V4 then the V4.1 table)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--term-from", type=Path, default=None, help="also apply the term fitted on this table")
+    ap.add_argument("--ratio", action="store_true", help="V4.1 / V4 step-time ratio, measured and sim's")
     ap.add_argument(
         "--breakdown", action="store_true", help="profiled points: kernel categories vs sim's parts"
     )
     args = ap.parse_args(argv)
     buf = io.StringIO()
+    if len(args.table) != (2 if args.ratio else 1):
+        ap.error("one bench table (two with --ratio: the V4 then the V4.1 table)")
+    if args.ratio:
+        rows = ratio(*args.table)
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        if args.out:
+            args.out.write_text(buf.getvalue())
+        print(buf.getvalue(), end="")
+        return 0
     if args.breakdown:
-        rows = breakdown(args.table)
+        rows = breakdown(args.table[0])
         w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
         print(buf.getvalue(), end="")
         return 0
-    rows, term = compare(args.table)
+    rows, term = compare(args.table[0], term_from=args.term_from)
     buf.write(f"# served term: {term['per_layer_us']:.2f} us per layer + {term['per_layer_row_ns']:.3f} ns per layer-row; "
               f"|error| median {term['median_abs_error']:.4f}, max {term['max_abs_error']:.4f}; "
               f"leave-one-out |error| median {term['loo_median_abs_error']:.4f}, max {term['loo_max_abs_error']:.4f}\n")  # fmt: skip

@@ -48,7 +48,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         key="v41",
         label="V4.1",
-        models=("deepseek-v4.1-flash",),
+        # the mini: the reduced V4.1 served for real on one H200 (issue 14, kernels_bench/serve/model41.py)
+        models=("deepseek-v4.1-flash", "deepseek-v4.1-flash-mini"),
         cache_block=V41CachePolicy,
         # DSpark drafts blocks of 5 (model.md §10 [A]) and verifies a confidence-scheduled prefix: FlashMLA's
         # V4.1 production decode cases use s_q = 4 (kernels.md §3.1 [A]) -> 4 rows. Acceptance unknown

@@ -447,8 +447,11 @@ class ServePoint:
         return self.batch + self.chunk_tokens
 
 
-def serve_path(key: str) -> Path:
-    return hwprofiles_dir() / key / SERVE_FILE
+def serve_path(key: str, model: str = "") -> Path:
+    """The served step table of `model` on GPU `key`: `serve/serve_step_times_<model>.csv` where one exists
+    (the V4.1 mini's), else `serve/serve_step_times.csv` (the V4 mini's)."""
+    own = hwprofiles_dir() / key / SERVE_FILE.replace(".csv", f"_{model}.csv")
+    return own if model and own.is_file() else hwprofiles_dir() / key / SERVE_FILE
 
 
 def load_serve_points(path: Path) -> tuple[tuple[tuple[str, str], ...], tuple[ServePoint, ...]]:
@@ -542,7 +545,7 @@ def served_term(ctx) -> ForwardCheck:
     from sim.timing.tables import gpu_key
 
     key = gpu_key(ctx.hw_profile)
-    path = serve_path(key)
+    path = serve_path(key, ctx.model_name)
     if key != REFERENCE_GPU or not path.is_file():
         raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
                          value="served", allowed="fused_glue, measured, none (served: the H200 only)")  # fmt: skip

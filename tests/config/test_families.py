@@ -29,7 +29,12 @@ def test_every_family_has_its_blocks_models_prices_and_kernel_key():
             assert load_model(model).name == model
             assert MODEL_KEYS[model] == f.label
         assert f.predecessor is None or f.predecessor in family_names()
-    assert servable_models() == ["deepseek-v4-flash", "deepseek-v4-flash-mini", "deepseek-v4.1-flash"]
+    assert servable_models() == [
+        "deepseek-v4-flash",
+        "deepseek-v4-flash-mini",
+        "deepseek-v4.1-flash",
+        "deepseek-v4.1-flash-mini",
+    ]
 
 
 def test_schema_fields_follow_the_registry_in_order():

@@ -210,3 +210,19 @@ def test_k_padding_leaves_a_blockwise_gemm_unchanged():
     want = ref.gemm((xq, xs), w)
     got = ref.gemm(pad_act_k((xq, xs), 1536), pad_weight_k(w, 1536))
     assert got.shape == want.shape and torch.allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_sim_times_the_v41_mini_with_its_own_served_table():
+    """sim's calibrated H200 timing accepts deepseek-v4.1-flash-mini; its served term is fitted on the V4.1
+    mini's own bench table (serve_step_times_<model>.csv), the V4 mini keeps serve_step_times.csv."""
+    from kernels_bench.serve import predict
+    from sim.timing.forward import serve_path
+
+    assert serve_path("h200", m41.SPEC).name == f"serve_step_times_{m41.SPEC}.csv"
+    assert serve_path("h200", predict.SPEC).name == "serve_step_times.csv"
+    tm = predict.mini_timing(spec=m41.SPEC)
+    d1, d64 = (predict.predict_step_s(tm, b, 8192, 0, 0) for b in (1, 64))
+    p512, p4096 = (predict.predict_step_s(tm, 0, 0, t, 0) for t in (512, 4096))
+    assert 0 < d1 < d64 < 0.05 and 0 < p512 < p4096 < 0.5
+    v4 = predict.mini_timing()
+    assert predict.predict_step_s(tm, 32, 8192, 0, 0) > predict.predict_step_s(v4, 32, 8192, 0, 0)
