@@ -57,6 +57,7 @@ COMPILED = (
     "sim.timing.calibrated",
     "sim.timing.comm",
     "sim.timing.interp",
+    "sim.timing.memo",
     "sim.timing.batch",
     "sim.timing.roofline",
 )

@@ -100,10 +100,16 @@ class ModelArith:
         return image_count * m.vision_flops_per_image(self.spec, per)
 
 
-@functools.cache  # a pure function of the spec files; the planner builds the same model many times
 def build_arith(
     model_name: str, *, prefill_mode: str | None = None, kv_layout: str | None = None
 ) -> ModelArith:
+    """The tables of a model spec file, memoised (the planner builds the same model many times):
+    `build_arith(name)` and `build_arith(name, prefill_mode=None, kv_layout=None)` are one entry."""
+    return _build_arith(model_name, prefill_mode, kv_layout)
+
+
+@functools.cache  # a pure function of the spec files, keyed positionally (above)
+def _build_arith(model_name: str, prefill_mode: str | None, kv_layout: str | None) -> ModelArith:
     return arith_of(m.load_model(model_name), prefill_mode=prefill_mode, kv_layout=kv_layout)
 
 

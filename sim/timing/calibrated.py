@@ -98,6 +98,7 @@ from sim.timing.carry import tables_available, tables_for
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, allgather_s, moe_alltoall_s
 from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
+from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.tables import (
     KernelRow,
@@ -365,21 +366,21 @@ class CalibratedTiming(RooflineTiming):
             tuple((x.attention, x.mlp, x.ratio) for x in spec.layers),
         )
         self.mt: ModelTables = tables.derived(("model_tables", shape), lambda: model_tables(tables, spec))
-        self._f_total = arith.dense_flops_per_token
+        self._f_total: float = arith.dense_flops_per_token  # typed: unboxed on the hot path
         # the LM head on the roofline (module doc), per GPU: vocab-parallel over the attention-TP ranks
-        self._head_flops = 2.0 * spec.vocab * spec.hidden
-        self._head_read_s = head_bytes(spec) / par.tp / self._hbm_rate
-        self._head_rate = hw.bf16_flops_per_s * eff.mfu_decode * par.tp
+        self._head_flops: float = 2.0 * spec.vocab * spec.hidden
+        self._head_read_s: float = head_bytes(spec) / par.tp / self._hbm_rate
+        self._head_rate: float = hw.bf16_flops_per_s * eff.mfu_decode * par.tp
         # the tables' GEMMs scaled to the work they lack, the LM head apart
-        self._gemm_scale = (self._f_total - self._head_flops) / self.mt.covered_flops_per_token
+        self._gemm_scale: float = (self._f_total - self._head_flops) / self.mt.covered_flops_per_token
         # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
-        self._draft_share = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
-        # per class of layers (every-token, decoder tail): int keys hash faster than (class, rows)
-        self._class_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
-        self._rank_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        self._draft_share: float = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
+        # per class of layers (every-token, decoder tail), by rows (sim.timing.memo)
+        self._class_every, self._class_tail = IndexMemo(), IndexMemo()
+        self._rank_every, self._rank_tail = IndexMemo(), IndexMemo()
+        self._experts_every, self._experts_tail = IndexMemo(), IndexMemo()
         self._gemm_mhc_cache: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
         self._cp_rank_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
-        self._experts_cache: dict[int, tuple[float, float]] = {}
         self._mla_cache: dict[int, tuple[float, float]] = {}
         self._fixed_cache: dict[int, float] = {}
         self._attn_cache: dict[int, Curve] = {}
@@ -404,25 +405,21 @@ class CalibratedTiming(RooflineTiming):
         """(share, seconds) of one MoE layer's routed experts over `rows` token rows on one GPU: the
         measured grouped GEMMs over its EP rank's touched experts, split over the expert-TP GPUs,
         times the share of the fewest measured local experts (6) when fewer are touched (the time
-        shrinks with the experts). The same in both classes of layers."""
-        v = self._experts_cache.get(rows)
-        if v is None:
-            mt, par = self.mt, self.par
-            e, k = self.arith.routed_experts, self.arith.top_k
-            touched = e * (1.0 - (1.0 - k / e) ** rows)  # kernels.md §6.2 [C], uniform routing
-            groups, per_expert = touched / par.ep, rows * k / touched
-            g0 = mt.moe_gate_up.outer[0]
-            share, groups = min(1.0, groups / g0), max(groups, g0)
-            # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
-            # rank's experts and runs every row routed to them on that slice, timed as the full
-            # grouped GEMM / expert_tp, as the dense projections are / TP
-            expert_tp = par.gpus / par.ep
-            v = (
-                share,
-                (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp,
-            )
-            self._experts_cache[rows] = v
-        return v
+        shrinks with the experts). The same in both classes of layers (`_experts_s` memoises it)."""
+        mt, par = self.mt, self.par
+        e, k = self.arith.routed_experts, self.arith.top_k
+        touched = e * (1.0 - (1.0 - k / e) ** rows)  # kernels.md §6.2 [C], uniform routing
+        groups, per_expert = touched / par.ep, rows * k / touched
+        g0 = mt.moe_gate_up.outer[0]
+        share, groups = min(1.0, groups / g0), max(groups, g0)
+        # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
+        # rank's experts and runs every row routed to them on that slice, timed as the full
+        # grouped GEMM / expert_tp, as the dense projections are / TP
+        expert_tp = par.gpus / par.ep
+        return (
+            share,
+            (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp,
+        )
 
     def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float, float]:
         """(dense GEMMs, routed experts, mHC, forward-pass term) seconds of `rows` token rows
@@ -451,27 +448,35 @@ class CalibratedTiming(RooflineTiming):
 
     def _rank_s(self, every: bool, m: int) -> float:
         """Sum of `_rank_parts`, memoised by (class, rows of the rank)."""
-        cache = self._rank_cache[0 if every else 1]
-        v = cache.get(m)
-        if v is None:
-            v = cache[m] = sum(self._rank_parts(every, m), 0.0)
+        memo = self._rank_every if every else self._rank_tail
+        v = memo.get(m)
+        if v != v:  # NaN: not stored yet
+            v = sum(self._rank_parts(every, m), 0.0)
+            memo.put(m, v)
         return v
 
     def _experts_s(self, every: bool, rows: int) -> float:
         """Seconds of one class of layers' routed experts over `rows` token rows of the whole
         instance on one GPU (EP spans every DP rank: each GPU's experts see all ranks' rows)."""
-        cls = self.mt.every if every else self.mt.tail
-        if rows <= 0 or cls.moe_layers == 0:
-            return 0.0
-        share, experts = self._experts(rows)
-        return cls.moe_layers * share * experts * self._gemm_scale
+        memo = self._experts_every if every else self._experts_tail
+        v = memo.get(rows)
+        if v != v:  # NaN: not stored yet
+            cls = self.mt.every if every else self.mt.tail
+            if rows <= 0 or cls.moe_layers == 0:
+                v = 0.0
+            else:
+                share, experts = self._experts(rows)
+                v = cls.moe_layers * share * experts * self._gemm_scale
+            memo.put(rows, v)
+        return v
 
     def _class_s(self, every: bool, rows: int) -> float:
         """Sum of `_class_parts`, memoised by (class, rows)."""
-        cache = self._class_cache[0 if every else 1]
-        v = cache.get(rows)
-        if v is None:
-            v = cache[rows] = sum(self._class_parts(every, rows), 0.0)
+        memo = self._class_every if every else self._class_tail
+        v = memo.get(rows)
+        if v != v:  # NaN: not stored yet
+            v = sum(self._class_parts(every, rows), 0.0)
+            memo.put(rows, v)
         return v
 
     def _pass_s(self, every_rows: int, tail_rows: int) -> float:
@@ -499,7 +504,8 @@ class CalibratedTiming(RooflineTiming):
 
     def _head_rank_s(self, m: int) -> float:
         """The LM head on a GPU of a DP rank with `m` rows needing logits."""
-        return max(self._head_read_s, m * self._head_flops / self._head_rate)
+        compute_s = m * self._head_flops / self._head_rate
+        return compute_s if compute_s > self._head_read_s else self._head_read_s  # max(), unboxed
 
     def _rows_attention_s(self, rows: int, mean_context_tokens: float) -> float:
         """The `decode_layer` pipelines of every layer over `rows` query rows at their mean attended context
@@ -721,8 +727,9 @@ class CalibratedTiming(RooflineTiming):
         logits_r = [share] * dp
         attn_r = [0.0] * dp
         # rows x their attended context per rank, for prefill rows through the decode kernel
-        row_context_r = [terms.context_tokens * verify / dp] * dp
+        row_context_r = [terms.context_tokens * verify / dp] * dp if through_decode else []
         every_rows = tail_rows = decode_rows
+        most = most_tail = share  # the most-loaded rank's rows (kept as they grow: no max() over lists)
         for chunk in prefill:
             r = chunk.rank
             if not 0 <= r < dp:
@@ -737,17 +744,23 @@ class CalibratedTiming(RooflineTiming):
                 attn_r[r] += (
                     a.vision_flops(chunk.image_tokens, chunk.image_count) * dp / self._attn_rate_prefill
                 )
-            every_r[r] += new
+            rows = every_r[r] + new
+            every_r[r] = rows
+            if rows > most:
+                most = rows
             logits_r[r] += 1
             every_rows += new
             if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
                 tail = min(ctx + new, tail_tokens)
-                tail_r[r] += tail
+                rows = tail_r[r] + tail
+                tail_r[r] = rows
+                if rows > most_tail:
+                    most_tail = rows
                 tail_rows += tail
         if every_rows == 0:
             return 0.0
         if not tail_tokens:
-            tail_r, tail_rows = every_r, every_rows
+            tail_r, tail_rows, most_tail = every_r, every_rows, most
         if through_decode:
             decode_attn = 0.0
             for r in range(dp):
@@ -757,25 +770,29 @@ class CalibratedTiming(RooflineTiming):
             decode_attn = (
                 self._attn_curve(batch_size).at(terms.context_tokens / batch_size) if batch_size else 0.0
             )
-        most = max(every_r)
         padded = self.padded_rows(most * dp) // dp  # one graph for every rank, or eager (= most)
         if padded != most:
             every_r, every_rows = [padded] * dp, padded * dp
-        most_tail = max(tail_r)
         padded = self.padded_rows(most_tail * dp) // dp
         if padded != most_tail:
             tail_r, tail_rows = [padded] * dp, padded * dp
-        # the ranks without a chunk all hold the same rows: one of them stands for the rest
-        ranks = list({chunk.rank for chunk in prefill})
-        if len(ranks) < dp:
-            ranks.append(next(r for r in range(dp) if logits_r[r] == share))
-        slowest = max(
-            attn_r[r]
-            + self._rank_s(True, every_r[r])
-            + self._rank_s(False, tail_r[r])
-            + self._head_rank_s(logits_r[r])
-            for r in ranks
-        )
+        # the slowest rank: each rank holding a chunk, and the first rank without one, which stands
+        # for the rest (they all hold the same rows)
+        slowest = -1.0
+        chunkless = False
+        for r in range(dp):
+            if logits_r[r] == share:
+                if chunkless:
+                    continue
+                chunkless = True
+            v = (
+                attn_r[r]
+                + self._rank_s(True, every_r[r])
+                + self._rank_s(False, tail_r[r])
+                + self._head_rank_s(logits_r[r])
+            )
+            if v > slowest:
+                slowest = v
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
