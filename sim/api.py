@@ -230,9 +230,9 @@ def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: Sessi
         on_idle=finish,
     )
     if trace is not None:
-        return Arrivals(
-            sim.env, iter_trace_columns(trace), sim.cluster, closed_loop=w.replay == "closed_loop", **common
-        )
+        # validated once: by the preflight (a trace file) or by the writer (a generated one)
+        columns = iter_trace_columns(trace, trusted=True)
+        return Arrivals(sim.env, columns, sim.cluster, closed_loop=w.replay == "closed_loop", **common)
     b = w.benchmark
     return BenchmarkArrivals(
         sim.env,

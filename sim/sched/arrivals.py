@@ -100,10 +100,13 @@ class TraceColumns:
         self.image_tokens = ints("image_tokens")
 
 
-def iter_trace_columns(path: str | Path, batch_rows: int = BATCH_ROWS) -> Iterator[TraceColumns]:
+def iter_trace_columns(
+    path: str | Path, batch_rows: int = BATCH_ROWS, *, trusted: bool = False
+) -> Iterator[TraceColumns]:
     """The trace's sessions in file order, a batch of whole sessions at a time, read and validated
-    by sim.workload.io (the reader every command uses)."""
-    for table in iter_session_batches(path, batch_rows, list(COLUMNS)):
+    by sim.workload.io (the reader every command uses); `trusted`: validated already (a run's
+    preflight, or the writer of a generated trace), so only read and cast."""
+    for table in iter_session_batches(path, batch_rows, list(COLUMNS), trusted=trusted):
         yield TraceColumns(table)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from sim.workload.generator import generate_trace
-from sim.workload.io import TraceWriter, iter_sessions, read_trace_table, trace_info
+from sim.errors import InputError
+from sim.workload.io import TraceWriter, iter_session_batches, iter_sessions, read_trace_table, trace_info
 from sim.workload.rows import request_table
 from sim.workload.spec import parse_spec
 
@@ -29,6 +31,24 @@ def test_iter_sessions_keeps_sessions_whole_across_batches(tmp_path):
     first = next(iter_sessions(path))
     assert first.tenant in {"t0", "t1", "t2", "t3"} and first.source == "gen:small"
     assert first.records()[0]["request_index"] == 0
+
+
+def test_a_trusted_read_gives_the_same_columns_and_skips_only_the_checks(tmp_path):
+    """A run replays its trace after the preflight checked it whole (sim.api): the replay reads the
+    same values without checking the invariants a second time."""
+    path = tmp_path / "g.parquet"
+    generate_trace(parse_spec(small_spec()), path, days=0.01)
+    columns = ["request_id", "input_tokens", "arrival_time_s"]
+    checked = [t.to_pydict() for t in iter_session_batches(path, 50, columns)]
+    trusted = [t.to_pydict() for t in iter_session_batches(path, 50, columns, trusted=True)]
+    assert trusted == checked and len(checked) > 1
+    bad = tmp_path / "bad.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(table.schema.get_field_index("input_tokens"), "input_tokens",
+                                    pa.array([-1] * table.num_rows, pa.int32())), bad)  # fmt: skip
+    with pytest.raises(InputError, match="input_tokens"):
+        list(iter_session_batches(bad, 50, columns))
+    assert sum(t.num_rows for t in iter_session_batches(bad, 50, columns, trusted=True)) == table.num_rows
 
 
 def test_trace_info_from_metadata_and_without(tmp_path):
