@@ -40,6 +40,7 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -677,10 +678,24 @@ def gpu_step_function(
     ``num_blocks`` engine blocks (default: as many as ``kv_gib`` GiB of HBM hold, ``kv_bytes_per_block``
     each), every step replayed from a CUDA graph; ``warm_context_tokens`` and ``warm_rows`` > 0 capture the
     graphs up to those sizes before the replay."""
+    return build_on_gpu(
+        ServedModel, ServeConfig(seed=seed), num_blocks, kv_gib, graphs, warm_context_tokens, warm_rows
+    )
+
+
+def build_on_gpu(
+    model_cls: type[ServedModel],
+    cfg: Any,  # ServeConfig, or model41.ServeConfig41 for the V4.1 mini
+    num_blocks: int | None,
+    kv_gib: float,
+    graphs: bool,
+    warm_context_tokens: int,
+    warm_rows: int,
+) -> ServedModel:
+    """One served mini of class ``model_cls`` on CUDA (the step functions of both minis)."""
     from kernels_bench.serve.kernels import ServeGpu
 
-    cfg = ServeConfig(seed=seed)
-    n = num_blocks or ServedModel.blocks_that_fit(cfg, kv_gib * 2**30)
-    model = ServedModel(cfg, ServeGpu(), n, "cuda", graphs=graphs)
+    n = num_blocks or model_cls.blocks_that_fit(cfg, kv_gib * 2**30)
+    model = model_cls(cfg, ServeGpu(), n, "cuda", graphs=graphs)
     model.warm_up(warm_context_tokens, warm_rows)
     return model

@@ -272,10 +272,6 @@ def gpu_step_function(
 ) -> ServedModel41:
     """The engine's step function (``python3 -m kernels_bench.serve.run --step
     kernels_bench.serve.model41:gpu_step_function``), as ``model.gpu_step_function`` for the V4 mini."""
-    from kernels_bench.serve.kernels import ServeGpu
-
-    cfg = ServeConfig41(seed=seed)
-    n = num_blocks or ServedModel41.blocks_that_fit(cfg, kv_gib * 2**30)
-    model = ServedModel41(cfg, ServeGpu(), n, "cuda", graphs=graphs)
-    model.warm_up(warm_context_tokens, warm_rows)
-    return model
+    return sm.build_on_gpu(
+        ServedModel41, ServeConfig41(seed=seed), num_blocks, kv_gib, graphs, warm_context_tokens, warm_rows
+    )

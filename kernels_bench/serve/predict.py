@@ -221,30 +221,23 @@ def main(argv=None) -> int:
     if len(args.table) != (2 if args.ratio else 1):
         ap.error("one bench table (two with --ratio: the V4 then the V4.1 table)")
     if args.ratio:
-        rows = ratio(*args.table)
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        if args.out:
-            args.out.write_text(buf.getvalue())
-        print(buf.getvalue(), end="")
-        return 0
+        return _emit(buf, ratio(*args.table), args.out)
     if args.breakdown:
-        rows = breakdown(args.table[0])
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        print(buf.getvalue(), end="")
-        return 0
+        return _emit(buf, breakdown(args.table[0]), None)
     rows, term = compare(args.table[0], term_from=args.term_from)
     buf.write(f"# served term: {term['per_layer_us']:.2f} us per layer + {term['per_layer_row_ns']:.3f} ns per layer-row; "
               f"|error| median {term['median_abs_error']:.4f}, max {term['max_abs_error']:.4f}; "
               f"leave-one-out |error| median {term['loo_median_abs_error']:.4f}, max {term['loo_max_abs_error']:.4f}\n")  # fmt: skip
+    return _emit(buf, rows, args.out)
+
+
+def _emit(buf: io.StringIO, rows: list[dict], out: Path | None) -> int:
+    """Rows as CSV after what ``buf`` holds, to stdout and to ``out`` when given."""
     w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
-    if args.out:
-        args.out.write_text(buf.getvalue())
+    if out:
+        out.write_text(buf.getvalue())
     print(buf.getvalue(), end="")
     return 0
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from serve_steps import rel, run_steps, tokens, work
 
 from kernels_bench import formats
 from kernels_bench.production import flashmla_layout as fl
@@ -17,7 +18,7 @@ from kernels_bench.serve import model as sm
 from kernels_bench.serve import paged
 from kernels_bench.serve.kernels import ServeRef
 from kernels_bench.serve.reference import dense_logits
-from kernels_bench.serve.step_api import SeqWork, StepPlan
+from kernels_bench.serve.step_api import StepPlan
 
 TINY = sm.ServeConfig(
     dims=replace(
@@ -42,26 +43,7 @@ TINY = sm.ServeConfig(
 
 
 def _tokens(seed: int, n: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, TINY.vocab, (n,), generator=g).tolist()
-
-
-def _work(seq_id, blocks, ctx, toks):
-    return SeqWork(seq_id, tuple(blocks), ctx, len(toks), tuple(toks))
-
-
-def _run(model, steps):
-    """steps: list of (decode works, prefill works) -> {(seq_id, step index): logits}."""
-    out = {}
-    for i, (dec, pre) in enumerate(steps):
-        logits = model.step(StepPlan(tuple(dec), tuple(pre)))
-        for w, lg in zip(list(dec) + list(pre), logits, strict=True):
-            out[(w.seq_id, i)] = lg
-    return out
-
-
-def _rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
+    return tokens(seed, n, TINY.vocab)
 
 
 A = _tokens(1, 263)  # 260 prompt tokens then 3 decoded
@@ -72,18 +54,18 @@ A_BT, B_BT, C_BT = [3, 7], [3, 9], [1]
 
 def _mixed_steps():
     return [
-        ([], [_work(10, A_BT, 0, A[:180])]),
-        ([], [_work(10, A_BT, 180, A[180:260])]),
-        ([_work(10, A_BT, 260, A[260:261])], [_work(11, B_BT, 256, B[256:276]), _work(12, C_BT, 0, C[:130])]),
+        ([], [work(10, A_BT, 0, A[:180])]),
+        ([], [work(10, A_BT, 180, A[180:260])]),
+        ([work(10, A_BT, 260, A[260:261])], [work(11, B_BT, 256, B[256:276]), work(12, C_BT, 0, C[:130])]),
         (
-            [_work(10, A_BT, 261, A[261:262]), _work(11, B_BT, 276, B[276:277])],
-            [_work(12, C_BT, 130, C[130:140])],
+            [work(10, A_BT, 261, A[261:262]), work(11, B_BT, 276, B[276:277])],
+            [work(12, C_BT, 130, C[130:140])],
         ),
         (
             [
-                _work(10, A_BT, 262, A[262:263]),
-                _work(11, B_BT, 277, B[277:278]),
-                _work(12, C_BT, 140, C[140:141]),
+                work(10, A_BT, 262, A[262:263]),
+                work(11, B_BT, 277, B[277:278]),
+                work(12, C_BT, 140, C[140:141]),
             ],
             [],
         ),
@@ -95,42 +77,42 @@ def runs():
     """The mixed schedule, and A alone (same chunks and decodes in its own cache)."""
     m = sm.ServedModel(TINY, ServeRef(), num_blocks=12, device="cpu")
     ma = sm.ServedModel(TINY, ServeRef(), num_blocks=12, device="cpu")
-    alone_a = _run(
+    alone_a = run_steps(
         ma,
-        [([], [_work(10, A_BT, 0, A[:180])]), ([], [_work(10, A_BT, 180, A[180:260])])]
-        + [([_work(10, A_BT, 260 + i, A[260 + i : 261 + i])], []) for i in range(3)],
+        [([], [work(10, A_BT, 0, A[:180])]), ([], [work(10, A_BT, 180, A[180:260])])]
+        + [([work(10, A_BT, 260 + i, A[260 + i : 261 + i])], []) for i in range(3)],
     )
-    return m, _run(m, _mixed_steps()), ma, alone_a
+    return m, run_steps(m, _mixed_steps()), ma, alone_a
 
 
 def test_mixed_schedule_equals_each_sequence_alone(runs):
     _, got, _, alone_a = runs
     for i in range(5):
-        assert _rel(got[(10, i)], alone_a[(10, i)]) < 1e-9
+        assert rel(got[(10, i)], alone_a[(10, i)]) < 1e-9
     # B alone: its prefix written by another sequence in one chunk in another block, then its own work
     mb = sm.ServedModel(TINY, ServeRef(), num_blocks=12, device="cpu")
-    alone_b = _run(
+    alone_b = run_steps(
         mb,
         [
-            ([], [_work(20, [4], 0, B[:256])]),
-            ([], [_work(11, [4, 6], 256, B[256:276])]),
-            ([_work(11, [4, 6], 276, B[276:277])], []),
-            ([_work(11, [4, 6], 277, B[277:278])], []),
+            ([], [work(20, [4], 0, B[:256])]),
+            ([], [work(11, [4, 6], 256, B[256:276])]),
+            ([work(11, [4, 6], 276, B[276:277])], []),
+            ([work(11, [4, 6], 277, B[277:278])], []),
         ],
     )
     for mixed_i, alone_i in ((2, 1), (3, 2), (4, 3)):
-        assert _rel(got[(11, mixed_i)], alone_b[(11, alone_i)]) < 1e-6
+        assert rel(got[(11, mixed_i)], alone_b[(11, alone_i)]) < 1e-6
 
 
 def test_served_logits_equal_the_dense_reference(runs):
     m, got, _, _ = runs
     ref_b = dense_logits(m, B)
-    assert _rel(got[(11, 2)], ref_b[275]) < 1e-6  # end of B's prefill chunk (prefix reused)
-    assert _rel(got[(11, 4)], ref_b[277]) < 1e-6  # B's second decode
-    assert _rel(ref_b[276], ref_b[277]) > 0.1  # (positions differ: the check can fail)
+    assert rel(got[(11, 2)], ref_b[275]) < 1e-6  # end of B's prefill chunk (prefix reused)
+    assert rel(got[(11, 4)], ref_b[277]) < 1e-6  # B's second decode
+    assert rel(ref_b[276], ref_b[277]) > 0.1  # (positions differ: the check can fail)
     ref_c = dense_logits(m, C)
     for step, p in ((2, 129), (3, 139), (4, 140)):  # chunks end mid-group (state across steps), then decode
-        assert _rel(got[(12, step)], ref_c[p]) < 1e-6
+        assert rel(got[(12, step)], ref_c[p]) < 1e-6
 
 
 def test_prefix_reuse_reads_the_shared_blocks_without_writing_them(runs):
@@ -162,9 +144,9 @@ def test_kv_bytes_per_block():
 def test_bad_block_table_is_refused():
     m = sm.ServedModel(TINY, ServeRef(), num_blocks=4, device="cpu")
     with pytest.raises(ValueError, match="blocks for"):
-        m.step(StepPlan((), (_work(1, [0], 200, _tokens(5, 100)),)))
+        m.step(StepPlan((), (work(1, [0], 200, _tokens(5, 100)),)))
     with pytest.raises(ValueError, match="outside"):
-        m.step(StepPlan((), (_work(1, [9], 0, _tokens(5, 10)),)))
+        m.step(StepPlan((), (work(1, [9], 0, _tokens(5, 10)),)))
 
 
 @pytest.mark.gpu

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from serve_steps import rel, run_steps, tokens, work
 
 from kernels_bench.production import forward as fw
 from kernels_bench.serve import model41 as m41
 from kernels_bench.serve.kernels import ServeRef, masked_topk
 from kernels_bench.serve.reference import dense_logits41
-from kernels_bench.serve.step_api import SeqWork, StepPlan
 
 TINY = m41.ServeConfig41(
     dims=replace(
@@ -38,25 +38,7 @@ TINY = m41.ServeConfig41(
 
 
 def _tokens(seed: int, n: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, TINY.vocab, (n,), generator=g).tolist()
-
-
-def _work(seq_id, blocks, ctx, toks):
-    return SeqWork(seq_id, tuple(blocks), ctx, len(toks), tuple(toks))
-
-
-def _run(model, steps):
-    out = {}
-    for i, (dec, pre) in enumerate(steps):
-        logits = model.step(StepPlan(tuple(dec), tuple(pre)))
-        for w, lg in zip(list(dec) + list(pre), logits, strict=True):
-            out[(w.seq_id, i)] = lg
-    return out
-
-
-def _rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
+    return tokens(seed, n, TINY.vocab)
 
 
 A = _tokens(1, 263)  # 181 + 79 prompt tokens (the first chunk ends inside a ratio-2 group), then 3 decoded
@@ -67,14 +49,14 @@ A_BT, B_BT, C_BT = [3, 7], [3, 9], [1]
 
 def _mixed_steps():
     return [
-        ([], [_work(10, A_BT, 0, A[:181])]),
-        ([], [_work(10, A_BT, 181, A[181:260])]),
-        ([_work(10, A_BT, 260, A[260:261])], [_work(11, B_BT, 256, B[256:277]), _work(12, C_BT, 0, C[:131])]),
+        ([], [work(10, A_BT, 0, A[:181])]),
+        ([], [work(10, A_BT, 181, A[181:260])]),
+        ([work(10, A_BT, 260, A[260:261])], [work(11, B_BT, 256, B[256:277]), work(12, C_BT, 0, C[:131])]),
         (
-            [_work(10, A_BT, 261, A[261:262]), _work(11, B_BT, 277, B[277:278])],
-            [_work(12, C_BT, 131, C[131:140])],
+            [work(10, A_BT, 261, A[261:262]), work(11, B_BT, 277, B[277:278])],
+            [work(12, C_BT, 131, C[131:140])],
         ),
-        ([_work(10, A_BT, 262, A[262:263]), _work(12, C_BT, 140, C[140:141])], []),
+        ([work(10, A_BT, 262, A[262:263]), work(12, C_BT, 140, C[140:141])], []),
     ]
 
 
@@ -82,47 +64,47 @@ def _mixed_steps():
 def runs():
     m = m41.ServedModel41(TINY, ServeRef(), num_blocks=12, device="cpu")
     ma = m41.ServedModel41(TINY, ServeRef(), num_blocks=12, device="cpu")
-    alone_a = _run(
+    alone_a = run_steps(
         ma,
-        [([], [_work(10, A_BT, 0, A[:181])]), ([], [_work(10, A_BT, 181, A[181:260])])]
-        + [([_work(10, A_BT, 260 + i, A[260 + i : 261 + i])], []) for i in range(3)],
+        [([], [work(10, A_BT, 0, A[:181])]), ([], [work(10, A_BT, 181, A[181:260])])]
+        + [([work(10, A_BT, 260 + i, A[260 + i : 261 + i])], []) for i in range(3)],
     )
-    return m, _run(m, _mixed_steps()), alone_a
+    return m, run_steps(m, _mixed_steps()), alone_a
 
 
 def test_mixed_schedule_equals_each_sequence_alone(runs):
     _, got, alone_a = runs
     for i in range(5):
-        assert _rel(got[(10, i)], alone_a[(10, i)]) < 1e-9
+        assert rel(got[(10, i)], alone_a[(10, i)]) < 1e-9
     mb = m41.ServedModel41(TINY, ServeRef(), num_blocks=12, device="cpu")
-    alone_b = _run(
+    alone_b = run_steps(
         mb,
         [
-            ([], [_work(20, [4], 0, B[:256])]),
-            ([], [_work(11, [4, 6], 256, B[256:277])]),
-            ([_work(11, [4, 6], 277, B[277:278])], []),
+            ([], [work(20, [4], 0, B[:256])]),
+            ([], [work(11, [4, 6], 256, B[256:277])]),
+            ([work(11, [4, 6], 277, B[277:278])], []),
         ],
     )
     for mixed_i, alone_i in ((2, 1), (3, 2)):
-        assert _rel(got[(11, mixed_i)], alone_b[(11, alone_i)]) < 1e-6
+        assert rel(got[(11, mixed_i)], alone_b[(11, alone_i)]) < 1e-6
 
 
 def test_served_logits_equal_the_dense_reference(runs):
     m, got, _ = runs
     ref_b = dense_logits41(m, B)  # B's first block is A's: A's steps 0-1 wrote it
-    assert _rel(got[(11, 2)], ref_b[276]) < 1e-6  # end of B's chunk after the reused block
-    assert _rel(got[(11, 3)], ref_b[277]) < 1e-6
-    assert _rel(ref_b[276], ref_b[277]) > 0.1  # (positions differ: the check can fail)
+    assert rel(got[(11, 2)], ref_b[276]) < 1e-6  # end of B's chunk after the reused block
+    assert rel(got[(11, 3)], ref_b[277]) < 1e-6
+    assert rel(ref_b[276], ref_b[277]) > 0.1  # (positions differ: the check can fail)
     ref_c = dense_logits41(m, C)
     for step, p in ((2, 130), (3, 139), (4, 140)):  # a chunk ends mid-group (state across steps), decode
-        assert _rel(got[(12, step)], ref_c[p]) < 1e-6
+        assert rel(got[(12, step)], ref_c[p]) < 1e-6
 
 
 def test_reindex_candidates_change_the_selection_at_tiny_shapes(runs):
     """With every block a candidate the logits at C's end differ (141 keys > 4 blocks x 8)."""
     _, got, _ = runs
     wide = m41.ServedModel41(replace(TINY, candidate_blocks=64), ServeRef(), num_blocks=12, device="cpu")
-    assert _rel(dense_logits41(wide, C)[140], got[(12, 4)]) > 1e-3
+    assert rel(dense_logits41(wide, C)[140], got[(12, 4)]) > 1e-3
 
 
 def test_candidate_mask_keeps_the_best_blocks_and_the_newest():
