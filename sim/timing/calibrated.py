@@ -447,13 +447,27 @@ class CalibratedTiming(RooflineTiming):
         return dense, mhc, overhead
 
     def _rank_s(self, every: bool, m: int) -> float:
-        """Sum of `_rank_parts`, memoised by (class, rows of the rank)."""
+        """Dense GEMMs, mHC and the forward-pass term's per-layer part of one class of layers on a GPU of
+        a DP rank holding `m` token rows (its own work in a mixed step), memoised by (class, m). The
+        term's per-row part is not in it: that is mostly the pass's expert GEMMs (sim.timing.forward),
+        which EP spreads over every rank (`_row_term_s`)."""
         memo = self._rank_every if every else self._rank_tail
         v = memo.get(m)
         if v != v:  # NaN: not stored yet
-            v = sum(self._rank_parts(every, m), 0.0)
+            cls = self.mt.every if every else self.mt.tail
+            if m <= 0 or cls.layers == 0:
+                v = 0.0
+            else:
+                dense, mhc = self._gemm_mhc(every, m)
+                v = dense + mhc + cls.layers * self.layer_overhead_s
             memo.put(m, v)
         return v
+
+    def _row_term_s(self, every: bool, m: int) -> float:
+        """The forward-pass term's per-row part of one class of layers on a GPU whose DP rank holds `m`
+        token rows (as `_rank_parts`)."""
+        cls = self.mt.every if every else self.mt.tail
+        return cls.layers * self.layer_row_overhead_s * m / self.par.tp if m > 0 else 0.0
 
     def _experts_s(self, every: bool, rows: int) -> float:
         """Seconds of one class of layers' routed experts over `rows` token rows of the whole
@@ -708,8 +722,9 @@ class CalibratedTiming(RooflineTiming):
     def _dp_mixed_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
         """A step with prefill chunks on an instance with DP attention. Each chunk runs on its
         request's DP rank (`PrefillChunk.rank`): that rank's GPUs compute its attention, dense
-        projections, mHC, forward-pass term and logits on its decode rows plus its chunks' rows,
-        while the routed experts (EP over every rank) see the rows of all ranks. The ranks meet at
+        projections, mHC, the forward-pass term's per-layer part and logits on its decode rows plus
+        its chunks' rows, while the routed experts (EP over every rank) and the term's per-row part
+        (mostly expert work, sim.timing.forward) go with the rows of all ranks spread evenly. The ranks meet at
         every MoE layer's dispatch and combine, so the step lasts as long as its slowest rank's own
         work, plus the experts and the communication (the all-to-all waits for the rank sending the
         most rows). Decode rows are spread evenly over the ranks (each holds ceil(rows / dp), as in a
@@ -793,6 +808,8 @@ class CalibratedTiming(RooflineTiming):
             )
             if v > slowest:
                 slowest = v
+        # the term's per-row part goes with the experts: every rank's rows spread over the ranks
+        slowest += self._row_term_s(True, -(-every_rows // dp)) + self._row_term_s(False, -(-tail_rows // dp))
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows

@@ -78,6 +78,9 @@ def test_one_4k_chunk_costs_its_rank_not_an_eighth_of_it(dp8, model):
         + t._rank_s(True, share + 4096)
         + t._rank_s(False, share + (tail or 4096))
         + t._head_rank_s(share + 1)  # its decode rows' logits and the chunk's last row
+        # the term's per-row part with the experts: every rank's rows spread evenly
+        + t._row_term_s(True, -(-rows // 8))
+        + t._row_term_s(False, -(-(share * 8 + tail if tail else rows) // 8))
     )
     experts = t._experts_s(True, rows) + t._experts_s(False, share * 8 + tail if tail else rows)
     drafter = t._draft_share * t._pass_s(share * 8, share * 8)
@@ -89,7 +92,7 @@ def test_one_4k_chunk_costs_its_rank_not_an_eighth_of_it(dp8, model):
     spread = t.step_s(batch, terms, [PrefillChunk(512, 60 * K, last_chunk=True, rank=r) for r in range(8)])
     assert alone - decode > 3.0 * (spread - decode)
     # which rank holds it does not matter; a smaller chunk on another rank hides behind it: only the
-    # experts see its rows
+    # experts and the term's per-row part (expert work, spread over the ranks) see its rows
     assert t.step_s(batch, terms, [PrefillChunk(4096, 60 * K, last_chunk=True, rank=0)]) == pytest.approx(
         alone
     )
@@ -101,7 +104,13 @@ def test_one_4k_chunk_costs_its_rank_not_an_eighth_of_it(dp8, model):
         + t._experts_s(False, tail_rows + (tail or 1024))
         - t._experts_s(False, tail_rows)
     )
-    assert both - alone == pytest.approx(more_experts, rel=1e-6, abs=1e-12)
+    more_term = (
+        t._row_term_s(True, -(-(rows + 1024) // 8))
+        - t._row_term_s(True, -(-rows // 8))
+        + t._row_term_s(False, -(-(tail_rows + (tail or 1024)) // 8))
+        - t._row_term_s(False, -(-tail_rows // 8))
+    )
+    assert both - alone == pytest.approx(more_experts + more_term, rel=1e-6, abs=1e-12)
 
 
 def test_a_chunk_outside_the_ranks_is_refused(dp8):
