@@ -11,7 +11,9 @@ DeepSeek-V3; NVIDIA Dynamo's recipes). So the search enumerates, for N GPUs:
 A layout is an instance shape (`LAYOUTS`): `tp4` (4 GPUs, TP4 / EP4: the Dynamo recipes' workers),
 `tp8` (8 GPUs, TP8 / EP8), `dp8` (8 GPUs, DP-attention 8 / EP8: SGLang's in-node DP + EP), `wide`
 (all of the role's GPUs as one instance with DP attention and EP across nodes, when they are at least
-two whole nodes: SGLang's large-EP serving). A deployment whose weights leave no KV room is listed as
+two whole nodes: SGLang's large-EP serving), `cp4` / `cp8` (TP4 / TP8 with round-robin prefill context
+parallelism, SGLang's DeepSeek-V4 "Context-Parallel" recipe; decode as tp4 / tp8; prefill and
+colocated roles only, sim.timing.context_parallel). A deployment whose weights leave no KV room is listed as
 pruned, not simulated. The scheduler's limits are per instance (`max_decode_batch`,
 `prefill_budget_tokens`); engines with DP attention schedule per DP group, so a `wide` instance of n
 nodes gets n times the template's limits (`scheduler_overrides`: the template's per-node limits kept,
@@ -46,6 +48,7 @@ class Layout:
     gpus: int
     tp: int
     dp: int
+    prefill_cp: str = "off"  # cluster.pools[].prefill_context_parallel
 
     def pool(self, name: str, role: str, role_gpus: int, gpus_per_node: int) -> dict[str, Any] | None:
         """The pool of `role_gpus` GPUs in this shape, None where the shape does not divide them."""
@@ -55,7 +58,10 @@ class Layout:
         tp = self.tp if self.gpus else 1
         # instances of up to a node are packed onto nodes; larger ones span whole nodes
         size = {"instances": role_gpus // g} if g <= gpus_per_node else {"nodes": role_gpus // gpus_per_node}
-        return {"name": name, "role": role, **size, "gpus_per_instance": g, "tp": tp, "ep": g, "dp": g // tp}
+        pool = {"name": name, "role": role, **size, "gpus_per_instance": g, "tp": tp, "ep": g, "dp": g // tp}
+        if self.prefill_cp != "off" and role != "decode":
+            pool["prefill_context_parallel"] = self.prefill_cp
+        return pool
 
 
 LAYOUTS = {
@@ -63,11 +69,13 @@ LAYOUTS = {
     "tp8": Layout("tp8", 8, 8, 1),
     "dp8": Layout("dp8", 8, 1, 8),
     "wide": Layout("wide", 0, 1, 0),
+    "cp4": Layout("cp4", 4, 4, 1, "round_robin"),
+    "cp8": Layout("cp8", 8, 8, 1, "round_robin"),
 }
 DEFAULT_LAYOUTS = {
-    "prefill": ("tp4", "dp8"),
+    "prefill": ("tp4", "dp8", "cp4", "cp8"),
     "decode": ("tp4", "dp8", "wide"),
-    "colocated": ("tp4", "dp8", "wide"),
+    "colocated": ("tp4", "dp8", "wide", "cp4"),
 }
 
 

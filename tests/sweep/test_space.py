@@ -21,8 +21,9 @@ TINY = Path(__file__).with_name("bench_tiny.yaml")
 def test_every_split_of_the_gpus_over_the_layouts_and_only_legal_ones():
     deps = deployments(16, 8)
     labels = [d.label for d in deps]
-    assert labels[:3] == ["agg tp4x4", "agg dp8x2", "agg widex1"]
+    assert labels[:4] == ["agg tp4x4", "agg dp8x2", "agg widex1", "agg cp4x4"]
     assert "P4 tp4x1 : D12 tp4x3" in labels and "P8 dp8x1 : D8 dp8x1" in labels
+    assert "P8 cp8x1 : D8 dp8x1" in labels and "P4 cp4x1 : D12 tp4x3" in labels
     assert "P8 tp4x2 : D8 widex1" not in labels  # a wide instance needs two whole nodes
     assert "P4 dp8x1 : D12 tp4x3" not in labels  # 4 GPUs hold no 8-GPU instance
     for d in deps:
@@ -33,6 +34,11 @@ def test_every_split_of_the_gpus_over_the_layouts_and_only_legal_ones():
     wide = next(d for d in deps if d.label == "agg widex1").pools[0]
     assert wide == {"name": "worker", "role": "colocated", "nodes": 2, "gpus_per_instance": 16, "tp": 1,
                     "ep": 16, "dp": 16}  # fmt: skip
+    # prefill context parallelism on the prefill side only: the decode pool of a cp layout is plain TP
+    cp = next(d for d in deps if d.label == "P8 cp8x1 : D8 dp8x1").pools[0]
+    assert cp["tp"] == 8 and cp["dp"] == 1 and cp["prefill_context_parallel"] == "round_robin"
+    agg_cp = next(d for d in deps if d.label == "agg cp4x4").pools[0]
+    assert agg_cp["prefill_context_parallel"] == "round_robin"
     template = SimBackend().load_template(TINY)
     for d in deps:  # each is a scenario the schema accepts
         validate_or_raise(Scenario, apply_overrides(template, {"cluster.pools": list(d.pools)}), file=d.label)
