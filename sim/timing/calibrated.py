@@ -67,7 +67,7 @@ dispatch and combine, so a mixed step lasts as long as its slowest rank, plus th
 all-to-all (vLLM, data_parallel_deployment.md: "expert layers across all ranks are required to
 synchronize during every forward pass"; TensorRT-LLM's ADP balance blog: "the iteration time is
 dominated by the slowest rank"). A 2K or 4K chunk on one rank of a DP8 H200 or B200 instance beside
-64-256 decoding sequences adds 7-8.4x (V4) and 3.5-5.8x (V4.1, whose decoder tail runs on 128 rows
+64-256 decoding sequences adds 5.5-6.3x (V4) and 3.2-4.5x (V4.1, whose decoder tail runs on 128 rows
 only) the time an even spread over the ranks would; chunks on every rank cost what the even
 spread does (tests/timing/test_dp_ranks.py).
 
