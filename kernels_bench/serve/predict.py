@@ -9,7 +9,8 @@ on the GPU) as ``sim calibrate show`` builds it for an instance, with the served
 (``timing.graph_row_buckets``: its CUDA-graph row buckets, ``kernels_bench.serve.model.ROW_BUCKETS``;
 ``timing.prefill_attention: decode_kernel``), and evaluates ``step_s`` for each measured point (decode
 batch x context, prefill chunk after a cached prefix, mixed), next to the measurement: ``sim_kernels_us``
-is the kernel sum with the LM head and the padding, no forward-pass term; ``sim_us`` adds the served
+is the kernel sum with the LM head and the padding and the engine's host time in the step
+(``timing.host``, sim.timing.served), no forward-pass term; ``sim_us`` adds the served
 model's own term (``timing.forward_term: served``: per layer and per layer-row, least squares over these
 points, sim.timing.forward.served_check); ``loo_us`` is each point predicted by the term fitted without
 it, the out-of-sample figure. The table's header lines give the fitted term. ``--term-from`` adds
@@ -42,15 +43,18 @@ def served_buckets() -> tuple[int, ...]:
 
 def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str = "served",
                  row_buckets: tuple[int, ...] | None = None, prefill_through_decode: bool = True,
-                 spec: str = SPEC):  # fmt: skip
+                 spec: str = SPEC, host: bool = True):  # fmt: skip
     """The timing context of a mini model on one GPU with the served engine's settings (row buckets:
-    the engine's when None)."""
+    the engine's when None; host: its in-step host time, sim.timing.served, without the scheduler's gap,
+    which the bench does not time)."""
     from sim.cli.calibrate_cmd import _resolve
     from sim.cluster.build import efficiency, hw_rates
     from sim.config.timing import Timing
     from sim.timing.arith import build_arith
     from sim.timing.factory import TimingContext
+    from sim.timing.host import NO_HOST
     from sim.timing.roofline import Parallelism
+    from sim.timing.served import served_engine
 
     _, profile = _resolve(gpu)
     timing = Timing()
@@ -63,7 +67,8 @@ def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str
     buckets = served_buckets() if row_buckets is None else row_buckets
     return TimingContext(spec, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack,
                          forward_term=forward_term, row_buckets=buckets,
-                         prefill_through_decode=prefill_through_decode)  # fmt: skip
+                         prefill_through_decode=prefill_through_decode,
+                         host=served_engine(gpu).host if host else NO_HOST)  # fmt: skip
 
 
 def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served", spec: str = SPEC):

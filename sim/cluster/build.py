@@ -48,6 +48,7 @@ from sim.sched.router import Router
 from sim.timing.arith import ModelArith
 from sim.timing.base import TimingModel
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
+from sim.timing.host import HostCosts
 from sim.timing.roofline import Efficiency, HwRates, Parallelism
 
 # Defaults not (yet) in the scenario schema, each a stated choice:
@@ -402,6 +403,7 @@ def build_simulation(
             row_buckets=tuple(scn.timing.graph_row_buckets),
             prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
             prefill_cp=pool.prefill_context_parallel,
+            host=HostCosts(**scn.timing.host.model_dump()),
         )
         timing = make_timing(scn.timing.model, ctx)
         node_timing.extend([timing] * layout.nodes)

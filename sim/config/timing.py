@@ -25,6 +25,24 @@ class Efficiency(StrictModel):
     ssd_bw_frac: float | None = Field(None, gt=0, le=1, description="fraction of NVMe datasheet bandwidth")
 
 
+class Host(StrictModel):
+    """The engine's CPU time around each step that the GPU waits for (sim.timing.host). Zero by default:
+    production engines prepare step n+1 while step n runs (SGLang's overlap scheduler, on by default since
+    v0.4; TensorRT-LLM's overlap scheduler; vLLM V1 `--async-scheduling`), assumed to hide it fully [D]."""
+
+    step_s: float = Field(0.0, ge=0, description="in the step (its wall time): input preparation, copies, "
+                          "graph launch and idle gaps, per step")  # fmt: skip
+    per_sequence_s: float = Field(
+        0.0, ge=0, description="in the step, per sequence (decode or prefill chunk)"
+    )
+    per_row_s: float = Field(0.0, ge=0, description="in the step, per token row the step's graph runs")
+    gap_s: float = Field(0.0, ge=0, description="between steps (the scheduler's own time), per step")
+    gap_per_sequence_s: float = Field(0.0, ge=0, description="between steps, per decoding sequence")
+    gap_per_chunk_s: float = Field(
+        0.0, ge=0, description="between steps, per prefill chunk of the next step (admission, prefix lookup)"
+    )
+
+
 class Timing(StrictModel):
     model: Literal["auto", "roofline", "calibrated"] = Field(
         "auto", description="auto: measured kernel tables where they exist, roofline elsewhere"
@@ -34,13 +52,15 @@ class Timing(StrictModel):
         description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
         "vLLM/SGLang run them, ours where production has none) or kernels_bench (the project's own kernels)",
     )  # sim.timing.stacks: the composition rules; `sim calibrate show h200` shows both
-    forward_term: Literal["fused_glue", "measured", "served", "none"] = Field(
+    forward_term: Literal["fused_glue", "measured", "served", "unfused_glue", "none"] = Field(
         "fused_glue",
         description="calibrated steps: what a real forward pass on the H200 took beyond the kernel sum "
         "(per layer and per layer-row, sim/timing/forward.py): fused_glue = less the pass's own activation "
         "quantisation, routing, norm and RoPE ops, which serving engines fuse [D]; measured = all of it; "
         "served = fitted on the served reduced model's step table (hwprofiles/h200/serve/serve_step_times.csv: "
-        "its unfused glue; for that engine only); none = the kernel sum alone",
+        "its unfused glue; for that engine only); unfused_glue = that glue as a mechanism: its launches per layer x "
+        "the launch floor + a time per layer and token row, from the served model's kernel profile "
+        "(serve_step_kernels.csv; sim.timing.served); none = the kernel sum alone",
     )
     graph_row_buckets: list[int] = Field(
         default_factory=list,
@@ -52,6 +72,7 @@ class Timing(StrictModel):
         description="how prefill rows attend: prefill_kernels = the sparse prefill kernels (production "
         "engines); decode_kernel = one query per row through the decode pipeline (the served reduced model)",
     )
+    host: Host = Field(default_factory=Host)
     efficiency: Efficiency = Field(default_factory=Efficiency)
     kernel_overhead_s: float = Field(
         2e-6, ge=0, description="fixed cost per kernel launch inside a CUDA graph"

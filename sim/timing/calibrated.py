@@ -32,7 +32,10 @@ so a step is a sum of kernel times on the busiest GPU):
   rows have no context); rows above the last bucket run unpadded (eager). Empty: no padding;
 - mHC: two sublayer boundaries per layer, the faster of the fused and unfused kernels;
 - communication (EP all-to-all, TP all-reduce, Engram gathers): the roofline's terms, with no
-  per-step launch overhead (the measured kernels are CUDA-graph replays, launch cost included).
+  per-step launch overhead (the measured kernels are CUDA-graph replays, launch cost included);
+- the engine's host time around the step (`timing.host`, sim.timing.host): zero where the engine
+  overlaps its scheduling with the GPU (production engines), else the CPU time in the step (input
+  preparation, graph launch) and the scheduler's time before it, per step, sequence, row and chunk.
 
 Decode terms. The engine adds per-sequence terms; this model reads only `context_tokens`, so a
 batch's step reads the attention tables at its mean context. The tables are interpolated
@@ -97,6 +100,7 @@ from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available, tables_for
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, allgather_s, moe_alltoall_s
 from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
+from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
@@ -332,6 +336,7 @@ class CalibratedTiming(RooflineTiming):
         row_buckets: tuple[int, ...] = (),
         prefill_through_decode: bool = False,
         prefill_cp: str = "off",
+        host: HostCosts = NO_HOST,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -358,6 +363,8 @@ class CalibratedTiming(RooflineTiming):
         # prefill context parallelism over the attention group's GPUs (sim.timing.context_parallel)
         self.cp = ContextParallel(prefill_cp, par.tp)
         self._cp_on = self.cp.on and not prefill_through_decode
+        self.host = host
+        self._host_on = host.enabled
         spec = arith.spec
         # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name
         shape = (
@@ -546,6 +553,8 @@ class CalibratedTiming(RooflineTiming):
         if v is None:
             rows = batch_size * self.verified_tokens_per_step
             v = self._pass_s(rows, rows) * (1.0 + self._draft_share) + self._comm_s(rows) + self.head_s(rows)
+            if self._host_on:
+                v += self._host_s(batch_size, 0, rows)
             self._fixed_cache[batch_size] = v
         return v
 
@@ -563,6 +572,10 @@ class CalibratedTiming(RooflineTiming):
         index_s = ni * mt.index_prefill.at(new_tokens, end)
         flops = mla_flops + ni * mt.index_prefill_flops.at(new_tokens, end)
         return attn_flops * heads_split_attention_s(mla_s, index_s, tp) / flops
+
+    def _host_s(self, decode_sequences: int, chunks: int, rows: int) -> float:
+        """The engine's host time around a step (`timing.host`): the rows its busiest DP rank's graph runs."""
+        return self.host.step_total_s(decode_sequences, chunks, -(-self.padded_rows(rows) // self.par.dp))
 
     def prefill_attention_s_per_flop(self, new_tokens: int, context_tokens: int) -> float:
         """Measured seconds per attention + indexer FLOP of a prefill chunk on one GPU."""
@@ -600,11 +613,11 @@ class CalibratedTiming(RooflineTiming):
                 terms.context_tokens / batch_size
             )
         if self.par.dp > 1:
-            return self._dp_mixed_s(batch_size, terms, prefill)
+            return self._dp_mixed_s(batch_size, terms, prefill) + self._mixed_host_s(batch_size, prefill)
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         if self._cp_on and self.cp.splits(decode_rows, [chunk.new_tokens for chunk in prefill]):
-            return self._cp_step_s(batch_size, terms, prefill)
+            return self._cp_step_s(batch_size, terms, prefill) + self._mixed_host_s(batch_size, prefill)
         every_rows = tail_rows = decode_rows
         through_decode = self.prefill_through_decode
         attn = 0.0
@@ -632,7 +645,15 @@ class CalibratedTiming(RooflineTiming):
             tail_rows = every_rows
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
-        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn + head
+        host = self._mixed_host_s(batch_size, prefill)
+        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn + head + host
+
+    def _mixed_host_s(self, batch_size: int, prefill: Sequence[PrefillChunk]) -> float:
+        """`_host_s` of a step with prefill chunks: its decode rows and every chunk's new tokens."""
+        if not self._host_on:
+            return 0.0
+        rows = batch_size * self.verified_tokens_per_step + sum(c.new_tokens for c in prefill)
+        return self._host_s(batch_size, len(prefill), rows)
 
     def _cp_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
         """A step whose rows go over the attention group's GPUs by position (prefill context
@@ -662,7 +683,9 @@ class CalibratedTiming(RooflineTiming):
                 tail_rows += min(ctx + new, tail_tokens)
         if not tail_tokens:
             tail_rows = every_rows
-        rank = self._cp_rank_s(True, rank_rows(every_rows, g)) + self._cp_rank_s(False, rank_rows(tail_rows, g))
+        rank = self._cp_rank_s(True, rank_rows(every_rows, g)) + self._cp_rank_s(
+            False, rank_rows(tail_rows, g)
+        )
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
@@ -679,7 +702,11 @@ class CalibratedTiming(RooflineTiming):
                 v = 0.0
             else:
                 dense, mhc = self._gemm_mhc(every, m)  # the GEMMs / tp: the unsplit weights take tp times
-                v = dense * self.par.tp + mhc + cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m)
+                v = (
+                    dense * self.par.tp
+                    + mhc
+                    + cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m)
+                )
             cache[m] = v
         return v
 
@@ -871,6 +898,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         row_buckets=ctx.row_buckets,
         prefill_through_decode=ctx.prefill_through_decode,
         prefill_cp=ctx.prefill_cp,
+        host=ctx.host,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from sim.errors import InputError
 from sim.timing.base import TimingModel
+from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 
 # Modules that register implementations when imported (the calibrated one lands with the
@@ -41,13 +42,16 @@ class TimingContext:
     engram_in_dram: bool
     vision_on_instance: bool
     kernels: str = "production"  # kernel stack of the calibrated timing (sim.timing.stacks)
-    forward_term: str = "fused_glue"  # fused_glue | measured | served | none (sim.timing.forward)
+    forward_term: str = (
+        "fused_glue"  # fused_glue | measured | served | unfused_glue | none (sim.timing.forward)
+    )
     row_buckets: tuple[int, ...] = ()  # CUDA-graph row buckets (timing.graph_row_buckets; empty: no padding)
     prefill_through_decode: bool = (
         False  # prefill rows attend through the decode kernel (timing.prefill_attention)
     )
     verify_rows: int = 0  # query rows per decoding sequence per step; 0 = 1 + draft_tokens
     prefill_cp: str = "off"  # prefill context parallelism of the pool (sim.timing.context_parallel)
+    host: HostCosts = NO_HOST  # the engine's host time around a step (timing.host; sim.timing.host)
 
 
 @dataclass(frozen=True)

@@ -344,14 +344,14 @@ def reference_check() -> ForwardCheck | None:
     return _reference_check(path, path.stat().st_mtime_ns)
 
 
-FORWARD_TERMS = ("fused_glue", "measured", "served", "none")
+FORWARD_TERMS = ("fused_glue", "measured", "served", "unfused_glue", "none")
 
 
 def forward_term(profile, which: str = "fused_glue") -> Term:
     """The term for `profile`'s GPU (`timing.forward_term`): measured on the reference GPU, carried
     elsewhere (module doc); `fused_glue` leaves out the pass's own glue ops."""
-    if which == "served":  # fitted per model and engine settings: forward_term_of(ctx)
-        raise ValueError("the served term needs the timing context: forward_term_of(ctx)")
+    if which in ("served", "unfused_glue"):  # per model and engine settings: forward_term_of(ctx)
+        raise ValueError(f"the {which} term needs the timing context: forward_term_of(ctx)")
     ref = reference_check()
     if ref is None or which == "none":
         return NO_TERM
@@ -488,7 +488,8 @@ def load_serve_points(path: Path) -> tuple[tuple[tuple[str, str], ...], tuple[Se
 
 
 def serve_step_s(timing, point: ServePoint) -> float:
-    """The timing's step of `point`'s composition (as the bench ran it: decodes at the point's context)."""
+    """The timing's step of `point`'s composition (as the bench ran it: decodes at the point's context), without
+    the scheduler's time before it (sim.timing.host: the bench times the step function alone)."""
     from sim.timing.batch import DecodeTerms, PrefillChunk
 
     terms = (
@@ -499,7 +500,8 @@ def serve_step_s(timing, point: ServePoint) -> float:
         if point.chunk_tokens
         else []
     )
-    return timing.step_s(point.batch, terms, chunks)
+    gap = timing.host.gap_before_s(point.batch, len(chunks)) if hasattr(timing, "host") else 0.0
+    return timing.step_s(point.batch, terms, chunks) - gap
 
 
 def served_check(path: Path, ctx) -> ForwardCheck:
@@ -551,13 +553,32 @@ def served_term(ctx) -> ForwardCheck:
                          value="served", allowed="fused_glue, measured, none (served: the H200 only)")  # fmt: skip
     tables = tables_for(ctx.hw_profile, ctx.kernels)
     memo = ("served_forward_term", path, path.stat().st_mtime_ns, ctx.model_name, ctx.par, ctx.row_buckets,
-            ctx.prefill_through_decode)  # fmt: skip
+            ctx.prefill_through_decode, ctx.host)  # fmt: skip
     check_: ForwardCheck = tables.derived(memo, lambda: served_check(path, ctx))
     return check_
 
 
+def unfused_glue_term(ctx) -> Term:
+    """The served engine's unfused glue as a term (sim.timing.served): per layer, its glue launches per layer x
+    the launch floor; per layer and row, the glue time per graph row / layers. Measured on the H200 only."""
+    from sim.timing.served import served_engine
+    from sim.timing.tables import gpu_key
+
+    key = gpu_key(ctx.hw_profile)
+    if key != REFERENCE_GPU:
+        raise InputError("no profiled served-model steps for this GPU", where="timing.forward_term",
+                         value="unfused_glue", allowed="fused_glue, measured, none (unfused_glue: the H200 only)")  # fmt: skip
+    eng = served_engine(key)
+    layers = ctx.arith.spec.n_layers
+    return Term(eng.launches_per_step * eng.launch_floor_s / layers, eng.glue_per_row_s / layers,
+                len(eng.glue.points), f"the served model's unfused glue: {eng.source}")  # fmt: skip
+
+
 def forward_term_of(ctx) -> Term:
-    """The term of a timing context (`timing.forward_term`): the served engine's own fit, or `forward_term`."""
+    """The term of a timing context (`timing.forward_term`): the served engine's own fit or glue mechanism, or
+    `forward_term`."""
     if ctx.forward_term == "served":
         return served_term(ctx).term
+    if ctx.forward_term == "unfused_glue":
+        return unfused_glue_term(ctx)
     return forward_term(ctx.hw_profile, ctx.forward_term)

@@ -8,9 +8,13 @@ What is compared:
   max_decode_batch), what its prefix cache keeps of the sliding window (`cache.swa_prefix_rows`: the
   engine reuses whole blocks and the served model keeps every token's raw window row in them, so a hit
   recomputes nothing: `every_token`), its CUDA-graph row buckets (`timing.graph_row_buckets`, the step
-  function's `row_buckets`), prefill rows through the decode kernel (`timing.prefill_attention`), the
-  served model's own forward-pass term (`timing.forward_term: served`, fitted on the bench table
-  hwprofiles/h200/serve/serve_step_times.csv, measured outside the run), and its KV capacity:
+  function's `row_buckets`), prefill rows through the decode kernel (`timing.prefill_attention`), its
+  synchronous loop's host time (`timing.host`, sim.timing.host: in the step, fitted on the bench's profiled
+  points, sim.timing.served; between steps, the scheduler's gaps measured on the *other* committed runs,
+  sim.validate.real_gaps: leave-one-run-out), the served model's glue as a forward-pass term
+  (`timing.forward_term: served`, fitted on the bench table hwprofiles/h200/serve/serve_step_times.csv on
+  top of that host time, measured outside the run; `unfused_glue`, the same glue as launches x launch floor
+  + time per row from the kernel profile, is reported beside it), and its KV capacity:
   HBM for KV = num_blocks x block_tokens x the model's KV bytes per token (global KV + the raw window
   rows the engine keeps) + one per-sequence state (compressor groups; the SWA ring too where the engine
   keeps only the window) for every agent of the trace (session x agent), set as
@@ -21,9 +25,9 @@ What is compared:
   every agent's state [D: a closed-loop agent holds one sequence or cached context at a time] leaves sim
   the engine's token capacity. Provenance fields override each engine setting where the run records
   it (`engine.swa_prefix_rows`, `step_function.row_buckets`, `step_function.prefill_attention`).
-  Not modelled: the engine's own time between steps (scheduling in Python, median 0.055 ms in
-  run_20261203, about 1 % of a decode step: measured only inside the run, so not a term) and CUDA-graph
-  captures on first use of a bucket during a run (a property of the run; the step table lists them).
+  Not modelled: CUDA-graph captures on first use of a bucket during a run (a property of the run; the step
+  table lists them), the served engine's padding of a step's indexer and HCA widths to its graph's 8K
+  context bucket (sim sees a batch's mean context only), and host work per block-table entry.
   TTFT, TPOT, E2E (mean, p50, p90,
   p99 over completed requests) and throughput (output tokens / makespan) of both; error =
   (simulated - measured) / measured.
@@ -31,8 +35,9 @@ What is compared:
   chunks) with the timing model `sim run` uses (`TimingModel.step_s`); the distribution of
   (predicted - measured) / measured, overall and by kind (decode only, prefill only, mixed).
 
-Step errors are also reported with the production default term (`fused_glue`) and with none, so the
-part the served term accounts for stays visible. Nothing is tuned on the run: the error is a measurement. Where the engine and sim's colocated instance schedule
+Step errors are also reported with the glue as a mechanism (`unfused_glue`), with the production default
+term (`fused_glue`) and with none (these two with production's hidden host time), so the part the served
+term accounts for stays visible. Nothing is tuned on the run: the error is a measurement. Where the engine and sim's colocated instance schedule
 differently (kernels_bench/serve/engine.py lists it), the request metrics include that difference; the
 step metrics do not (they use the engine's own schedule).
 """
@@ -54,6 +59,8 @@ import yaml
 from sim import units
 from sim.errors import InputError
 from sim.timing.batch import DecodeTerms, PrefillChunk
+from sim.timing.carry import REFERENCE_GPU
+from sim.validate.real_gaps import NO_GAPS, GapFit, fit_gaps, held_out_gaps
 
 REQUESTS = "requests.parquet"
 STEPS = "steps.parquet"
@@ -74,8 +81,13 @@ STEP_KINDS = ("all", "decode", "prefill", "mixed")
 # FlashMLA's sparse decode kernel (its only path)
 SERVED_SWA_PREFIX_ROWS = "every_token"
 SERVED_PREFILL_ATTENTION = "decode_kernel"
-SERVED_FORWARD_TERM = "served"  # sim.timing.forward.served_check: the bench table, measured outside the run
-ALTERNATIVE_TERMS = ("fused_glue", "none")  # step errors reported beside it
+# the served model's glue as a term fitted on the bench table (sim.timing.forward.served_check), on top of its
+# host time (sim.timing.served); measured outside the run
+SERVED_FORWARD_TERM = "served"
+SERVED_TERMS = ("served", "unfused_glue")  # the served engine's own (with its host time)
+# step errors reported beside it: the glue as a mechanism (launches x floor + time per row, from the kernel
+# profile; sim.timing.served), the production default and none (these two with production's host time: hidden)
+ALTERNATIVE_TERMS = ("unfused_glue", "fused_glue", "none")
 
 
 @dataclass
@@ -154,6 +166,7 @@ def _scenario(
     trace: Path,
     kv_gb_per_node: float | None,
     forward_term: str = SERVED_FORWARD_TERM,
+    host: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     e, s = run.engine, run.engine_settings()
     hbm: dict[str, Any] = {"ttl_s": 3e7}  # about a year: cached turns stay until evicted
@@ -177,6 +190,7 @@ def _scenario(
             "forward_term": forward_term,
             "graph_row_buckets": s["graph_row_buckets"],
             "prefill_attention": s["prefill_attention"],
+            "host": host or {},
         },
         "scheduler": {
             "prefill_budget_tokens": e["prefill_budget_tokens"],
@@ -208,6 +222,18 @@ def _scaled_trace(run: RealRun, folder: Path) -> Path:
     return out
 
 
+def engine_host(run: RealRun) -> tuple[dict[str, float], GapFit]:
+    """The served engine's host time (`timing.host`): in the step from the profiled bench points
+    (sim.timing.served), between steps from the other committed runs (sim.validate.real_gaps)."""
+    from sim.timing.served import served_engine
+
+    inside = served_engine(REFERENCE_GPU).host
+    gaps = held_out_gaps(run.folder)
+    host = {"step_s": inside.step_s, "per_sequence_s": inside.per_sequence_s, "per_row_s": inside.per_row_s,
+            "gap_s": gaps.gap_s, "gap_per_sequence_s": gaps.gap_per_sequence_s, "gap_per_chunk_s": gaps.gap_per_chunk_s}  # fmt: skip
+    return {k: max(0.0, v) for k, v in host.items()}, gaps
+
+
 @dataclass
 class Twin:
     requests: pa.Table
@@ -215,6 +241,8 @@ class Twin:
     kv_bytes: float
     summary: dict[str, Any] = field(default_factory=dict)  # sim's summary of the twin run
     alternatives: dict[str, Any] = field(default_factory=dict)  # forward term -> the timing with it instead
+    host: dict[str, float] = field(default_factory=dict)  # the twin's timing.host
+    gaps: GapFit = NO_GAPS  # where its time between steps was measured
 
 
 def simulate(run: RealRun, model: str) -> Twin:
@@ -223,10 +251,11 @@ def simulate(run: RealRun, model: str) -> Twin:
     from sim.cluster.build import build_simulation
     from sim.timing.arith import build_arith
 
+    host, gaps = engine_host(run)
     with tempfile.TemporaryDirectory(prefix="sim-real-") as tmp:
         folder = Path(tmp)
         trace = _scaled_trace(run, folder)
-        first = _load(_scenario(run, model, trace, None), folder)
+        first = _load(_scenario(run, model, trace, None, host=host), folder)
         ref = first.models[0]
         arith = build_arith(ref.name, prefill_mode=ref.prefill_mode, kv_layout=ref.kv_layout)
         built = build_simulation(first, ref, arith, out_dir=None)
@@ -246,15 +275,19 @@ def simulate(run: RealRun, model: str) -> Twin:
                 where="--model", value=model, allowed="the model the run served (provenance.json `model`)",
             )  # fmt: skip
         gpus_per_node = first.pool_profile(first.cluster.pools[0]).gpus_per_node
-        scn = _load(_scenario(run, model, trace, kv_bytes * gpus_per_node / units.GB), folder)
+        kv_gb = kv_bytes * gpus_per_node / units.GB
+        scn = _load(_scenario(run, model, trace, kv_gb, host=host), folder)
         result = run_scenario(scn, out_dir=folder / "sim")  # its checks (preflight) apply
         requests = pq.read_table(folder / "sim" / ref.name / "requests.parquet")
         timing = build_simulation(scn, ref, arith, out_dir=None).instances[0].timing
         alternatives = {}
         for term in ALTERNATIVE_TERMS:
-            alt = _load(_scenario(run, model, trace, kv_bytes * gpus_per_node / units.GB, term), folder)
+            alt_host = (
+                host if term in SERVED_TERMS else None
+            )  # the production terms: production's host (none)
+            alt = _load(_scenario(run, model, trace, kv_gb, term, alt_host), folder)
             alternatives[term] = build_simulation(alt, ref, arith, out_dir=None).instances[0].timing
-    return Twin(requests, timing, kv_bytes, result.summary["models"][ref.name], alternatives)
+    return Twin(requests, timing, kv_bytes, result.summary["models"][ref.name], alternatives, host, gaps)
 
 
 # --- the comparison -------------------------------------------------------------------------------------
@@ -341,7 +374,9 @@ def predict_steps(steps: pa.Table, timing: Any) -> np.ndarray:
             PrefillChunk(n, c, last_chunk=bool(last))
             for n, c, last in zip(pnew[i], pctx[i], plast[i], strict=True)
         ]
-        out[i] = timing.step_s(len(ctxs), total, parts)
+        # the engine's step records exclude the scheduler's time before the step (sim.timing.host)
+        gap = timing.host.gap_before_s(len(ctxs), len(parts)) if hasattr(timing, "host") else 0.0
+        out[i] = timing.step_s(len(ctxs), total, parts) - gap
     return out
 
 
@@ -415,6 +450,8 @@ def validate_real(run_dir: Path, model: str | None = None) -> RealReport:
                 "forward_term": SERVED_FORWARD_TERM,
                 "forward_term_per_layer_s": twin.timing.layer_overhead_s,
                 "forward_term_per_layer_row_s": twin.timing.layer_row_overhead_s,
+                "host": twin.host, "gaps_held_out": twin.gaps.to_json(),
+                "gaps_of_this_run": fit_gaps([run.folder]).to_json(),
                 "swa_prefix_rows": engine["swa_prefix_rows"], "prefill_attention": engine["prefill_attention"],
                 "graph_row_buckets": len(engine["graph_row_buckets"])}  # fmt: skip
     r, s = _completed(run.requests), _completed(twin.requests)

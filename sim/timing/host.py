@@ -1,0 +1,60 @@
+"""The engine's CPU time around a step that the GPU waits for (`timing.host`, sim.config.timing.Host).
+
+A synchronous engine loop runs, for every step: its scheduler (pick the batch, admit and place prefill chunks,
+look up prefixes, allocate blocks), then the step function (build the step's index arrays on the host, copy
+them to the GPU, launch the CUDA graph, wait for it), then it applies the outcome. Two parts of that are CPU
+time the GPU does not overlap:
+
+- **in the step** (`in_step_s`): input preparation, copies and the graph launch before the GPU starts, and
+  the GPU's idle gaps inside it; the step's wall time (what an engine's step records time) includes it. It
+  is a constant plus a part per sequence of the step (its rows of the index arrays, its block-table row)
+  and per token row;
+- **between steps** (`gap_s`): the scheduler's own time, plus a part per decoding sequence (its bookkeeping)
+  and per prefill chunk of the next step (admission, prefix lookup, block allocation). Not in the step's
+  wall time, but in every token's latency.
+
+Production engines hide both behind the GPU: SGLang's overlap scheduler (on by default since v0.4, the
+"zero-overhead batch scheduler"; `--disable-overlap-schedule` turns it off) and TensorRT-LLM's overlap
+scheduler (on by default) prepare step n+1 while step n runs; vLLM V1 does the same with
+`--async-scheduling` (vllm#27679). So the production default is zero [D: fully hidden]. The served reduced
+model of issue 14 (kernels_bench/serve) runs a synchronous loop: its values come from its measurements
+(sim.timing.served).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    """Seconds of host time per step (see the module doc); all zero: hidden behind the GPU."""
+
+    step_s: float = 0.0  # in the step, per step
+    per_sequence_s: float = 0.0  # in the step, per sequence (decode or prefill chunk)
+    per_row_s: float = 0.0  # in the step, per token row the graph runs (padded)
+    gap_s: float = 0.0  # between steps, per step
+    gap_per_sequence_s: float = 0.0  # between steps, per decoding sequence
+    gap_per_chunk_s: float = 0.0  # between steps, per prefill chunk of the next step
+
+    @property
+    def enabled(self) -> bool:
+        return any(
+            (self.step_s, self.per_sequence_s, self.per_row_s, self.gap_s, self.gap_per_sequence_s,
+             self.gap_per_chunk_s)
+        )  # fmt: skip
+
+    def in_step_s(self, sequences: int, rows: int) -> float:
+        """Host time inside a step of `sequences` sequences and `rows` token rows (its wall time includes it)."""
+        return self.step_s + self.per_sequence_s * sequences + self.per_row_s * rows
+
+    def gap_before_s(self, decode_sequences: int, chunks: int) -> float:
+        """The scheduler's time before a step of `decode_sequences` decodes and `chunks` prefill chunks."""
+        return self.gap_s + self.gap_per_sequence_s * decode_sequences + self.gap_per_chunk_s * chunks
+
+    def step_total_s(self, decode_sequences: int, chunks: int, rows: int) -> float:
+        """Both parts: what a step adds to the engine's clock beyond its GPU work."""
+        return self.in_step_s(decode_sequences + chunks, rows) + self.gap_before_s(decode_sequences, chunks)
+
+
+NO_HOST = HostCosts()

@@ -1,0 +1,205 @@
+"""The engine's host time around a step (`timing.host`, sim.timing.host), the served model's unfused glue and
+in-step host time fitted on its kernel profile (sim.timing.served), and its time between steps measured on
+other runs (sim.validate.real_gaps): each would fail if its mechanism broke."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim.errors import InputError
+from sim.timing.batch import PrefillChunk
+from sim.timing.calibrated import build_calibrated
+from sim.timing.host import NO_HOST, HostCosts
+from sim.timing.served import fit_engine, load_profiled, served_engine
+from sim.validate.real_gaps import BUSY_GAP_S, fit_gaps, held_out_gaps
+
+MINI = "deepseek-v4-flash-mini"
+BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048, 2112)
+HOST = HostCosts(step_s=900e-6, per_sequence_s=12e-6, per_row_s=0.2e-6, gap_s=30e-6, gap_per_sequence_s=7e-6,
+                 gap_per_chunk_s=300e-6)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_gpu(context, h200_tables):
+    def make(**fields):
+        return context(MINI, tp=1, ep=1, dp=1, **{"forward_term": "none", "row_buckets": BUCKETS, **fields})
+
+    return make
+
+
+def test_host_time_is_added_per_step_sequence_row_and_chunk(one_gpu):
+    plain = build_calibrated(one_gpu())
+    tm = build_calibrated(one_gpu(host=HOST))
+    terms = plain.decode_seq_terms(8192, 1).scaled(33)
+    # decode: 33 sequences run the graph of 48 rows; the scheduler's gap before it counts every decode
+    want = 900e-6 + 33 * 12e-6 + 48 * 0.2e-6 + 30e-6 + 33 * 7e-6
+    assert tm.step_s(33, terms, ()) == pytest.approx(plain.step_s(33, terms, ()) + want)
+    assert HOST.step_total_s(33, 0, 48) == pytest.approx(want)
+    # a decode span is the sum of its steps, host included
+    span = tm.decode_span_s(33, terms, 10)
+    steps = sum(tm.step_s(33, terms.after(k), ()) for k in range(10))
+    assert span == pytest.approx(steps, rel=1e-9)
+    # mixed: 16 decodes and two chunks (2,048 + 64 rows -> bucket 2,112)
+    chunks = [PrefillChunk(2000, 0, last_chunk=True), PrefillChunk(48, 4096, last_chunk=True)]
+    t16 = plain.decode_seq_terms(8192, 1).scaled(16)
+    want = 900e-6 + 18 * 12e-6 + 2112 * 0.2e-6 + 30e-6 + 16 * 7e-6 + 2 * 300e-6
+    assert tm.step_s(16, t16, chunks) == pytest.approx(plain.step_s(16, t16, chunks) + want)
+
+
+def test_no_host_time_leaves_steps_bit_identical(one_gpu, context):
+    """Production default (hidden by overlap scheduling): the same floats as without the setting."""
+    for ctx in (one_gpu(), context("deepseek-v4-flash", tp=1, ep=8, dp=8)):
+        a, b = build_calibrated(ctx), build_calibrated(replace(ctx, host=NO_HOST))
+        assert b._host_on is False
+        terms = a.decode_seq_terms(30000, 1).scaled(64)
+        chunk = [PrefillChunk(4096, 1000, last_chunk=True)]
+        assert a.step_s(64, terms, ()) == b.step_s(64, terms, ())
+        assert a.step_s(64, terms, chunk) == b.step_s(64, terms, chunk)
+
+
+def test_host_setting_is_validated():
+    from pydantic import ValidationError
+
+    from sim.config.timing import Timing
+
+    assert Timing().host.step_s == 0.0 and not HostCosts(**Timing().host.model_dump()).enabled
+    with pytest.raises(ValidationError, match="host.gap_s"):
+        Timing(host={"gap_s": -1e-6})
+    with pytest.raises(ValidationError, match="host.bogus"):
+        Timing(host={"bogus": 1.0})
+
+
+# --- the served engine's fits on a profiled bench table ---------------------------------------------------
+
+FLOOR_S, PER_ROW_S, LAUNCHES = 1.6e-6, 8e-6, 1650
+A_S, B_S, C_S = 880e-6, 13e-6, 0.2e-6
+PROFILED = [("decode", b, 8192, 0, 0, b) for b in (1, 8, 32)] + [("decode", 33, 8192, 0, 0, 48),
+            ("decode", 64, 32768, 0, 0, 64), ("prefill", 0, 0, 512, 0, 512), ("prefill", 0, 0, 2048, 0, 2048),
+            ("mixed", 16, 4096, 2048, 0, 2112)]  # fmt: skip
+
+
+def _profile(folder: Path, extra_host_s: float = 0.0) -> tuple[Path, Path]:
+    times, kernels = folder / "times.csv", folder / "kernels.csv"
+    with times.open("w", newline="") as f, kernels.open("w", newline="") as k:
+        f.write("# gpu_name: fixture (tests)\n")
+        w = csv.DictWriter(f, fieldnames=["mode", "batch", "context_tokens", "chunk_tokens", "prefill_context_tokens",
+                                          "graph_bucket", "wall_us_p50", "gpu_busy_us", "glue_us"])  # fmt: skip
+        w.writeheader()
+        kw = csv.DictWriter(k, fieldnames=["point", "category", "name", "calls", "us"])
+        kw.writeheader()
+        w.writerow(dict(mode="decode", batch=2, context_tokens=8192, chunk_tokens=0, prefill_context_tokens=0,
+                        graph_bucket=2, wall_us_p50=5000, gpu_busy_us="", glue_us=""))  # fmt: skip
+        for i, (mode, b, ctx, chunk, cctx, rows) in enumerate(PROFILED):
+            launches = LAUNCHES + 10 * i
+            glue = launches * FLOOR_S + rows * PER_ROW_S
+            busy = glue + 1e-3 + rows * 2e-6
+            host = A_S + B_S * (b + (1 if chunk else 0)) + C_S * rows + (extra_host_s if ctx > 8192 else 0.0)
+            w.writerow(dict(mode=mode, batch=b, context_tokens=ctx, chunk_tokens=chunk, prefill_context_tokens=cctx,
+                            graph_bucket=rows, wall_us_p50=(busy + host) * 1e6, gpu_busy_us=busy * 1e6,
+                            glue_us=glue * 1e6))  # fmt: skip
+            point = f"{mode}_B{b}_L{ctx}_T{chunk}_C{cctx}"
+            kw.writerow(dict(point=point, category="glue", name="copy", calls=launches - 100, us=1.0))
+            kw.writerow(dict(point=point, category="glue", name="fill", calls=100, us=1.0))
+            kw.writerow(dict(point=point, category="mhc", name="mhc_post", calls=11, us=30.0))
+    return times, kernels
+
+
+def test_glue_and_host_constants_are_recovered_with_leave_one_out(tmp_path):
+    times, kernels = _profile(tmp_path, extra_host_s=500e-6)
+    points = load_profiled(times, kernels)
+    assert len(points) == len(PROFILED)  # the unprofiled row is skipped
+    assert [p.glue_launches for p in points] == [LAUNCHES + 10 * i for i in range(len(PROFILED))]
+    eng = fit_engine(points, "fixture")
+    assert eng.launch_floor_s == pytest.approx(FLOOR_S, rel=1e-6)
+    assert eng.glue_per_row_s == pytest.approx(PER_ROW_S, rel=1e-6)
+    assert max(map(abs, eng.glue.loo_error)) < 1e-9
+    # the host fit reads the first context bucket only; the long-context point's extra host work is a miss
+    assert (eng.host.step_s, eng.host.per_sequence_s, eng.host.per_row_s) == pytest.approx(
+        (A_S, B_S, C_S), rel=1e-6
+    )
+    assert eng.host.gap_s == 0.0 and len(eng.host_fit.points) == len(PROFILED) - 1
+    (miss,) = eng.host_misses.values()
+    assert miss == pytest.approx(-500e-6 / next(p.wall_s for p in points if p.context_tokens > 8192))
+
+
+def test_profile_problems_name_the_file(tmp_path):
+    times, kernels = _profile(tmp_path)
+    text = kernels.read_text().replace("decode_B1_L8192", "decode_B7_L8192")
+    kernels.write_text(text)
+    with pytest.raises(InputError, match="profiled point without kernels") as e:
+        load_profiled(times, kernels)
+    assert "kernels.csv" in str(e.value)
+
+
+def test_the_committed_profile_gives_the_launch_floor_kernels_md_states(one_gpu):
+    """hwprofiles/h200/serve: the fitted floor per glue launch lands at kernels.md §1's ~1.5 µs per kernel in a
+    graph (a figure the fit never saw), and the unfused_glue term carries it per layer."""
+    eng = served_engine("h200")
+    assert 1.3e-6 < eng.launch_floor_s < 2.0e-6
+    assert 1500 < eng.launches_per_step < 1900 and 5e-6 < eng.glue_per_row_s < 12e-6
+    assert eng.glue.summary()["loo_max_abs_error"] < 0.05
+    tm = build_calibrated(one_gpu(forward_term="unfused_glue"))
+    assert tm.layer_overhead_s * 5 == pytest.approx(eng.launches_per_step * eng.launch_floor_s)
+    assert tm.layer_row_overhead_s * 5 == pytest.approx(eng.glue_per_row_s)
+
+
+def test_unfused_glue_is_refused_off_the_h200(context):
+    with pytest.raises(InputError, match="no profiled served-model steps"):
+        build_calibrated(context(MINI, "nvidia-b200-hgx8", tp=1, ep=1, dp=1, forward_term="unfused_glue"))
+
+
+# --- the time between steps, measured on the other runs ---------------------------------------------------
+
+
+def _steps(folder: Path, a: float, b: float, c: float, n: int = 400) -> Path:
+    rng = np.random.default_rng(len(folder.name))
+    folder.mkdir()
+    dec = rng.integers(0, 40, n)
+    chunks = rng.integers(0, 3, n)
+    gap = a + b * dec + c * chunks
+    gap[::50] = 0.5  # idle waits for arrivals: not scheduling
+    pq.write_table(pa.table({
+        "gap_s": gap,
+        "decode_context_tokens": pa.array([[1000] * int(d) for d in dec], pa.list_(pa.int32())),
+        "prefill_new_tokens": pa.array([[64] * int(k) for k in chunks], pa.list_(pa.int32())),
+    }), folder / "steps.parquet")  # fmt: skip
+    return folder
+
+
+def test_gaps_are_fitted_on_the_other_runs_only(tmp_path):
+    one = _steps(tmp_path / "run_a", 30e-6, 7e-6, 300e-6)
+    _steps(tmp_path / "run_b", 30e-6, 7e-6, 300e-6)
+    (tmp_path / "not_a_run").mkdir()
+    fit = fit_gaps([one])
+    assert (fit.gap_s, fit.gap_per_sequence_s, fit.gap_per_chunk_s) == pytest.approx((30e-6, 7e-6, 300e-6))
+    assert fit.steps == 400 - 8 and fit.mean_gap_s < BUSY_GAP_S
+    held = held_out_gaps(one)
+    assert held.runs == ("run_b",) and held.gap_per_chunk_s == pytest.approx(300e-6)
+    assert held_out_gaps(tmp_path / "not_a_run").runs == ("run_a", "run_b")
+    assert fit_gaps([tmp_path / "not_a_run"]).steps == 0
+
+
+def test_step_predictions_leave_the_gap_out(one_gpu):
+    """The engine's step records time the step function alone: the twin's prediction of a recorded step is
+    its step time less the scheduler's gap before it."""
+    from sim.validate.real import predict_steps
+
+    tm = build_calibrated(one_gpu(host=HOST))
+    bare = build_calibrated(
+        one_gpu(host=replace(HOST, gap_s=0.0, gap_per_sequence_s=0.0, gap_per_chunk_s=0.0))
+    )
+    steps = pa.table({
+        "decode_context_tokens": pa.array([[8000, 9000], [], [100]], pa.list_(pa.int32())),
+        "prefill_context_tokens": pa.array([[], [0], [256]], pa.list_(pa.int32())),
+        "prefill_new_tokens": pa.array([[], [2048], [300]], pa.list_(pa.int32())),
+        "prefill_last_chunk": pa.array([[], [True], [False]], pa.list_(pa.bool_())),
+    })  # fmt: skip
+    assert predict_steps(steps, tm) == pytest.approx(predict_steps(steps, bare), rel=1e-12)
+    assert tm.step_s(2, tm.decode_seq_terms(8001, 1).scaled(2), ()) > predict_steps(steps, tm)[0]
