@@ -68,7 +68,7 @@ def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str
     return TimingContext(spec, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack,
                          forward_term=forward_term, row_buckets=buckets,
                          prefill_through_decode=prefill_through_decode,
-                         host=served_engine(gpu).host if host else NO_HOST)  # fmt: skip
+                         host=served_engine(gpu, SPEC).host if host else NO_HOST)  # fmt: skip
 
 
 def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served", spec: str = SPEC):
@@ -137,7 +137,7 @@ BREAKDOWN = (
     ("dense_gemm_us", "dense_gemm_us"),
     ("moe_gemm_us", "moe_gemm_us"),
     ("mhc_us", "mhc_us"),
-    ("glue_us+launch_us", "served_term_us"),
+    ("glue_us+launch_us", "served_term_us"),  # the term with the engine's host time in the step
 )
 
 
@@ -149,6 +149,7 @@ def sim_parts_us(tm, batch: int, context_tokens: int, chunk_tokens: int, chunk_c
     total = predict_step_s(tm, batch, context_tokens, chunk_tokens, chunk_context_tokens)
     head = tm.head_s(batch + (1 if chunk_tokens else 0))
     other = dict(zip(("dense_gemm_us", "moe_gemm_us", "mhc_us", "served_term_us"), parts, strict=True))
+    other["served_term_us"] += tm.host.in_step_s(batch + (1 if chunk_tokens else 0), rows)
     attention = total - head - sum(other.values())
     return {k: v * 1e6 for k, v in {"lm_head_us": head, "attention_us": attention, **other}.items()}
 

@@ -50,7 +50,9 @@ over the pieces of that piecewise-linear curve (`Curve.sum_along`), exact agains
 Prefill rows through the decode kernel (`timing.prefill_attention: decode_kernel`, an engine
 setting; the served reduced model of issue 14 does it, kernels_bench/serve/model.py): every
 prefill row is one query of the `decode_layer` pipeline at its own position, so a step's
-attention is the pipeline at (decode rows + chunk rows, their mean attended context).
+attention is the pipeline at (decode rows + chunk rows, their mean attended context); past the
+pipeline's measured batches its two kernels grow along their own measured curves and its top-k
+and glue stay at their last measured value (sim.timing.rows_attention).
 
 Prefill (chunks of a step): GEMMs, experts and mHC as above at the step's rows, per class of
 layers: those on every prompt token see the decode rows plus every chunk's tokens, V4.1's decoder
@@ -104,6 +106,7 @@ from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
 from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
+from sim.timing.rows_attention import PipelineRows, pipeline_rows
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
@@ -373,6 +376,13 @@ class CalibratedTiming(RooflineTiming):
             tuple((x.attention, x.mlp, x.ratio) for x in spec.layers),
         )
         self.mt: ModelTables = tables.derived(("model_tables", shape), lambda: model_tables(tables, spec))
+        # prefill rows through the decode kernel: each pipeline with its kernels past its measured batches
+        self._rows_pipelines: tuple[tuple[PipelineRows, int], ...] = ()
+        if prefill_through_decode:
+            key = MODEL_KEYS[spec.name]
+            self._rows_pipelines = tuple(
+                (pipeline_rows(tables, key, kind, g), n) for kind, (g, n) in sorted(self.mt.pipelines.items())
+            )
         self._f_total: float = arith.dense_flops_per_token  # typed: unboxed on the hot path
         # the LM head on the roofline (module doc), per GPU: vocab-parallel over the attention-TP ranks
         self._head_flops: float = 2.0 * spec.vocab * spec.hidden
@@ -532,7 +542,7 @@ class CalibratedTiming(RooflineTiming):
         """The `decode_layer` pipelines of every layer over `rows` query rows at their mean attended context
         (prefill rows through the decode kernel, module doc)."""
         b = -(-rows // self.par.dp)
-        return sum((n * g.at(mean_context_tokens, b) for g, n in self.mt.pipelines.values()), 0.0)
+        return sum((n * p.at(mean_context_tokens, b) for p, n in self._rows_pipelines), 0.0)
 
     def _attn_curve(self, batch_size: int) -> Curve:
         """Summed attention-side time of a decode step over the mean context (piecewise linear)."""

@@ -568,7 +568,7 @@ def unfused_glue_term(ctx) -> Term:
     if key != REFERENCE_GPU:
         raise InputError("no profiled served-model steps for this GPU", where="timing.forward_term",
                          value="unfused_glue", allowed="fused_glue, measured, none (unfused_glue: the H200 only)")  # fmt: skip
-    eng = served_engine(key)
+    eng = served_engine(key, ctx.model_name)
     layers = ctx.arith.spec.n_layers
     return Term(eng.launches_per_step * eng.launch_floor_s / layers, eng.glue_per_row_s / layers,
                 len(eng.glue.points), f"the served model's unfused glue: {eng.source}")  # fmt: skip

@@ -189,8 +189,14 @@ def fit_engine(points: tuple[ProfiledStep, ...], source: str) -> ServedEngine:
     )
 
 
-def served_paths(key: str) -> tuple[Path, Path]:
-    return hwprofiles_dir() / key / TIMES_FILE, hwprofiles_dir() / key / KERNELS_FILE
+def served_paths(key: str, model: str = "") -> tuple[Path, Path]:
+    """(step table, kernel profile) of `model` on GPU `key`: `serve/serve_step_times_<model>.csv` and
+    `serve/serve_step_kernels_<model>.csv` where the model has its own, else the V4 mini's."""
+    folder = hwprofiles_dir() / key
+    own = tuple(folder / f.replace(".csv", f"_{model}.csv") for f in (TIMES_FILE, KERNELS_FILE))
+    if model and all(p.is_file() for p in own):
+        return own[0], own[1]
+    return folder / TIMES_FILE, folder / KERNELS_FILE
 
 
 @functools.lru_cache(maxsize=4)
@@ -198,9 +204,9 @@ def _engine(times: Path, kernels: Path, _stamps: tuple[int, int]) -> ServedEngin
     return fit_engine(load_profiled(times, kernels), f"{times.name} + {kernels.name} (profiled bench points)")
 
 
-def served_engine(key: str) -> ServedEngine:
-    """The served engine on GPU `key` (an InputError without its profiled bench table)."""
-    times, kernels = served_paths(key)
+def served_engine(key: str, model: str = "") -> ServedEngine:
+    """The served engine on GPU `key` serving `model` (an InputError without its profiled bench table)."""
+    times, kernels = served_paths(key, model)
     for p in (times, kernels):
         if not p.is_file():
             raise InputError("no profiled served-model steps for this GPU", file=str(p),

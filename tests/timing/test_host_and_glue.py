@@ -17,7 +17,7 @@ from sim.errors import InputError
 from sim.timing.batch import PrefillChunk
 from sim.timing.calibrated import build_calibrated
 from sim.timing.host import NO_HOST, HostCosts
-from sim.timing.served import fit_engine, load_profiled, served_engine
+from sim.timing.served import fit_engine, load_profiled, served_engine, served_paths
 from sim.validate.real_gaps import BUSY_GAP_S, fit_gaps, held_out_gaps
 
 MINI = "deepseek-v4-flash-mini"
@@ -142,6 +142,11 @@ def test_the_committed_profile_gives_the_launch_floor_kernels_md_states(one_gpu)
     """hwprofiles/h200/serve: the fitted floor per glue launch lands at kernels.md §1's ~1.5 µs per kernel in a
     graph (a figure the fit never saw), and the unfused_glue term carries it per layer."""
     eng = served_engine("h200")
+    assert served_paths("h200", MINI) == served_paths("h200")  # the V4 mini has the unsuffixed files
+    assert served_paths("h200", "deepseek-v4.1-flash-mini")[0].name in (
+        "serve_step_times.csv",
+        "serve_step_times_deepseek-v4.1-flash-mini.csv",  # its own, where its bench table is committed
+    )
     assert 1.3e-6 < eng.launch_floor_s < 2.0e-6
     assert 1500 < eng.launches_per_step < 1900 and 5e-6 < eng.glue_per_row_s < 12e-6
     assert eng.glue.summary()["loo_max_abs_error"] < 0.05

@@ -168,3 +168,29 @@ def test_the_breakdown_parts_add_up_to_the_step(one_gpu, point):
     assert parts["served_term_us"] == pytest.approx(
         5 * (tm.layer_overhead_s + tm.layer_row_overhead_s * tm.padded_rows(point[0] + point[2])) * 1e6
     )
+
+
+def test_rows_past_the_pipelines_batches_grow_by_their_kernels_only(one_gpu):
+    """Prefill rows through the decode kernel past the pipeline's measured batches (128): its sparse MLA and
+    indexer kernels follow their own measured curves, its top-k and glue stay at their value at 128
+    (sim.timing.rows_attention); at or below 128 the pipeline is read as measured."""
+    tm = build_calibrated(one_gpu(prefill_through_decode=True))
+    kinds = dict(zip(sorted(tm.mt.pipelines), tm._rows_pipelines, strict=True))
+    csa, _n = kinds["CSA"]
+    grid, _layers = tm.mt.pipelines["CSA"]
+    assert csa.batch_max == 128 and len(csa.kernels) == 2  # FlashMLA (production) and the indexer
+    for b in (1, 64, 128):
+        assert csa.at(8192, b) == grid.at(8192, b)
+    kernels = [sum(k.at(8192, b) for k in csa.kernels) for b in (128, 2048)]
+    rest = grid.at(8192, 128) - kernels[0]
+    assert rest > 0 and csa.at(8192, 2048) == pytest.approx(rest + kernels[1])
+    # FlashMLA is measured to 512 rows: 2,048 rows cost 4x its 512-row time, not 16x its 128-row time
+    mla = csa.kernels[0]
+    assert mla.at(8192, 2048) == pytest.approx(4 * mla.at(8192, 512))
+    assert csa.at(8192, 2048) < grid.at(8192, 2048)  # the proportional rule charged the rest 16 times
+    swa, _ = kinds["SWA"]
+    assert len(swa.kernels) == 1  # no indexer in a sliding-window layer
+    # decode steps do not go through it
+    plain = build_calibrated(one_gpu())
+    terms = tm.decode_seq_terms(8192, 1).scaled(200)
+    assert tm.step_s(200, terms, ()) == plain.step_s(200, terms, ())
