@@ -68,14 +68,15 @@ def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str
     return TimingContext(spec, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack,
                          forward_term=forward_term, row_buckets=buckets,
                          prefill_through_decode=prefill_through_decode,
-                         host=served_engine(gpu, SPEC).host if host else NO_HOST)  # fmt: skip
+                         host=served_engine(gpu, spec).host if host else NO_HOST)  # fmt: skip
 
 
-def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served", spec: str = SPEC):
+def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served", spec: str = SPEC,
+                host: bool = True):  # fmt: skip
     """The calibrated timing of a mini model on one GPU (the served model's instance and settings)."""
     from sim.timing.calibrated import build_calibrated
 
-    return build_calibrated(mini_context(gpu, stack, forward_term, spec=spec))
+    return build_calibrated(mini_context(gpu, stack, forward_term, spec=spec, host=host))
 
 
 def predict_step_s(
@@ -195,8 +196,9 @@ def ratio(v4_table: Path, v41_table: Path, gpu: str = "h200") -> list[dict]:
                 for r in _read(table) if (r.get("wall_us_p50") or "").strip()}  # fmt: skip
 
     m4, m41 = measured(v4_table), measured(v41_table)
-    tms = {t: (mini_timing(gpu, forward_term=t, spec=SPEC), mini_timing(gpu, forward_term=t, spec=SPEC41))
-           for t in RATIO_TERMS}  # fmt: skip
+    # the served term with the served engine's host time; the production terms with production's (none)
+    tms = {t: (mini_timing(gpu, forward_term=t, spec=SPEC, host=t == "served"),
+               mini_timing(gpu, forward_term=t, spec=SPEC41, host=t == "served")) for t in RATIO_TERMS}  # fmt: skip
     out = []
     for key in [k for k in m41 if k in m4]:
         _, b, L, T, C = key
