@@ -100,7 +100,7 @@ from sim.model.modes import on_every_prompt_token
 from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available, tables_for
-from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, allgather_s, moe_alltoall_s
+from sim.timing.comm import COMBINE_BYTES_PER_ELEM, allgather_s
 from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
 from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
@@ -727,18 +727,7 @@ class CalibratedTiming(RooflineTiming):
         exposed CP all-gathers (sim.timing.context_parallel.cp_gather_s); no attention all-reduce."""
         a, p, g = self.arith, self.par, self.cp.ranks
         if p.ep > 1:
-            moe = moe_alltoall_s(
-                rows,
-                gpus=p.gpus,
-                ep=p.ep,
-                hidden=a.hidden,
-                top_k=a.top_k,
-                moe_layers=a.moe_layers,
-                dispatch_bytes_per_elem=DISPATCH_BYTES_PER_ELEM,
-                combine_bytes_per_elem=COMBINE_BYTES_PER_ELEM,
-                bw_bytes_per_s=self._comm_bw,
-                latency_s=self._comm_lat,
-            )
+            moe = self._ep_alltoall_s(rows)
         else:
             hidden_bytes = rows * a.hidden * COMBINE_BYTES_PER_ELEM
             moe = a.moe_layers * 2.0 * allgather_s(hidden_bytes, g, self._comm_bw, self._comm_lat)

@@ -155,23 +155,28 @@ class RooflineTiming:
 
     # --- building blocks, memoised by the integer row count / batch size (few distinct values) ---
 
+    def _ep_alltoall_s(self, rows: int) -> float:
+        """DeepEP dispatch + combine of `rows` rows over the EP ranks, every MoE layer, before overlap."""
+        a, p = self.arith, self.par
+        return moe_alltoall_s(
+            rows,
+            gpus=p.gpus,
+            ep=p.ep,
+            hidden=a.hidden,
+            top_k=a.top_k,
+            moe_layers=a.moe_layers,
+            dispatch_bytes_per_elem=DISPATCH_BYTES_PER_ELEM,
+            combine_bytes_per_elem=COMBINE_BYTES_PER_ELEM,
+            bw_bytes_per_s=self._comm_bw,
+            latency_s=self._comm_lat,
+        )
+
     def _comm_s(self, rows: int) -> float:
         """Exposed communication + Engram gathers + fixed overhead of a step of `rows` rows."""
         v = self._comm_cache.get(rows)
         if v is None:
             a, p = self.arith, self.par
-            ep_s = moe_alltoall_s(
-                rows,
-                gpus=p.gpus,
-                ep=p.ep,
-                hidden=a.hidden,
-                top_k=a.top_k,
-                moe_layers=a.moe_layers,
-                dispatch_bytes_per_elem=DISPATCH_BYTES_PER_ELEM,
-                combine_bytes_per_elem=COMBINE_BYTES_PER_ELEM,
-                bw_bytes_per_s=self._comm_bw,
-                latency_s=self._comm_lat,
-            )
+            ep_s = self._ep_alltoall_s(rows)
             tp_s = tp_allreduce_s(
                 rows,
                 dp=p.dp,
