@@ -32,6 +32,54 @@ def _upper(xs: tuple[float, ...], x: float) -> int:
     return lo
 
 
+# knot vectors longer than this get a bucket index (`Knots`); shorter ones are bisected (a few steps)
+_INDEXED_KNOTS = 16
+_MAX_BUCKETS = 8192
+
+
+class Knots:
+    """A strictly increasing knot vector and `upper(x)`, the number of knots <= x (`_upper`'s
+    answer, exactly), found through a bucket index when the vector is long: equal-width buckets
+    over [first, last] each record the answer at their start, and a few comparisons walk from there
+    to x. The tables over token positions have hundreds of knots (sim.timing.arith: every 128 tokens
+    to 64K, then geometric), where bisection takes ten steps, each a tuple read and a float unboxing
+    in compiled code."""
+
+    __slots__ = ("xs", "n", "_lo", "_hi", "_inv_width", "_starts")
+
+    def __init__(self, xs: tuple[float, ...]) -> None:
+        self.xs = xs
+        n = self.n = len(xs)
+        self._lo = xs[0] if n else 0.0
+        self._hi = xs[-1] if n else 0.0
+        self._starts: list[int] = []
+        self._inv_width = 0.0
+        if n > _INDEXED_KNOTS and self._hi > self._lo:
+            width = (self._hi - self._lo) / _MAX_BUCKETS
+            self._inv_width = 1.0 / width
+            self._starts = [_upper(xs, self._lo + b * width) for b in range(_MAX_BUCKETS)]
+
+    def upper(self, x: float) -> int:
+        xs = self.xs
+        starts = self._starts
+        if not starts:
+            return _upper(xs, x)
+        if x < self._lo:
+            return 0
+        if x >= self._hi or x != x:  # NaN: bisection answers n too
+            return self.n
+        b = int((x - self._lo) * self._inv_width)
+        if b >= _MAX_BUCKETS:
+            b = _MAX_BUCKETS - 1
+        i = starts[b]
+        # the bucket's start is at or below x up to rounding: walk either way to the exact answer
+        while xs[i] <= x:  # stops before n: x < the last knot
+            i += 1
+        while i > 0 and xs[i - 1] > x:
+            i -= 1
+        return i
+
+
 def _step(x0: float, x1: float, loglog: bool) -> float:
     """Width of [x0, x1] in the axis' interpolation coordinate (log x or x); fixed per segment, so
     curves and grids compute it once."""
@@ -72,6 +120,7 @@ class Curve:
         self.xs = tuple(float(x) for x in xs)
         self.ys = tuple(float(y) for y in ys)
         self.mode = mode
+        self._knots = Knots(self.xs)
         xs, ys = self.xs, self.ys
         # per piece (below the first point, each segment, above the last): (start x, value,
         # slope) of the linear form, for closed-form sums
@@ -94,7 +143,7 @@ class Curve:
             return self.ys[0]
         if x >= xs[-1]:
             return _beyond(xs, self.ys, x, self.mode) if x > xs[-1] else self.ys[-1]
-        x0, step, y0, y1 = self._segments[_upper(xs, x) - 1]
+        x0, step, y0, y1 = self._segments[self._knots.upper(x) - 1]
         return _between(x0, step, y0, y1, x, self._loglog)
 
     def sum_along(self, x0: float, dx: float, n: int) -> float:
@@ -107,8 +156,9 @@ class Curve:
         if dx <= 0.0:
             return n * self.at(x0)
         xs, pieces = self.xs, self._pieces
-        first = _upper(xs, x0)  # piece of x0 (piece p starts at xs[p - 1])
-        last = _upper(xs, x0 + dx * (n - 1))
+        knots = self._knots
+        first = knots.upper(x0)  # piece of x0 (piece p starts at xs[p - 1])
+        last = knots.upper(x0 + dx * (n - 1))
         total, ka = 0.0, 0
         for p in range(first, last + 1):
             kb = n if p == last else min(n, max(0, math.ceil((xs[p] - x0) / dx)))  # first k in piece p + 1
@@ -134,6 +184,7 @@ class Grid:
         self._loglog = mode == LOGLOG
         xs = self.outer
         self._steps = tuple(_step(a, b, self._loglog) for a, b in zip(xs, xs[1:], strict=False))
+        self._knots = Knots(xs)
 
     def __repr__(self) -> str:
         return f"Grid(outer={self.outer}, mode={self.mode!r})"
@@ -148,7 +199,7 @@ class Grid:
                 return last
             ys = (curves[-2].at(inner), last) if len(xs) > 1 else (last,)
             return _beyond(xs[-len(ys) :], ys, outer, self.mode)
-        i = _upper(xs, outer) - 1
+        i = self._knots.upper(outer) - 1
         return _between(
             xs[i], self._steps[i], curves[i].at(inner), curves[i + 1].at(inner), outer, self._loglog
         )
@@ -193,7 +244,7 @@ class LinearTable:
             raise ValueError("LinearTable holds exactly two components")
         x = [float(v) for v in xs]
         self.xs = x
-        self._knots = tuple(x)
+        self._knots = Knots(tuple(x))
         rows: list[tuple[float, ...]] = []
         for i in range(len(x)):
             j = min(i, len(x) - 2)
@@ -213,7 +264,7 @@ class LinearTable:
 
     def at(self, x: float) -> tuple[float, float]:
         xs = self.xs
-        i = _upper(self._knots, x) - 1
+        i = self._knots.upper(x) - 1
         if i < 0:
             i = 0
         a0, s0, a1, s1 = self._rows[i]
@@ -232,7 +283,7 @@ class QuadraticTable:
             raise ValueError("QuadraticTable holds exactly three components")
         x = [float(v) for v in xs]
         self.xs = x
-        self._knots = tuple(x)
+        self._knots = Knots(tuple(x))
         n = len(x)
         coef: list[tuple[float, ...]] = []
         for i in range(n - 1):
@@ -258,7 +309,7 @@ class QuadraticTable:
         # token positions come as ints: a float bisects the float knots twice as fast, and
         # x - xs[i] rounds the int to the same double either way (positions < 2^53)
         x = float(x)
-        i = _upper(self._knots, x) - 1
+        i = self._knots.upper(x) - 1
         if i < 0:
             i = 0
         elif i > self._last:
