@@ -66,6 +66,7 @@ class ByteTier:
         "token_bytes",
         "_slots",
         "_head",
+        "_recent",
     )
 
     def __init__(
@@ -97,6 +98,9 @@ class ByteTier:
         # least recently used, _head.prev the most recently used
         self._slots: dict[int, _Slot] = {}
         self._head = _Slot(0, 0.0, 0, 0.0)
+        # the slot found last: a request's path asks for the same key several times in a row, and a
+        # dict lookup boxes and hashes the key every time (dropped from here when its slot leaves)
+        self._recent: _Slot | None = None
 
     # --- reading ---
 
@@ -109,27 +113,47 @@ class ByteTier:
         return self.capacity_bytes - self.reserved_bytes - self.cached_bytes
 
     def __contains__(self, key: int) -> bool:
-        return key in self._slots
+        return self._find(key) is not None
+
+    def _find(self, key: int) -> _Slot | None:
+        slot = self._recent
+        if slot is not None and slot.key == key:
+            return slot
+        slot = self._slots.get(key)
+        if slot is not None:
+            self._recent = slot
+        return slot
+
+    def _get(self, key: int) -> _Slot:
+        slot = self._find(key)
+        if slot is None:
+            raise KeyError(key)
+        return slot
+
+    def _forget(self, slot: _Slot) -> None:
+        del self._slots[slot.key]
+        if self._recent is slot:
+            self._recent = None
 
     def __len__(self) -> int:
         return len(self._slots)
 
     def cached(self, key: int) -> float:
         """Bytes cached under `key` (0 when absent)."""
-        slot = self._slots.get(key)
+        slot = self._find(key)
         return slot.nbytes if slot is not None else 0.0
 
     def tokens(self, key: int) -> int:
         """Tokens cached under `key` now (0 when absent; a run's head after its tail was cut)."""
-        slot = self._slots.get(key)
+        slot = self._find(key)
         return slot.tokens if slot is not None else 0
 
     def whole_tokens(self, key: int) -> int:
         """Tokens `key` held when it was put (its sequence's end; more than `tokens` once cut)."""
-        return self._slots[key].whole_tokens
+        return self._get(key).whole_tokens
 
     def last_use_s(self, key: int) -> float:
-        return self._slots[key].last_use_s
+        return self._get(key).last_use_s
 
     def oldest_use_s(self) -> float:
         """The least recent last use among the cached entries (inf when none)."""
@@ -155,32 +179,31 @@ class ByteTier:
         used; evicts the least recently used others as needed (in a tier of blocks, a run's tail
         first). Refuses (TierFull) if it cannot fit at all."""
         slots = self._slots
-        old = slots.get(key)  # get + del: compiled primitives (dict.pop is a generic method call)
+        old = self._find(key)  # a replaced entry keeps its slot (out of the LRU ring meanwhile)
         if old is not None:
             if old.holders:
                 raise TierFull(f"{self.name}: entry {key} is in use, it cannot be replaced")
-            del slots[key]
             _unlink(old)
             self.cached_bytes -= old.nbytes
         if nbytes > self.capacity_bytes - self.reserved_bytes + 1e-6:
             if old is not None:  # restore (as the least recently used): refuse without mutating
-                slots[key] = old
                 _link_after(self._head, old)
                 self.cached_bytes += old.nbytes
             raise TierFull(
                 f"{self.name}: {nbytes:.0f} B cannot fit beside {self.reserved_bytes:.0f} B reserved"
             )
         if self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6:
-            evicted = self._make_room(nbytes)
+            evicted = self._make_room(nbytes, 0 if old is None else 1)
         else:
             evicted = []
         if old is None:
             old = _Slot(key, nbytes, tokens, now_s)
+            slots[key] = old
+            self._recent = old
         else:
             old.nbytes = nbytes
             old.tokens = old.whole_tokens = tokens
             old.last_use_s = now_s
-        slots[key] = old
         _link_after(self._head.prev, old)
         self.cached_bytes += nbytes
         if self.reserved_bytes + self.cached_bytes > self.peak_bytes:
@@ -188,7 +211,7 @@ class ByteTier:
         return evicted
 
     def touch(self, key: int, now_s: float) -> None:
-        slot = self._slots[key]
+        slot = self._get(key)
         slot.last_use_s = now_s
         if slot.holders:
             return  # out of the LRU order until released
@@ -199,12 +222,12 @@ class ByteTier:
 
     def remove(self, key: int) -> float:
         """Drop `key` (not held); returns its bytes (0 when absent)."""
-        slot = self._slots.get(key)
+        slot = self._find(key)
         if slot is None:
             return 0.0
         if slot.holders:
             raise TierFull(f"{self.name}: entry {key} is in use, it cannot be removed")
-        del self._slots[key]
+        self._forget(slot)
         _unlink(slot)
         self.cached_bytes -= slot.nbytes
         if not self._slots:
@@ -252,13 +275,13 @@ class ByteTier:
 
     def holdable_bytes(self, key: int) -> float:
         """Bytes that holding `key` would move from cached to reserved (0 when absent or already held)."""
-        slot = self._slots.get(key)
+        slot = self._find(key)
         return slot.nbytes if slot is not None and not slot.holders else 0.0
 
     def hold(self, key: int) -> None:
         """One more running sequence uses `key` in place: the first takes it out of the LRU order and
         counts its bytes as reserved (the caller checked `can_reserve` for `holdable_bytes`)."""
-        slot = self._slots[key]
+        slot = self._get(key)
         if not slot.holders:
             _unlink(slot)
             self.cached_bytes -= slot.nbytes
@@ -270,7 +293,7 @@ class ByteTier:
     def unhold(self, key: int, now_s: float) -> None:
         """A sequence holding `key` is done with it; the last one makes it cached again, most
         recently used."""
-        slot = self._slots[key]
+        slot = self._get(key)
         slot.holders -= 1
         if slot.holders:
             return
@@ -281,8 +304,8 @@ class ByteTier:
 
     def pin(self, key: int) -> float:
         """Turn a cached entry into reserved bytes (a running sequence now uses it); returns its bytes."""
-        slot = self._slots[key]
-        del self._slots[key]
+        slot = self._get(key)
+        self._forget(slot)
         _unlink(slot)
         self.cached_bytes -= slot.nbytes
         self.reserved_bytes += slot.nbytes
@@ -290,15 +313,19 @@ class ByteTier:
 
     # --- internals ---
 
-    def _make_room(self, nbytes: float) -> Evicted:
+    def _make_room(self, nbytes: float, aside: int = 0) -> Evicted:
         """Evict until `nbytes` more fit: whole entries, least recently used first; in a tier of
         blocks, the least recently used run loses only the tail blocks it must (a cut run appears in
-        the result with the bytes it lost, and stays cached with its head)."""
+        the result with the bytes it lost, and stays cached with its head). `aside`: entries of the
+        map set aside by the caller (a slot being replaced), neither cached nor evictable now."""
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
             return []
         evicted: Evicted = []
         slots = self._slots
-        while self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6 and slots:
+        while (
+            self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6
+            and len(slots) > aside
+        ):
             if self.block_tokens:
                 cut = self._cut_oldest(self.reserved_bytes + self.cached_bytes + nbytes - self.capacity_bytes)
                 if cut > 0.0:
@@ -308,7 +335,7 @@ class ByteTier:
             slot = self._drop_oldest()
             self.evicted_bytes += slot.nbytes
             evicted.append((slot.key, slot.nbytes))
-        if not slots:
+        if len(slots) == aside:
             self.cached_bytes = 0.0
         return evicted
 
@@ -340,7 +367,7 @@ class ByteTier:
         """Take the least recently used entry out (there is one); returns its slot."""
         slot = self._head.next
         _unlink(slot)
-        del self._slots[slot.key]
+        self._forget(slot)
         self.cached_bytes -= slot.nbytes
         return slot
 
