@@ -247,7 +247,6 @@ class Instance:
                     else:
                         pinned = store.pin_hbm(key, self.index)
                         req.pinned = True
-                store.count_hit(plan)
                 req.hit_tokens = tokens
                 req.hbm_hit_tokens = hbm_tokens
                 req.prefix_source = store.tier_names[plan.tier]

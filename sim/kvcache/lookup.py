@@ -115,7 +115,7 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
     shared = False
     key = req.parent_lineage
     if key is not None and req.prefix_tokens > 0:
-        e = store.entries.get(key)
+        e = store.entry(key)
         if e is not None:
             cached = _cached(store, e, inst, now_s)
             tokens = p.hit_tokens(cached, req.prefix_tokens, req.input_tokens)
@@ -123,7 +123,7 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
                 best, best_tokens, best_cached = e, tokens, cached
     skey = req.shared_key
     if skey is not None and req.shared_tokens > best_tokens:
-        e = store.entries.get(skey)
+        e = store.entry(skey)
         if e is not None:
             cached = _cached(store, e, inst, now_s)
             # whole blocks of the shared prompt: the copy may be another request's shorter shared part,

@@ -50,15 +50,10 @@ modelled].
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sim.cluster.link import FifoLink
 from sim.kvcache.paths import PathCost, kv_segments
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.tiers import ByteTier
-
-if TYPE_CHECKING:
-    from sim.kvcache.lookup import Plan
 
 
 class StoreTier:
@@ -125,10 +120,11 @@ class Copy:
 
 
 class Entry:
-    __slots__ = ("key", "hbm", "copies", "swa_node", "prompt_tokens", "pins")
+    __slots__ = ("key", "hbm", "copies", "swa_node", "prompt_tokens", "pins", "live")
 
     def __init__(self, key: int, tiers: int) -> None:
         self.key = key
+        self.live = True  # False once the store forgot it (a later use of its key makes a new one)
         self.hbm: dict[int, int] = {}  # instance index -> cached tokens (not pinned)
         self.copies: list[Copy | None] = [None] * tiers  # by position below HBM
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
@@ -137,30 +133,16 @@ class Entry:
 
 
 class Counters:
-    """Cumulative cache traffic (bytes) and hits (tokens), per tier."""
+    """Cumulative cache traffic (bytes), per tier, over all requests (the recorder counts the
+    measured requests' hits and loads)."""
 
-    __slots__ = (
-        "hit_tokens",
-        "loaded_bytes",
-        "written_bytes",
-        "evicted_bytes",
-        "expired_bytes",
-        "retention_violation_bytes",
-        "swa_hits",
-        "swa_misses",
-        "replayed_tokens",
-    )
+    __slots__ = ("written_bytes", "evicted_bytes", "expired_bytes", "retention_violation_bytes")
 
     def __init__(self, lower: list[str]) -> None:
-        self.hit_tokens = {n: 0 for n in ("hbm", *lower)}
-        self.loaded_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
         self.written_bytes = {n: 0.0 for n in (*lower, "swa_pool")}
         self.evicted_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
         self.expired_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
         self.retention_violation_bytes = 0.0
-        self.swa_hits = 0
-        self.swa_misses = 0
-        self.replayed_tokens = 0
 
 
 class KVStore:
@@ -202,18 +184,22 @@ class KVStore:
         self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s) for n, c in enumerate(swa_pool_capacity_bytes)]
         self.swa_write_links = swa_write_links
         self.entries: dict[int, Entry] = {}
+        # the two entries used last (a request's lineage and its shared prompt): a request's path asks
+        # for the same few keys many times, and a dict lookup boxes and hashes the key every time
+        self._recent: Entry | None = None
+        self._older: Entry | None = None
         self.counters = Counters([t.name for t in tiers])
 
     # --- queries ---
 
     def hbm_tokens(self, key: int, inst: int) -> int:
         """Tokens of `key` cached (not pinned) in instance `inst`'s HBM."""
-        e = self.entries.get(key)
+        e = self.entry(key)
         return e.hbm.get(inst, 0) if e is not None else 0
 
     def hbm_copies(self, key: int) -> dict[int, int] | None:
         """Instance -> tokens of `key` cached in its HBM (read only), or None when `key` is not stored."""
-        e = self.entries.get(key)
+        e = self.entry(key)
         return e.hbm if e is not None else None
 
     def hbm_window_end(self, key: int, inst: int) -> int:
@@ -223,7 +209,7 @@ class KVStore:
 
     def demoted_node(self, key: int) -> int:
         """The node whose HBM the copy of `key` in the first demotion tier (host DRAM) came from, or -1."""
-        e = self.entries.get(key)
+        e = self.entry(key)
         t = self.first_demote
         if e is None or t is None:
             return -1
@@ -232,7 +218,7 @@ class KVStore:
 
     def swa_node_of(self, key: int, now_s: float) -> int:
         """Node whose SWA pool holds `key`'s ring now (-1: none or expired)."""
-        e = self.entries.get(key)
+        e = self.entry(key)
         if e is None or e.swa_node < 0:
             return -1
         pool = self.swa[e.swa_node]
@@ -254,7 +240,7 @@ class KVStore:
     def pin_hbm(self, key: int, inst: int) -> float:
         """Take instance `inst`'s cached copy of `key` for a running request; returns its bytes,
         now reserved by that request (0.0 when there is none)."""
-        e = self.entries.get(key)
+        e = self.entry(key)
         if e is None or inst not in e.hbm:
             return 0.0
         del e.hbm[inst]
@@ -264,12 +250,12 @@ class KVStore:
     def touch_lower(self, key: int, tier: int, now_s: float) -> None:
         """A hit served from chain tier `tier` below HBM counts as a use there (LRU order, TTL)."""
         t = self.tiers[tier - 1]
-        c = self.entries[key].copies[t.pos]
+        c = self._existing(key).copies[t.pos]
         assert c is not None  # the lookup found it there
         t.units[c.unit].touch(key, now_s)
 
     def use_swa(self, key: int, now_s: float) -> None:
-        e = self.entries[key]
+        e = self._existing(key)
         self.swa[e.swa_node].touch(key, now_s)
 
     def reserve_hbm(self, inst: int, nbytes: float, now_s: float) -> None:
@@ -281,23 +267,6 @@ class KVStore:
             return
         for k, b in tier.reserve(nbytes):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
-
-    def count_hit(self, plan: Plan) -> None:
-        """Cumulative hit tokens and bytes loaded per tier, all requests (the recorder keeps the
-        measured ones)."""
-        c = self.counters
-        c.hit_tokens["hbm"] += plan.hbm_tokens
-        if plan.tier:
-            name = self.tier_names[plan.tier]
-            c.hit_tokens[name] += plan.tokens - plan.hbm_tokens
-            if plan.load_bytes:
-                c.loaded_bytes[name] += plan.load_bytes
-        if plan.swa_node >= 0:
-            c.loaded_bytes["swa_pool"] += self.policy.swa_state_bytes
-            c.swa_hits += 1
-        elif plan.replay_tokens:
-            c.swa_misses += 1
-            c.replayed_tokens += plan.replay_tokens
 
     def finish(
         self,
@@ -325,30 +294,40 @@ class KVStore:
         first) and they outlive the sessions' own runs."""
         tier = self.hbm[inst]
         tier.release(reserved_bytes)
-        self.retain_hbm(key, inst, tokens, now_s)
+        e = self._entry(key)  # looked up once: the entry stays while it holds a copy (checked below)
+        self._retain_hbm(e, inst, tokens, now_s)
         if shared_held:
             assert shared_key is not None
             tier.unhold(shared_key, now_s)
         elif shared_key is not None:
-            s = self.entries.get(shared_key)
+            s = self.entry(shared_key)
             if s is not None and inst in s.hbm:
                 tier.touch(shared_key, now_s)
         if unpin_key is not None:
-            self.unpin(unpin_key)
-        if persist:
-            self.persist(key, inst, tokens, now_s)
+            u = e if unpin_key == key and e.live else self.entry(unpin_key)
+            if u is not None:
+                self._unpin(u)
+        if not persist:
+            return
+        if e.live:
+            self._persist(e, inst, tokens, now_s)
             if self.policy.swa_pool:
-                self.put_swa(key, inst, now_s)
-            e = self.entries.get(key)
-            if e is not None:
-                e.prompt_tokens = prompt_tokens
+                self._put_swa(e, inst, now_s)
+            e.prompt_tokens = prompt_tokens
+            return
+        # forgotten by the unpin (no copy kept anywhere): by key, making an entry only where one is written
+        self.persist(key, inst, tokens, now_s)
+        self.put_swa(key, inst, now_s)
+        f = self.entry(key)
+        if f is not None:
+            f.prompt_tokens = prompt_tokens
 
     def retain_shared(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """A shared prompt prefix of `tokens` just computed on `inst`: cache its whole blocks there
         (the part later requests can hit and use in place; no sequence state: it is the head of
         other sequences) and persist it once."""
         blocks = tokens - tokens % self.policy.block_tokens
-        e = self.entries.get(key)
+        e = self.entry(key)
         tier = self.hbm[inst]
         held = e.hbm.get(inst, 0) if e is not None else 0
         if held and (held >= blocks or not tier.holdable_bytes(key)):
@@ -367,7 +346,7 @@ class KVStore:
     def shared_hbm_tokens(self, key: int, inst: int, shared_tokens: int) -> int:
         """Tokens of a request's shared prompt (`shared_tokens` of `key`) that instance `inst`'s HBM
         holds as whole blocks: the request can use them in place instead of holding its own copy."""
-        e = self.entries.get(key)
+        e = self.entry(key)
         usable = min(e.hbm.get(inst, 0), shared_tokens) if e is not None else 0
         return usable - usable % self.policy.block_tokens
 
@@ -382,17 +361,23 @@ class KVStore:
         self.hbm[inst].hold(key)
 
     def unpin(self, key: int) -> None:
-        e = self.entries.get(key)
+        e = self.entry(key)
         if e is not None:
-            e.pins -= 1
-            self._maybe_forget(e)
+            self._unpin(e)
+
+    def _unpin(self, e: Entry) -> None:
+        e.pins -= 1
+        self._maybe_forget(e)
 
     # --- after a request ---
 
     def retain_hbm(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """Keep `tokens` of `key` cached in instance `inst`'s HBM (the caller released its
         reservation just before, so the copy fits); older copies there are replaced."""
-        e = self._entry(key)
+        self._retain_hbm(self._entry(key), inst, tokens, now_s)
+
+    def _retain_hbm(self, e: Entry, inst: int, tokens: int, now_s: float) -> None:
+        key = e.key
         tier = self.hbm[inst]
         nbytes = self.policy.hbm_bytes(tokens, self.kv_replication[inst])
         if not tier.can_fit(nbytes):
@@ -405,10 +390,14 @@ class KVStore:
     def persist(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """Write the part of `key`'s context not yet in each write-through tier (plus persisted state),
         from instance `inst`; readable there once the write completes."""
+        if self.policy.persist_prefixes:
+            self._persist(self._entry(key), inst, tokens, now_s)
+
+    def _persist(self, e: Entry, inst: int, tokens: int, now_s: float) -> None:
         p = self.policy
         if not p.persist_prefixes:
             return
-        e = self._entry(key)
+        key = e.key
         node = self.instance_node[inst]
         for t in self.write_through:
             unit = t.unit_of_instance[inst]
@@ -433,6 +422,10 @@ class KVStore:
 
     def put_swa(self, key: int, inst: int, now_s: float) -> None:
         """V4.1: the finished sequence's SWA ring goes to its node's host-DRAM pool (TTL)."""
+        if self.policy.swa_pool and self.swa[self.instance_node[inst]].can_fit(self.policy.swa_state_bytes):
+            self._put_swa(self._entry(key), inst, now_s)
+
+    def _put_swa(self, e: Entry, inst: int, now_s: float) -> None:
         p = self.policy
         if not p.swa_pool:
             return
@@ -440,7 +433,7 @@ class KVStore:
         pool = self.swa[node]
         if not pool.can_fit(p.swa_state_bytes):
             return
-        e = self._entry(key)
+        key = e.key
         if e.swa_node >= 0 and e.swa_node != node:
             self.swa[e.swa_node].remove(key)
         e.swa_node = node
@@ -472,10 +465,30 @@ class KVStore:
 
     # --- internals ---
 
-    def _entry(self, key: int) -> Entry:
+    def entry(self, key: int) -> Entry | None:
+        """The entry of `key`, None when nothing of it is stored."""
+        e = self._recent
+        if e is not None and e.key == key:  # a live entry: a forgotten one is dropped from these two
+            return e
+        e = self._older
+        if e is not None and e.key == key:
+            self._older, self._recent = self._recent, e
+            return e
         e = self.entries.get(key)
+        if e is not None:
+            self._older, self._recent = self._recent, e
+        return e
+
+    def _existing(self, key: int) -> Entry:
+        e = self.entry(key)
+        assert e is not None  # callers hold a copy of it
+        return e
+
+    def _entry(self, key: int) -> Entry:
+        e = self.entry(key)
         if e is None:
             e = self.entries[key] = Entry(key, len(self.tiers))
+            self._older, self._recent = self._recent, e
         return e
 
     def _evicted_from_hbm(self, key: int, inst: int, nbytes: float, now_s: float, *, expired: bool) -> None:
@@ -483,7 +496,7 @@ class KVStore:
         tier cut the run (its head still cached there). Either way the context it held goes down
         the demotion chain whole (the module doc)."""
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
-        e = self.entries[key]
+        e = self._existing(key)
         tokens = e.hbm[inst]
         left = self.hbm[inst].tokens(key)
         if left:
@@ -524,7 +537,7 @@ class KVStore:
         demotion tier, if any, from the node it was written from."""
         c_ = self.counters
         (c_.expired_bytes if expired else c_.evicted_bytes)[t.name] += nbytes
-        e = self.entries[key]
+        e = self._existing(key)
         c = e.copies[t.pos]
         assert c is not None
         if not expired and now_s - c.written_s < t.retention_s:
@@ -537,7 +550,7 @@ class KVStore:
         self._maybe_forget(e)
 
     def _forget_swa(self, key: int) -> None:
-        e = self.entries[key]
+        e = self._existing(key)
         e.swa_node = -1
         self._maybe_forget(e)
 
@@ -548,6 +561,11 @@ class KVStore:
             if c is not None:
                 return
         del self.entries[e.key]
+        e.live = False
+        if self._recent is e:
+            self._recent = None
+        if self._older is e:
+            self._older = None
 
     # --- occupancy (for samples and invariants) ---
 
