@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Column:
     name: str
-    read: str | None = None  # kernel tables: text | number | check | package; forward table: required | glue
+    read: str | None = None  # kernel tables: text | number | check | package; forward table: required | glue;
+    # served step table: required (every step) | profile (the profiled points sim.timing.served fits)
 
 
 # kernels_bench_results.csv and production_results.csv: one row per kernel x shape
@@ -104,30 +105,30 @@ def names(columns: tuple[Column, ...], *read: str) -> tuple[str, ...]:
 # (wall clock around the engine's call, every step a CUDA graph), with, for the profiled points, the GPU
 # time of one step by kernel category (kernels_bench.serve.breakdown; blank where not profiled)
 SERVE_STEP_COLUMNS: tuple[Column, ...] = (
-    Column("model", "text"),
-    Column("spec", "text"),
-    Column("mode", "text"),  # decode | prefill | mixed
-    Column("batch", "number"),  # decode sequences
-    Column("context_tokens", "number"),  # KV tokens of each decode sequence
-    Column("chunk_tokens", "number"),  # prefill chunk (0: none)
-    Column("prefill_context_tokens", "number"),  # KV tokens before the chunk
-    Column("graph_bucket", "number"),  # rows of the CUDA graph replayed (decode rows + chunk, padded up)
-    Column("wall_us_p50", "number"),
+    Column("model"),
+    Column("spec", "required"),
+    Column("mode", "required"),  # decode | prefill | mixed
+    Column("batch", "required"),  # decode sequences
+    Column("context_tokens", "required"),  # KV tokens of each decode sequence
+    Column("chunk_tokens", "required"),  # prefill chunk (0: none)
+    Column("prefill_context_tokens", "required"),  # KV tokens before the chunk
+    Column("graph_bucket", "profile"),  # rows of the CUDA graph replayed (decode rows + chunk, padded up)
+    Column("wall_us_p50", "required"),
     Column("wall_us_p10"),
     Column("wall_us_p90"),
     Column("reps"),
     Column("kv_bytes_per_block"),
     Column("note"),
     # the step's rows and their graph bucket (padding = graph_bucket - rows)
-    Column("rows", "number"),
+    Column("rows"),
     # profiled points: GPU kernel time of one step (torch.profiler over graph replays), by category
-    Column("gpu_busy_us", "number"),  # sum of every kernel of the step
-    Column("lm_head_embed_us", "number"),  # the LM head GEMM (vocab x hidden, bf16) and the embedding gather
-    Column("attention_us", "number"),  # FlashMLA sparse decode (+ its combine / metadata kernels)
-    Column("indexer_us", "number"),  # the lightning indexer's score kernel and its top-512 selection
-    Column("moe_gemm_us", "number"),  # the routed experts' grouped FP8 GEMMs
-    Column("dense_gemm_us", "number"),  # every other GEMM (projections, compressors, shared expert, wo_a)
-    Column("mhc_us", "number"),  # TileKernels mHC boundaries
-    Column("glue_us", "number"),  # the rest: indexing, pooling, RoPE, quantise-on-write, routing, norms
+    Column("gpu_busy_us", "profile"),  # sum of every kernel of the step
+    Column("lm_head_embed_us"),  # the LM head GEMM (vocab x hidden, bf16) and the embedding gather
+    Column("attention_us"),  # FlashMLA sparse decode (+ its combine / metadata kernels)
+    Column("indexer_us"),  # the lightning indexer's score kernel and its top-512 selection
+    Column("moe_gemm_us"),  # the routed experts' grouped FP8 GEMMs
+    Column("dense_gemm_us"),  # every other GEMM (projections, compressors, shared expert, wo_a)
+    Column("mhc_us"),  # TileKernels mHC boundaries
+    Column("glue_us", "profile"),  # the rest: indexing, pooling, RoPE, quantise-on-write, routing, norms
     Column("kernels_per_step"),
 )

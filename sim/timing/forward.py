@@ -52,6 +52,7 @@ from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
 from sim.timing.carry import REFERENCE_GPU
+from sim.timing.served import served_paths
 from sim.timing.tables import KernelTables, gpu_key, parse_number, read_table
 
 FORWARD_FILE = "forward_pass_results.csv"
@@ -416,16 +417,8 @@ def _carry(ref: ForwardCheck, which: str, profile, tables: KernelTables) -> Carr
 
 # --- the served engine's own term (timing.forward_term: served) ----------------------------------------
 
-SERVE_FILE = "serve/serve_step_times.csv"  # kernels_bench.serve.bench: the served reduced model's steps
-SERVE_REQUIRED = (
-    "spec",
-    "mode",
-    "batch",
-    "context_tokens",
-    "chunk_tokens",
-    "prefill_context_tokens",
-    "wall_us_p50",
-)
+# the writer's columns every step row needs (kernels_bench.columns)
+SERVE_REQUIRED = columns.names(columns.SERVE_STEP_COLUMNS, "required")
 
 
 @dataclass(frozen=True)
@@ -445,13 +438,6 @@ class ServePoint:
     @property
     def rows(self) -> int:
         return self.batch + self.chunk_tokens
-
-
-def serve_path(key: str, model: str = "") -> Path:
-    """The served step table of `model` on GPU `key`: `serve/serve_step_times_<model>.csv` where one exists
-    (the V4.1 mini's), else `serve/serve_step_times.csv` (the V4 mini's)."""
-    own = hwprofiles_dir() / key / SERVE_FILE.replace(".csv", f"_{model}.csv")
-    return own if model and own.is_file() else hwprofiles_dir() / key / SERVE_FILE
 
 
 def load_serve_points(path: Path) -> tuple[tuple[tuple[str, str], ...], tuple[ServePoint, ...]]:
@@ -547,7 +533,7 @@ def served_term(ctx) -> ForwardCheck:
     from sim.timing.tables import gpu_key
 
     key = gpu_key(ctx.hw_profile)
-    path = serve_path(key, ctx.model_name)
+    path = served_paths(key, ctx.model_name)[0]
     if key != REFERENCE_GPU or not path.is_file():
         raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
                          value="served", allowed="fused_glue, measured, none (served: the H200 only)")  # fmt: skip

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels_bench import columns
 from sim import units
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
@@ -42,8 +43,7 @@ from sim.timing.tables import read_table
 
 TIMES_FILE = "serve/serve_step_times.csv"
 KERNELS_FILE = "serve/serve_step_kernels.csv"
-TIMES_REQUIRED = ("mode", "batch", "context_tokens", "chunk_tokens", "prefill_context_tokens", "graph_bucket",
-                  "wall_us_p50", "gpu_busy_us", "glue_us")  # fmt: skip
+TIMES_REQUIRED = columns.names(columns.SERVE_STEP_COLUMNS, "required", "profile")  # kernels_bench.columns
 KERNELS_REQUIRED = ("point", "category", "calls")
 GLUE = "glue"  # kernels_bench.serve.breakdown's category of everything that is not a named kernel
 HOST_FIT_CONTEXT_TOKENS = 8192  # the served engine's first graph context bucket (kernels_bench.serve.model)

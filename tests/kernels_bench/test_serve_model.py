@@ -5,15 +5,12 @@ prefix-reused block table equals each sequence run alone and the dense one-pass 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
-from serve_steps import rel, run_steps, tokens, work
+from serve_steps import rel, run_steps, tiny_dims, tokens, work
 
 from kernels_bench import formats
 from kernels_bench.production import flashmla_layout as fl
-from kernels_bench.production import forward as fw
 from kernels_bench.serve import model as sm
 from kernels_bench.serve import paged
 from kernels_bench.serve.kernels import ServeRef
@@ -21,21 +18,7 @@ from kernels_bench.serve.reference import dense_logits
 from kernels_bench.serve.step_api import StepPlan
 
 TINY = sm.ServeConfig(
-    dims=replace(
-        fw.Dims(),
-        heads=4,  # FlashMLA needs 64 (the GPU test); the reference any
-        hidden=256,
-        q_lora=256,
-        o_lora=128,
-        index_heads=8,
-        topk=16,
-        window=8,
-        experts=8,
-        inter=128,
-        shared_inter=256,
-        compressor_out={"CSA": 1024, "HCA": 1024},
-        index_compressor_out=256,
-    ),
+    dims=tiny_dims(compressor_out={"CSA": 1024, "HCA": 1024}, index_compressor_out=256),
     kinds=("SWA", "CSA", "HCA"),
     vocab=1000,
     state_slots=8,

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from serve_steps import rel, run_steps, tokens, work
+from serve_steps import rel, run_steps, tiny_dims, tokens, work
 
 from kernels_bench.production import forward as fw
 from kernels_bench.serve import model41 as m41
@@ -18,19 +18,7 @@ from kernels_bench.serve.kernels import ServeRef, masked_topk
 from kernels_bench.serve.reference import dense_logits41
 
 TINY = m41.ServeConfig41(
-    dims=replace(
-        fw.Dims(),
-        heads=4,  # FlashMLA needs 64 (the GPU test); the reference any
-        hidden=256,
-        q_lora=256,
-        o_lora=128,
-        index_heads=8,
-        topk=16,
-        window=8,
-        experts=8,
-        inter=128,
-        shared_inter=256,
-    ),
+    dims=tiny_dims(),
     vocab=1000,
     state_slots=8,
     candidate_blocks=4,  # 32 candidate keys of ~270: the Reindex layer's restriction matters here
@@ -198,10 +186,10 @@ def test_sim_times_the_v41_mini_with_its_own_served_table():
     """sim's calibrated H200 timing accepts deepseek-v4.1-flash-mini; its served term is fitted on the V4.1
     mini's own bench table (serve_step_times_<model>.csv), the V4 mini keeps serve_step_times.csv."""
     from kernels_bench.serve import predict
-    from sim.timing.forward import serve_path
+    from sim.timing.served import served_paths
 
-    assert serve_path("h200", m41.SPEC).name == f"serve_step_times_{m41.SPEC}.csv"
-    assert serve_path("h200", predict.SPEC).name == "serve_step_times.csv"
+    assert served_paths("h200", m41.SPEC)[0].name == f"serve_step_times_{m41.SPEC}.csv"
+    assert served_paths("h200", predict.SPEC)[0].name == "serve_step_times.csv"
     tm = predict.mini_timing(spec=m41.SPEC)
     d1, d64 = (predict.predict_step_s(tm, b, 8192, 0, 0) for b in (1, 64))
     p512, p4096 = (predict.predict_step_s(tm, 0, 0, t, 0) for t in (512, 4096))

@@ -17,7 +17,7 @@ from sim.errors import InputError
 from sim.timing.batch import PrefillChunk
 from sim.timing.calibrated import build_calibrated
 from sim.timing.host import NO_HOST, HostCosts
-from sim.timing.served import fit_engine, load_profiled, served_engine, served_paths
+from sim.timing.served import TIMES_REQUIRED, fit_engine, load_profiled, served_engine, served_paths
 from sim.validate.real_gaps import BUSY_GAP_S, fit_gaps, held_out_gaps
 
 MINI = "deepseek-v4-flash-mini"
@@ -89,8 +89,7 @@ def _profile(folder: Path, extra_host_s: float = 0.0) -> tuple[Path, Path]:
     times, kernels = folder / "times.csv", folder / "kernels.csv"
     with times.open("w", newline="") as f, kernels.open("w", newline="") as k:
         f.write("# gpu_name: fixture (tests)\n")
-        w = csv.DictWriter(f, fieldnames=["mode", "batch", "context_tokens", "chunk_tokens", "prefill_context_tokens",
-                                          "graph_bucket", "wall_us_p50", "gpu_busy_us", "glue_us"])  # fmt: skip
+        w = csv.DictWriter(f, fieldnames=list(TIMES_REQUIRED), restval="fixture")
         w.writeheader()
         kw = csv.DictWriter(k, fieldnames=["point", "category", "name", "calls", "us"])
         kw.writeheader()
