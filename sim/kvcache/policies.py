@@ -60,7 +60,11 @@ class CachePolicy:
         token (computed for its logits). Engines hash full blocks only (vLLM's chained block hashes,
         SGLang's page-aligned radix keys, the served engine's BlockPool), so a context's partial
         last block is never hit, even by a request repeating all of it."""
-        usable = min(cached_tokens, repeated_tokens, input_tokens - 1)
+        usable = input_tokens - 1  # the least of the three (a three-way min() is a generic call compiled)
+        if cached_tokens < usable:
+            usable = cached_tokens
+        if repeated_tokens < usable:
+            usable = repeated_tokens
         if usable <= 0:
             return 0
         return usable - usable % self.block_tokens

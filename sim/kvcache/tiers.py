@@ -67,6 +67,7 @@ class ByteTier:
         "_slots",
         "_head",
         "_recent",
+        "_older",
     )
 
     def __init__(
@@ -98,9 +99,11 @@ class ByteTier:
         # least recently used, _head.prev the most recently used
         self._slots: dict[int, _Slot] = {}
         self._head = _Slot(0, 0.0, 0, 0.0)
-        # the slot found last: a request's path asks for the same key several times in a row, and a
-        # dict lookup boxes and hashes the key every time (dropped from here when its slot leaves)
+        # the two slots found last (a request's context and its shared prompt): a request's path asks
+        # for the same keys several times in a row, and a dict lookup boxes and hashes the key every
+        # time (dropped from here when their slots leave)
         self._recent: _Slot | None = None
+        self._older: _Slot | None = None
 
     # --- reading ---
 
@@ -119,9 +122,13 @@ class ByteTier:
         slot = self._recent
         if slot is not None and slot.key == key:
             return slot
+        slot = self._older
+        if slot is not None and slot.key == key:
+            self._older, self._recent = self._recent, slot
+            return slot
         slot = self._slots.get(key)
         if slot is not None:
-            self._recent = slot
+            self._older, self._recent = self._recent, slot
         return slot
 
     def _get(self, key: int) -> _Slot:
@@ -134,6 +141,8 @@ class ByteTier:
         del self._slots[slot.key]
         if self._recent is slot:
             self._recent = None
+        if self._older is slot:
+            self._older = None
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -199,7 +208,7 @@ class ByteTier:
         if old is None:
             old = _Slot(key, nbytes, tokens, now_s)
             slots[key] = old
-            self._recent = old
+            self._older, self._recent = self._recent, old
         else:
             old.nbytes = nbytes
             old.tokens = old.whole_tokens = tokens

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
-LOGLOG = "loglog"
-LINEAR = "linear"
+LOGLOG: Final = "loglog"
+LINEAR: Final = "linear"
 
 
 def _upper(xs: tuple[float, ...], x: float) -> int:
@@ -33,8 +33,8 @@ def _upper(xs: tuple[float, ...], x: float) -> int:
 
 
 # knot vectors longer than this get a bucket index (`Knots`); shorter ones are bisected (a few steps)
-_INDEXED_KNOTS = 16
-_MAX_BUCKETS = 8192
+_INDEXED_KNOTS: Final = 16
+_MAX_BUCKETS: Final = 8192  # constants: compiled code reads a Final inline, other globals from a dict
 
 
 class Knots:
