@@ -77,3 +77,50 @@ def test_bad_link_parameters_are_rejected():
         SharedLink(env, "l", 0.0)
     with pytest.raises(ValueError):
         FifoLink("w", -1.0)
+
+
+def test_finish_times_equal_a_tuple_heap_reference():
+    """Many overlapping jobs (ties included) finish at exactly the times, and in exactly the order,
+    of the processor-sharing reference with `heapq` over (finish point, submission) tuples."""
+    import heapq
+    import random
+
+    rng = random.Random(5)
+    jobs = sorted(
+        (round(rng.uniform(0.0, 20.0), 1), float(rng.choice([1, 50, 100, 100, 400])), i) for i in range(300)
+    )
+    bw = 100.0
+    # the reference: advance the virtual clock between arrivals and finishes
+    ref, heap, v, t, seq = [], [], 0.0, 0.0, 0
+    pending = list(jobs)
+    while pending or heap:
+        finish_t = t + (heap[0][0] - v) * len(heap) / bw if heap else float("inf")
+        if pending and pending[0][0] < finish_t:
+            at, nbytes, name = pending.pop(0)
+            v = v + (at - t) * bw / len(heap) if heap else 0.0
+            t = at
+            seq += 1
+            heapq.heappush(heap, (v + nbytes, seq, name))
+            continue
+        v = v + (finish_t - t) * bw / len(heap)
+        t = finish_t
+        done = [heapq.heappop(heap)]
+        tol = 1e-12 * (v if v > 1.0 else 1.0)
+        while heap and heap[0][0] <= v + tol:
+            done.append(heapq.heappop(heap))
+        ref.extend((item[2], t) for item in done)
+
+    env = EventLoop()
+    link = SharedLink(env, "l", bw)
+    order = []
+
+    def start(at, nbytes, name):
+        yield env.timeout(at)
+        link.submit(nbytes, lambda n: order.append((n, env.now_s)), name)
+
+    for at, nbytes, name in jobs:
+        env.process(start(at, nbytes, name))
+    env.run()
+    assert [n for n, _ in order] == [n for n, _ in ref]
+    assert [x for _, x in order] == pytest.approx([x for _, x in ref], rel=1e-12, abs=1e-12)
+    assert link.in_flight() == 0 and link.jobs_done == len(jobs)
