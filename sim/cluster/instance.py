@@ -367,7 +367,10 @@ class Instance:
             if now < start:  # a span planned from a boundary still ahead: re-plan from there
                 self._plan(start)
                 return
-            steps, dt = self.timing.decode_step_end(self._batch, self.terms, now - start)
+            # typed results: the timing model is any object (Any), and an untyped tuple or float would be
+            # unpacked and added through generic calls
+            ended: tuple[int, float] = self.timing.decode_step_end(self._batch, self.terms, now - start)
+            steps, dt = ended
             if steps >= self._span_steps:
                 return  # the span ends after the step in progress anyway
             end = start + dt
@@ -404,6 +407,7 @@ class Instance:
                 if budget > 0:
                     chunks = prefill_chunks_dp(self.ready, budget, self.chunk_tokens, dp)
         timing = self.timing
+        dt: float  # typed: the timing model is any object (Any)
         if chunks:
             parts: list[PrefillChunk] = []
             rows = 0
