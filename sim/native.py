@@ -41,6 +41,7 @@ from pathlib import Path
 COMPILED = (
     "sim.cluster.cluster",
     "sim.cluster.events",
+    "sim.cluster.heap",
     "sim.cluster.instance",
     "sim.cluster.link",
     "sim.cluster.request",

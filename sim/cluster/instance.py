@@ -22,12 +22,12 @@ prefill when they finish.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 from sim.cluster.events import EventLoop
+from sim.cluster.heap import Keyed, pop, push
 from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
@@ -98,8 +98,8 @@ class Instance:
         self.ready: list[Request] = []  # admitted and loaded, prefill not finished
         self.loading = 0  # admitted, loads in flight
         self.joins: deque[Request] = deque()  # waiting to join the decode batch
-        self.running: dict[int, Request] = {}  # request id -> request, the decode batch
-        self._heap: list[tuple[int, int, Request]] = []  # (finish step, request id, request)
+        # the decode batch: a heap of _Seqs by (finish step, request id) (sim.cluster.heap)
+        self.running: list[Keyed] = []
         # decode batch state: decode steps since the start, summed timing terms of the running sequences
         self.decode_steps = 0
         self.terms = DecodeTerms()
@@ -434,7 +434,7 @@ class Instance:
             self._span_steps = 1 if batch else 0
             self.steps += 1
         elif batch:
-            steps = self._heap[0][0] - self.decode_steps
+            steps = _leave_step(self.running[0]) - self.decode_steps
             dt = timing.decode_span_s(batch, self.terms, steps)
             self.mode = SPAN
             self._span_steps = steps
@@ -452,10 +452,12 @@ class Instance:
         self._end_step(now, self._span_steps)
         if self.mode == STEP:
             self._finish_chunks(now)
-        heap = self._heap
+        running = self.running
         n = self.decode_steps
-        while heap and heap[0][0] <= n:
-            req = heapq.heappop(heap)[2]
+        while running and _leave_step(running[0]) <= n:
+            seq = pop(running)
+            assert isinstance(seq, _Seq)
+            req = seq.req
             self._leave(req)
             self._complete(req, now)
         self.mode = IDLE
@@ -492,11 +494,10 @@ class Instance:
             self.terms.add(terms)
         else:
             self.terms.set(terms)
-        self.running[req.request_id] = req
-        heapq.heappush(self._heap, (self.decode_steps + steps, req.request_id, req))
+        push(self.running, _Seq(self.decode_steps + steps, req))
 
     def _leave(self, req: Request) -> None:
-        del self.running[req.request_id]
+        """`req` left the decode batch (taken off `running`): take its terms off the batch's sums."""
         if not self.running:
             self.terms.clear()  # no drift from repeated sums
             return
@@ -537,6 +538,22 @@ class Instance:
                 self._admit_decode()
             else:
                 self._admit()
+
+
+class _Seq(Keyed):
+    """A sequence of the decode batch: it leaves at decode step `leave_step` (ties: by request id)."""
+
+    __slots__ = ("leave_step", "req")
+
+    def __init__(self, leave_step: int, req: Request) -> None:
+        super().__init__(float(leave_step), req.request_id)  # steps < 2**53: exact as floats
+        self.leave_step = leave_step
+        self.req = req
+
+
+def _leave_step(item: Keyed) -> int:
+    assert isinstance(item, _Seq)
+    return item.leave_step
 
 
 def _prefill_side(req: Request) -> Instance:

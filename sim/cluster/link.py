@@ -21,61 +21,19 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.cluster.events import EventLoop
+from sim.cluster.heap import Keyed, pop, push
 
 
-class _Job:
-    """A transfer in flight: it finishes when the virtual clock reaches `vf` (ties: lower `seq` first)."""
+class _Job(Keyed):
+    """A transfer in flight: it finishes when the virtual clock reaches `key` (ties: lower `seq` first)."""
 
-    __slots__ = ("vf", "seq", "nbytes", "on_done", "arg")
+    __slots__ = ("nbytes", "on_done", "arg")
 
     def __init__(self, vf: float, seq: int, nbytes: float, on_done: Callable[[Any], None], arg: Any) -> None:
-        self.vf = vf
-        self.seq = seq
+        super().__init__(vf, seq)
         self.nbytes = nbytes
         self.on_done = on_done
         self.arg = arg
-
-
-def _before(a: _Job, b: _Job) -> bool:
-    return a.vf < b.vf or (a.vf == b.vf and a.seq < b.seq)
-
-
-def _push(heap: list[_Job], job: _Job) -> None:
-    """A binary heap of jobs in finish order (`heapq`'s, on native objects: compiled code compares
-    their fields directly, where `heapq` compares tuples through generic calls)."""
-    pos = len(heap)
-    heap.append(job)
-    while pos > 0:
-        parent_pos = (pos - 1) >> 1
-        parent = heap[parent_pos]
-        if not _before(job, parent):
-            break
-        heap[pos] = parent
-        pos = parent_pos
-    heap[pos] = job
-
-
-def _pop(heap: list[_Job]) -> _Job:
-    """Take the first job to finish off the heap (there is one)."""
-    first = heap[0]
-    last = heap.pop()
-    n = len(heap)
-    if n:
-        pos = 0
-        while True:
-            child_pos = 2 * pos + 1
-            if child_pos >= n:
-                break
-            child = heap[child_pos]
-            right_pos = child_pos + 1
-            if right_pos < n and _before(heap[right_pos], child):
-                child, child_pos = heap[right_pos], right_pos
-            if not _before(child, last):
-                break
-            heap[pos] = child
-            pos = child_pos
-        heap[pos] = last
-    return first
 
 
 class SharedLink:
@@ -108,7 +66,7 @@ class SharedLink:
         self.jobs_done = 0
         self._v = 0.0  # virtual clock: bytes served to each active job
         self._t = env.now_s  # time of the last update of _v
-        self._heap: list[_Job] = []  # in flight, by finish point (`_push`, `_pop`)
+        self._heap: list[Keyed] = []  # the _Jobs in flight, by finish point (sim.cluster.heap)
         self._seq = 0
         self._timer = env.timer(self._wake)  # the earliest finish (moved when the set changes)
 
@@ -127,8 +85,8 @@ class SharedLink:
         self._v = self._v + (now - self._t) * bw / n if n else 0.0
         self._t = now
         self._seq += 1
-        _push(heap, _Job(self._v + nbytes + (self.latency_s + extra_s) * bw, self._seq, nbytes, on_done, arg))
-        self.env.set_timer_after(self._timer, (heap[0].vf - self._v) * len(heap) / bw)
+        push(heap, _Job(self._v + nbytes + (self.latency_s + extra_s) * bw, self._seq, nbytes, on_done, arg))
+        self.env.set_timer_after(self._timer, (heap[0].key - self._v) * len(heap) / bw)
 
     def in_flight(self) -> int:
         """Transfers started and not finished."""
@@ -141,20 +99,22 @@ class SharedLink:
         v = self._v = self._v + (now - self._t) * bw / len(heap)
         self._t = now
         # The head is due by construction; others finishing within rounding of it finish too.
-        first = _pop(heap)
+        first = pop(heap)
+        assert isinstance(first, _Job)
         self.bytes_done += first.nbytes
         self.jobs_done += 1
         tol = 1e-12 * (v if v > 1.0 else 1.0)
         also: list[_Job] | None = None  # rarely any: made only then
-        while heap and heap[0].vf <= v + tol:
-            job = _pop(heap)
+        while heap and heap[0].key <= v + tol:
+            job = pop(heap)
+            assert isinstance(job, _Job)
             self.bytes_done += job.nbytes
             self.jobs_done += 1
             if also is None:
                 also = []
             also.append(job)
         if heap:
-            self.env.set_timer_after(self._timer, (heap[0].vf - v) * len(heap) / bw)
+            self.env.set_timer_after(self._timer, (heap[0].key - v) * len(heap) / bw)
         first.on_done(first.arg)
         if also is not None:
             for job in also:
