@@ -24,18 +24,24 @@ past `max_requests`, or depending on one of those, never arrive (`not_arrived` c
 A session is complete when all its arriving requests have ended; `on_session` gets
 (session_id, first arrival, last end, requests, rejected, largest context in tokens).
 
-The trace is read by sim.workload.io (the reader of every command: the same casts and checks),
-a batch of whole sessions at a time, and each batch's columns turned into Python lists
-(`TraceColumns`) that the loader indexes row by row: per-row or per-session objects would cost
-more than the simulation of their requests.
+A request exists as a `Request` only from its arrival to its end (README, Memory). The trace is
+read by sim.workload.io (the reader of every command: the same casts and checks), a batch of
+whole sessions at a time; `TraceColumns` packs a batch with numpy into what the loader needs per
+row: `FIELDS` int64 values (a row's request fields, the dependency links resolved to the
+session's own row numbers) in one `array('q')`, row after row, and its two times in an
+`array('d')`. A started session copies its rows out of the batch (`_Session`, about 130 bytes a
+row, freed when the session ends); a request due to arrive is a `_Due` in the event heap, and its
+`Request` is made when the event runs. Per-row Python objects made ahead of their arrival would
+cost ~1.3 KB of memory each, held from the session's start (hours for an agent session).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow.compute as pc
@@ -67,37 +73,94 @@ COLUMNS = (
 )
 BATCH_ROWS = 16_384
 
+# A row's int64 fields in `TraceColumns.ints` (FIELDS per row); the links are rows of the same
+# session, numbered from its first row.
+REQUEST_ID: Final = 0
+REQUEST_INDEX: Final = 1
+AGENT: Final = 2
+PARENT_AGENT: Final = 3  # the agent of prefix_parent_request_id's row, -1: no prefix parent
+SHARED_ID: Final = 4  # shared_prefix_id, -1: none
+INPUT: Final = 5
+OUTPUT: Final = 6
+PREFIX: Final = 7  # prefix_tokens, 0 without a prefix parent
+SHARED_TOKENS: Final = 8  # shared_prefix_tokens, 0 without a shared prefix
+IMAGE_TOKENS: Final = 9
+IMAGE_COUNT: Final = 10
+WAITS: Final = 11  # 1: a think row whose dependency is an earlier row of its session
+FIRST_CHILD: Final = 12  # the first row that waits on this one, -1: none
+NEXT_SIBLING: Final = 13  # the next row waiting on the same row, -1: none
+FIELDS: Final = 14
+# A row's floats in `TraceColumns.times` (TIMES per row).
+ARRIVAL_TIME: Final = 0
+THINK_TIME: Final = 1
+TIMES: Final = 2
+
 
 class TraceColumns:
-    """Whole sessions of a trace, column by column as Python lists (what compiled code indexes
-    fastest); `bounds[k]:bounds[k + 1]` are the rows of the k-th session."""
+    """Whole sessions of a trace, packed (module doc): `bounds[k]:bounds[k + 1]` are the rows of
+    the k-th session, which starts at `session_start_s[k]`."""
 
     def __init__(self, table: Any) -> None:
-        def ints(name: str) -> list[int]:
-            return table.column(name).to_numpy().tolist()
-
-        def floats(name: str) -> list[float]:
-            return table.column(name).to_numpy().tolist()
+        def col(name: str) -> Any:
+            return table.column(name).to_numpy().astype(np.int64)
 
         sid = table.column("session_id").to_numpy()
-        self.bounds: list[int] = [0, *(np.flatnonzero(sid[1:] != sid[:-1]) + 1).tolist(), len(sid)]
-        self.session_id: list[int] = sid.tolist()
-        self.session_start_s = floats("session_start_s")
-        self.request_id = ints("request_id")
-        self.request_index = ints("request_index")
-        self.agent_id = ints("agent_id")
-        self.absolute: list[bool] = pc.equal(table.column("arrival"), ARRIVAL_ABSOLUTE).to_pylist()
-        self.arrival_time_s = floats("arrival_time_s")
-        self.think_time_s = floats("think_time_s")
-        self.depends_on_request_id = ints("depends_on_request_id")
-        self.input_tokens = ints("input_tokens")
-        self.output_tokens = ints("output_tokens")
-        self.prefix_parent_request_id = ints("prefix_parent_request_id")
-        self.prefix_tokens = ints("prefix_tokens")
-        self.shared_prefix_id = ints("shared_prefix_id")
-        self.shared_prefix_tokens = ints("shared_prefix_tokens")
-        self.image_count = ints("image_count")
-        self.image_tokens = ints("image_tokens")
+        n = len(sid)
+        cuts = np.flatnonzero(sid[1:] != sid[:-1]) + 1
+        lo_k = np.concatenate([[0], cuts]).astype(np.int64)
+        self.bounds: list[int] = [*lo_k.tolist(), n]
+        self.session_id: list[int] = sid[lo_k].tolist()
+        self.session_start_s: list[float] = table.column("session_start_s").to_numpy()[lo_k].tolist()
+        row = np.arange(n, dtype=np.int64)
+        first = np.repeat(lo_k, np.diff(np.append(lo_k, n)))  # each row's session's first row
+        rid = col("request_id")
+
+        def earlier_row(ref: Any) -> Any:
+            """The row of request id `ref` among the earlier rows of the same session, else -1
+            (request ids increase in file order, sim.workload.validate)."""
+            pos = np.clip(np.searchsorted(rid, ref), 0, n - 1)
+            found = (ref >= 0) & (rid[pos] == ref) & (pos >= first) & (pos < row)
+            return np.where(found, pos, -1)
+
+        agent = col("agent_id")
+        parent = earlier_row(col("prefix_parent_request_id"))
+        has_parent = parent >= 0
+        shared = col("shared_prefix_id")
+        dep = earlier_row(col("depends_on_request_id"))
+        think = ~pc.equal(table.column("arrival"), ARRIVAL_ABSOLUTE).to_numpy(zero_copy_only=False)
+        waits = think & (dep >= 0)
+        # the rows waiting on each row, in row order: a first child and a chain of next siblings
+        kids = np.flatnonzero(waits)
+        kids = kids[np.argsort(dep[kids], kind="stable")]
+        first_child = np.full(n, -1, dtype=np.int64)
+        next_sibling = np.full(n, -1, dtype=np.int64)
+        if len(kids):
+            parents = dep[kids]
+            head = np.ones(len(kids), dtype=bool)
+            head[1:] = parents[1:] != parents[:-1]
+            first_child[parents[head]] = kids[head] - first[kids[head]]
+            chained = ~head[1:]
+            next_sibling[kids[:-1][chained]] = kids[1:][chained] - first[kids[1:][chained]]
+        packed = np.empty((n, FIELDS), dtype=np.int64)
+        packed[:, REQUEST_ID] = rid
+        packed[:, REQUEST_INDEX] = col("request_index")
+        packed[:, AGENT] = agent
+        packed[:, PARENT_AGENT] = np.where(has_parent, agent[np.maximum(parent, 0)], -1)
+        packed[:, SHARED_ID] = shared
+        packed[:, INPUT] = col("input_tokens")
+        packed[:, OUTPUT] = col("output_tokens")
+        packed[:, PREFIX] = np.where(has_parent, col("prefix_tokens"), 0)
+        packed[:, SHARED_TOKENS] = np.where(shared >= 0, col("shared_prefix_tokens"), 0)
+        packed[:, IMAGE_TOKENS] = col("image_tokens")
+        packed[:, IMAGE_COUNT] = col("image_count")
+        packed[:, WAITS] = waits
+        packed[:, FIRST_CHILD] = first_child
+        packed[:, NEXT_SIBLING] = next_sibling
+        times = np.empty((n, TIMES), dtype=np.float64)
+        times[:, ARRIVAL_TIME] = table.column("arrival_time_s").to_numpy()
+        times[:, THINK_TIME] = table.column("think_time_s").to_numpy()
+        self.ints: array[int] = array("q", packed.tobytes())
+        self.times: array[float] = array("d", times.tobytes())
 
 
 def iter_trace_columns(
@@ -111,16 +174,33 @@ def iter_trace_columns(
 
 
 class _Session:
-    __slots__ = ("sid", "pending", "first_s", "last_s", "count", "rejected", "max_context_tokens")
+    """A started session: its rows (copied out of their batch) and its counts so far."""
 
-    def __init__(self, sid: int) -> None:
+    __slots__ = ("sid", "ints", "times", "loaded", "pending", "first_s", "last_s", "count", "rejected",
+                 "max_context_tokens")  # fmt: skip
+
+    def __init__(self, sid: int, ints: array[int], times: array[float]) -> None:
         self.sid = sid
+        self.ints = ints
+        self.times = times
+        self.loaded = 0  # rows loaded so far (fewer than all when max_requests cuts the session)
         self.pending = 0  # requests that will still arrive or are in the system
         self.first_s = float("inf")
         self.last_s = 0.0
         self.count = 0
         self.rejected = 0
         self.max_context_tokens = 0
+
+
+class _Due:
+    """Row `row` of a session, due to arrive at `time_s` (an event's argument)."""
+
+    __slots__ = ("state", "row", "time_s")
+
+    def __init__(self, state: _Session, row: int, time_s: float) -> None:
+        self.state = state
+        self.row = row
+        self.time_s = time_s
 
 
 class Arrivals:
@@ -150,15 +230,15 @@ class Arrivals:
         self.scheduled = 0  # requests that will arrive (scheduled or waiting on a dependency)
         self.not_arrived = 0
         self.loaded_all = False
-        self._children: dict[int, list[tuple[Request, float]]] = {}  # request id -> [(request, think_s)]
-        self._session_of: dict[int, _Session] = {}  # request id -> session, while the request lives
+        self._held = 0  # loaded rows waiting on a dependency that has not ended
+        self._live: dict[int, _Due] = {}  # request id -> its row, while the request lives
         self._waiting = 0  # arrivals scheduled, not yet happened
 
     def start(self) -> None:
         self.env.process(self._loader())
 
     def done(self) -> bool:
-        return self.loaded_all and self._waiting == 0 and not self._children and self.cluster.in_flight == 0
+        return self.loaded_all and self._waiting == 0 and self._held == 0 and self.cluster.in_flight == 0
 
     # --- loading ---
 
@@ -167,14 +247,13 @@ class Arrivals:
         for cols in self._trace:
             bounds = cols.bounds
             for k in range(len(bounds) - 1):
-                lo = bounds[k]
-                start = cols.session_start_s[lo]
+                start = cols.session_start_s[k]
                 if start >= self.horizon_s or self._full():
                     self._stop_loading()
                     return
                 if start > env.now_s:
                     yield env.timeout(start - env.now_s)
-                self._load(cols, lo, bounds[k + 1])
+                self._load(cols, k)
         self._stop_loading()
 
     def _full(self) -> bool:
@@ -184,86 +263,99 @@ class Arrivals:
         self.loaded_all = True
         self._check_idle()
 
-    def _load(self, cols: TraceColumns, lo: int, hi: int) -> None:
-        """Make the requests of rows lo..hi-1 (one session) and schedule those that do not wait."""
-        sid = cols.session_id[lo]
-        state = _Session(sid)
-        agent_of: dict[int, int] = {}
+    def _load(self, cols: TraceColumns, k: int) -> None:
+        """Start session k of `cols`: copy its rows and schedule those that do not wait."""
+        lo = cols.bounds[k]
+        hi = cols.bounds[k + 1]
+        ints = cols.ints[lo * FIELDS : hi * FIELDS]
+        times = cols.times[lo * TIMES : hi * TIMES]
+        state = _Session(cols.session_id[k], ints, times)
         limit = self.max_requests
         closed = self.closed_loop
-        session_of = self._session_of
-        children = self._children
-        for i in range(lo, hi):
+        for row in range(hi - lo):
             if limit is not None and self.scheduled >= limit:
                 break
-            rid = cols.request_id[i]
-            agent = cols.agent_id[i]
-            shared = cols.shared_prefix_id[i]
-            at_s = cols.arrival_time_s[i]
-            parent_agent = agent_of.get(cols.prefix_parent_request_id[i])
-            req = Request(
-                rid,
-                sid,
-                cols.request_index[i],
-                agent,
-                lineage_key(sid, agent),
-                lineage_key(sid, parent_agent) if parent_agent is not None else None,
-                shared_key(shared) if shared >= 0 else None,
-                at_s,
-                cols.input_tokens[i],
-                cols.output_tokens[i],
-                cols.prefix_tokens[i] if parent_agent is not None else 0,
-                cols.shared_prefix_tokens[i] if shared >= 0 else 0,
-                cols.image_tokens[i],
-                cols.image_count[i],
-            )
-            agent_of[rid] = agent
             self.scheduled += 1
             state.pending += 1
-            session_of[rid] = state
-            dep = cols.depends_on_request_id[i]
-            if closed and not cols.absolute[i] and dep in agent_of and dep != rid:
-                children.setdefault(dep, []).append((req, cols.think_time_s[i]))
+            # rows not yet loaded wait on nothing yet: a row dropped now leaves its later
+            # children waiting (as they would on a request that never ends)
+            state.loaded = row + 1
+            if closed and ints[row * FIELDS + WAITS]:
+                self._held += 1
             else:
-                self._schedule(req, at_s)
+                self._schedule(state, row, times[row * TIMES + ARRIVAL_TIME])
 
     # --- arriving ---
 
-    def _schedule(self, req: Request, time_s: float) -> None:
+    def _schedule(self, state: _Session, row: int, time_s: float) -> None:
         if time_s >= self.horizon_s:
-            self._drop(req)
+            self._drop(state, row)
             return
-        req.arrival_s = time_s
         self._waiting += 1
-        self.env.call_at(time_s, self._arrive, req)
+        self.env.call_at(time_s, self._due, _Due(state, row, time_s))
+
+    def _due(self, due: _Due) -> None:
+        """Row `due.row` arrives: its request is made now."""
+        state = due.state
+        base = due.row * FIELDS
+        # one slice and one list: compiled code reads a list's items natively, an array's generically
+        row = state.ints[base : base + FIELDS].tolist()
+        sid = state.sid
+        rid = row[REQUEST_ID]
+        agent = row[AGENT]
+        parent_agent = row[PARENT_AGENT]
+        shared = row[SHARED_ID]
+        req = Request(
+            rid,
+            sid,
+            row[REQUEST_INDEX],
+            agent,
+            lineage_key(sid, agent),
+            lineage_key(sid, parent_agent) if parent_agent >= 0 else None,
+            shared_key(shared) if shared >= 0 else None,
+            due.time_s,
+            row[INPUT],
+            row[OUTPUT],
+            row[PREFIX],
+            row[SHARED_TOKENS],
+            row[IMAGE_TOKENS],
+            row[IMAGE_COUNT],
+        )
+        self._live[rid] = due
+        self._arrive(req)
 
     def _arrive(self, req: Request) -> None:
         self._waiting -= 1
         req.measured = req.arrival_s >= self.warmup_s
         self.cluster.dispatch(req)
 
-    def _drop(self, req: Request) -> None:
-        """`req` will never arrive; neither will the requests that wait on it."""
+    def _drop(self, state: _Session, row: int) -> None:
+        """Row `row` will never arrive; neither will the loaded rows that wait on it."""
         self.not_arrived += 1
         self.scheduled -= 1
-        state = _take(self._session_of, req.request_id)
         state.pending -= 1
-        kids = self._children.get(req.request_id)
-        if kids is not None:
-            del self._children[req.request_id]
-            for child, _think in kids:
-                self._drop(child)
+        if self.closed_loop:
+            ints = state.ints
+            child = ints[row * FIELDS + FIRST_CHILD]
+            while 0 <= child < state.loaded:
+                self._held -= 1
+                self._drop(state, child)
+                child = ints[child * FIELDS + NEXT_SIBLING]
         self._session_check(state)
 
     def on_terminal(self, req: Request) -> None:
         """`req` completed or was rejected: its follow-ups arrive after their think time."""
         now = self.env.now_s
-        kids = self._children.get(req.request_id)
-        if kids is not None:
-            del self._children[req.request_id]
-            for child, think in kids:
-                self._schedule(child, now + think)
-        state = _take(self._session_of, req.request_id)
+        due = _take(self._live, req.request_id)
+        state = due.state
+        if self.closed_loop:
+            ints = state.ints
+            times = state.times
+            child = ints[due.row * FIELDS + FIRST_CHILD]
+            while 0 <= child < state.loaded:
+                self._held -= 1
+                self._schedule(state, child, now + times[child * TIMES + THINK_TIME])
+                child = ints[child * FIELDS + NEXT_SIBLING]
         state.pending -= 1
         state.count += 1
         if req.status == "rejected":
@@ -292,12 +384,12 @@ class Arrivals:
             self.on_idle()
 
 
-def _take(sessions: dict[int, _Session], request_id: int) -> _Session:
-    """Remove and return a request's session (get + del: compiled primitives, where dict.pop is
-    a generic method call)."""
-    state = sessions[request_id]
-    del sessions[request_id]
-    return state
+def _take(live: dict[int, _Due], request_id: int) -> _Due:
+    """Remove and return a request's row (get + del: compiled primitives, where dict.pop is a
+    generic method call)."""
+    due = live[request_id]
+    del live[request_id]
+    return due
 
 
 class _BenchSession:
