@@ -45,8 +45,9 @@ from sim.model import (
     weights_bytes_by_group,
 )
 from sim.sched.router import Router
-from sim.timing.arith import ModelArith
+from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
+from sim.timing.decoder_tail import pool_prefill_mode
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.host import HostCosts
 from sim.timing.roofline import Efficiency, HwRates, Parallelism
@@ -353,6 +354,22 @@ def _link(links: LinkSet, direction: str, path, lay: Layout, *, i: int = -1, n: 
     return make(path.link, owner, idx, bw, latency)
 
 
+def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
+    """The model's tables in the prefill mode the pool's engine runs (sim.timing.decoder_tail)."""
+    mode = pool_prefill_mode(
+        arith.spec,
+        arith.prefill_mode,
+        setting=pool.prefill_decoder_tail,
+        dp=pool.dp,
+        prefill_cp=pool.prefill_context_parallel,
+    )
+    return (
+        arith
+        if mode == arith.prefill_mode
+        else build_arith(arith.name, prefill_mode=mode, kv_layout=kv_layout)
+    )
+
+
 def build_simulation(
     scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None, run_id: str = ""
 ) -> Simulation:
@@ -388,7 +405,7 @@ def build_simulation(
         par = Parallelism(gpus=gpi, tp=pool.tp, ep=pool.ep, dp=pool.dp)
         ctx = TimingContext(
             model_name=arith.name,
-            arith=arith,
+            arith=_pool_arith(arith, pool, model_ref.kv_layout),
             hw_profile=hw,
             hw=rates,
             par=par,

@@ -55,6 +55,13 @@ class Pool(StrictModel):
         "round_robin / zigzag = by token position (SGLang --nsa-prefill-cp-mode round-robin-split / "
         "in-seq-split, CP size = tp); needs tp >= 2 and dp = 1 (sim/timing/context_parallel.py)",
     )  # SGLang's DeepSeek-V4 recipes leave it off except the Context-Parallel one (round_robin)
+    prefill_decoder_tail: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="whether the pool's engine runs V4.1's decoder layers on each request's last rows only "
+        "(CED, decoder SWA bounded replay): auto = only without DP attention and prefill CP (SGLang refuses "
+        "the combination; vLLM has not merged it), on / off = everywhere / nowhere; no effect on models "
+        "without a decoder tail (sim/timing/decoder_tail.py)",
+    )
 
     @field_validator("hardware")
     @classmethod

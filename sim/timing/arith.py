@@ -75,6 +75,7 @@ class ModelArith:
     prefill_every: QuadraticTable = field(repr=False)  # P -> G(P): (dense, attn+index FLOPs, KV write bytes)
     prefill_tail: QuadraticTable = field(repr=False)  # end -> T(end): same components
     spec: object = field(repr=False, compare=False)
+    prefill_mode: str = ""  # the prefill mode the tables were built for (sim.model.modes)
 
     def decode_terms(self, context_tokens: float) -> tuple[float, float]:
         return self.decode_table.at(context_tokens)
@@ -171,4 +172,5 @@ def arith_of(spec, *, prefill_mode: str | None = None, kv_layout: str | None = N
         prefill_every=prefill_every,
         prefill_tail=prefill_tail,
         spec=spec,
+        prefill_mode=mode,
     )

@@ -57,7 +57,8 @@ and glue stay at their last measured value (sim.timing.rows_attention).
 Prefill (chunks of a step): GEMMs, experts and mHC as above at the step's rows, per class of
 layers: those on every prompt token see the decode rows plus every chunk's tokens, V4.1's decoder
 layers (CED, the model's default prefill mode) only the decode rows plus the last 128 rows of
-each request finishing its prompt (model.md §6.2). Attention + indexer: the chunk's FLOPs (model
+each request finishing its prompt (model.md §6.2), on pools whose engine runs that tail; with DP
+attention or prefill CP they see every prompt token (full40, sim.timing.decoder_tail). Attention + indexer: the chunk's FLOPs (model
 arithmetic) at the measured seconds per FLOP of the prefill kernels at this chunk size and
 context (sparse MLA prefill and indexer prefill, weighted by the layers that run them on every
 prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; attention-TP GPUs
@@ -199,8 +200,9 @@ class ModelTables:
     prefill_index_layers: int  # layers scoring on every prompt token
 
 
-def model_tables(tables: KernelTables, spec) -> ModelTables:
-    """Select and interpolate the rows one model needs; an InputError when a kernel is missing."""
+def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
+    """Select and interpolate the rows one model needs in prefill `mode` (sim.model.modes); an
+    InputError when a kernel is missing."""
     key = MODEL_KEYS.get(spec.name)
     if key is None:
         raise InputError(
@@ -236,7 +238,6 @@ def model_tables(tables: KernelTables, spec) -> ModelTables:
             proj_rows[name] = best_of(found, "rows")
         return proj_rows[name]
 
-    mode = spec.default_prefill_mode
     every = {
         layer.index: on_every_prompt_token(spec, layer.index, "attention", mode) for layer in spec.layers
     }
@@ -375,7 +376,10 @@ class CalibratedTiming(RooflineTiming):
             spec.moe.routed_experts,
             tuple((x.attention, x.mlp, x.ratio) for x in spec.layers),
         )
-        self.mt: ModelTables = tables.derived(("model_tables", shape), lambda: model_tables(tables, spec))
+        mode = arith.prefill_mode or spec.default_prefill_mode
+        self.mt: ModelTables = tables.derived(
+            ("model_tables", shape, mode), lambda: model_tables(tables, spec, mode)
+        )
         # prefill rows through the decode kernel: each pipeline with its kernels past its measured batches
         self._rows_pipelines: tuple[tuple[PipelineRows, int], ...] = ()
         if prefill_through_decode:
