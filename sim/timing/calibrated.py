@@ -461,11 +461,7 @@ class CalibratedTiming(RooflineTiming):
         if m <= 0 or cls.layers == 0:
             return 0.0, 0.0, 0.0
         dense, mhc = self._gemm_mhc(every, m)
-        # the term's per-row part is kernel work the tables under-predict (the measured pass's MoE and
-        # attention, sim.timing.forward), so a GPU pays it for its share of the rows' work: TP ranks
-        # split the DP group's GEMM, expert and attention-head work (m / tp), as its kernels are split
-        overhead = cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m / self.par.tp)
-        return dense, mhc, overhead
+        return dense, mhc, cls.layers * self.layer_overhead_s + self._row_term_s(every, m)
 
     def _rank_s(self, every: bool, m: int) -> float:
         """Dense GEMMs, mHC and the forward-pass term's per-layer part of one class of layers on a GPU of
@@ -486,7 +482,9 @@ class CalibratedTiming(RooflineTiming):
 
     def _row_term_s(self, every: bool, m: int) -> float:
         """The forward-pass term's per-row part of one class of layers on a GPU whose DP rank holds `m`
-        token rows (as `_rank_parts`)."""
+        token rows. It is kernel work the tables under-predict (the measured pass's MoE and attention,
+        sim.timing.forward), so a GPU pays it for its share of the rows' work: TP ranks split the DP
+        group's GEMM, expert and attention-head work (m / tp), as its kernels are split."""
         cls = self.mt.every if every else self.mt.tail
         return cls.layers * self.layer_row_overhead_s * m / self.par.tp if m > 0 else 0.0
 
@@ -716,10 +714,12 @@ class CalibratedTiming(RooflineTiming):
                 v = 0.0
             else:
                 dense, mhc = self._gemm_mhc(every, m)  # the GEMMs / tp: the unsplit weights take tp times
+                # the term's per-row part of m whole rows: a rank's m x tp rows split over its tp GPUs
                 v = (
                     dense * self.par.tp
                     + mhc
-                    + cls.layers * (self.layer_overhead_s + self.layer_row_overhead_s * m)
+                    + cls.layers * self.layer_overhead_s
+                    + self._row_term_s(every, m * self.par.tp)
                 )
             cache[m] = v
         return v
