@@ -34,8 +34,12 @@ Split rules (`--nsa-prefill-cp-mode`):
   other steps run by heads.
 Assumptions [D]: the all-gathers are exposed (the attention waits for the gathered KV; SGLang's KV
 gather is synchronous), the MoE all-to-all overlaps as elsewhere (`timing.comm_overlap_frac`); the
-decode rows a round-robin step carries are spread like its prompt rows; CP inside the DP groups of
-a DP-attention instance (zigzag with dp > 1) is not modelled (sim.config.cluster refuses it).
+decode rows a round-robin step carries are spread like its prompt rows. CP inside the DP groups of
+a DP-attention instance is refused (sim.config.cluster), as SGLang refuses it for DeepSeek-V4: its V4
+CP runs only the interleave (round-robin) strategy and asserts dp_size == 1
+(`arg_groups/deepseek_v4_hook.py`, `validate_deepseek_v4_cp`); the zigzag split with DP attention is
+V3.2's (one request a step). A CP pool also runs V4.1's prefill without its decoder tail
+(sim.timing.decoder_tail).
 """
 
 from __future__ import annotations
