@@ -69,7 +69,9 @@ def _print(result: SpaceResult, name: str, path: Path) -> None:
             how, loads = "pruned", r["pruned"][:60]
         elif r["tok_s_gpu"] is None:
             how = r.get("note") or "not reached"
-        table.add_row(r["model"], r["deployment"], _num(r["tok_s_gpu"], 1), how, _num(r["concurrency"], 1),
+        modes = sorted(set((r.get("prefill_modes") or {}).values()))
+        label = r["deployment"] + (f" (prefill {', '.join(modes)})" if modes else "")
+        table.add_row(r["model"], label, _num(r["tok_s_gpu"], 1), how, _num(r["concurrency"], 1),
                       _num(r["ttft_p50_s"], 2), loads)  # fmt: skip
     console.print(table)
     for model, kinds in result.to_json()["best"].items():

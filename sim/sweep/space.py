@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import InputError
+from sim.model import load_model, resolve_prefill_mode
 from sim.plan.backend import SimBackend
 from sim.plan.overrides import apply_overrides
 from sim.sweep.points import at_tpot, floor_pick, unbracketed_reason
 from sim.sweep.runner import FLOOR_KEYS, SweepResult, model_names, run_sweep
+from sim.timing.decoder_tail import pool_prefill_mode
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,25 @@ class Deployment:
         if (n := nodes(("prefill", "colocated"))) > 1:
             out["scheduler.prefill_budget_tokens"] = sch.prefill_budget_tokens * n
         return out
+
+
+def prefill_modes(dep: Deployment, template: dict[str, Any], model: str) -> dict[str, str]:
+    """The prefill mode each prefilling pool of `dep` runs `model` in (the model's, or without V4.1's
+    decoder tail where the layout's engine cannot run it: sim.timing.decoder_tail)."""
+    ref = next(m for m in template.get("models", []) if (m if isinstance(m, str) else m["name"]) == model)
+    spec = load_model(model)
+    mode = resolve_prefill_mode(spec, None if isinstance(ref, str) else ref.get("prefill_mode"))
+    return {
+        p["name"]: pool_prefill_mode(
+            spec,
+            mode,
+            setting=p.get("prefill_decoder_tail", "auto"),
+            dp=p["dp"],
+            prefill_cp=p.get("prefill_context_parallel", "off"),
+        )
+        for p in dep.pools
+        if p["role"] != "decode"
+    }
 
 
 def parse_layouts(text: str | None, role: str) -> tuple[str, ...]:
@@ -329,5 +350,5 @@ def run_space(
             row = _row(
                 dep, model, data["points"] if data else None, pruned.get(model), target_tpot_s, ttft_limit_s
             )
-            rows.append({**row, "scheduler": limits})
+            rows.append({**row, "prefill_modes": prefill_modes(dep, template, model), "scheduler": limits})
     return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps)

@@ -13,7 +13,7 @@ from sim.config.scenario import Scenario
 from sim.errors import InputError
 from sim.plan.backend import SimBackend
 from sim.plan.overrides import apply_overrides
-from sim.sweep.space import deployments, operating_point, parse_layouts
+from sim.sweep.space import deployments, operating_point, parse_layouts, prefill_modes
 
 TINY = Path(__file__).with_name("bench_tiny.yaml")
 
@@ -86,8 +86,24 @@ def test_the_cli_searches_the_deployments_and_writes_space_json(tmp_path):
     assert best["aggregated"]["deployment"] in ("agg tp4x2", "agg dp8x1")
     assert all(d["tok_s_gpu"] is None or d["tok_s_gpu"] > 0 for d in data["deployments"])
     assert (out / "deployments" / "p4-tp4x1-d4-tp4x1" / "sweep.json").is_file()
+    modes = {d["deployment"]: d["prefill_modes"] for d in data["deployments"]}
+    assert modes["P4 tp4x1 : D4 tp4x1"] == {
+        "prefill": "full"
+    }  # V4: no decoder tail, the decode pool left out
     bad = CliRunner().invoke(app, [*args[:-1], "--decode-layouts", "ep3", "--force"])
     assert bad.exit_code != 0 and "unknown layout" in str(bad.exception) + bad.output
+
+
+def test_each_prefilling_pool_says_its_v41_prefill_mode():
+    """V4.1 keeps its decoder tail (ced) on plain TP, not with DP attention or prefill CP (sim.timing.decoder_tail)."""
+    template = {"models": [{"name": "deepseek-v4.1-flash", "prefill_mode": "engine"}, "deepseek-v4-flash"]}
+    deps = {d.label: d for d in deployments(16, 8)}
+    assert prefill_modes(deps["agg dp8x2"], template, "deepseek-v4.1-flash") == {"worker": "full40"}
+    assert prefill_modes(deps["agg tp4x4"], template, "deepseek-v4.1-flash") == {"worker": "engine"}
+    assert prefill_modes(deps["P8 cp4x2 : D8 dp8x1"], template, "deepseek-v4.1-flash") == {
+        "prefill": "full40"
+    }
+    assert prefill_modes(deps["agg dp8x2"], template, "deepseek-v4-flash") == {"worker": "full"}
 
 
 def test_a_wide_instance_gets_the_scheduler_limits_of_its_nodes():
