@@ -76,6 +76,14 @@ def sweep(
     colocated_layouts: Annotated[
         str | None, typer.Option("--colocated-layouts", help="with --gpus: default tp4,dp8,wide")
     ] = None,
+    decoder_tail: Annotated[
+        str,
+        typer.Option(
+            "--decoder-tail",
+            help="with --gpus: prefill_decoder_tail of every prefilling pool: auto (V4.1's decoder tail "
+            "on plain attention TP only), on, off (sim/timing/decoder_tail.py)",
+        ),
+    ] = "auto",
 ) -> None:
     """Run a benchmark scenario at each concurrency for each model and draw the frontier."""
     from sim.outputs import probe_output_dir, staged_output_dir
@@ -99,7 +107,7 @@ def sweep(
         ) as stage:
             sweep_space.run(template, scn, gpus=gpus, layouts=layouts, concurrencies=levels, target_s=target_s,
                             workers=workers, ray=ray, seed=seed, out=stage, json_output=json_output,
-                            shown_out=out)  # fmt: skip
+                            shown_out=out, decoder_tail=decoder_tail)  # fmt: skip
         return
 
     err = Console(stderr=True)

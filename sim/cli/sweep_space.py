@@ -20,13 +20,14 @@ SPACE_JSON = "space.json"
 
 def run(template: dict[str, Any], scn, *, gpus: int, layouts: dict[str, str | None], concurrencies: list[int] | None,
         target_s: float, workers: int, ray: str | None, seed: int | None, out: Path, json_output: bool,
-        shown_out: Path | None = None) -> None:  # fmt: skip
+        shown_out: Path | None = None, decoder_tail: str = "auto") -> None:  # fmt: skip
     """Enumerate, sweep, write `space.json` and each deployment's sweep under `deployments/` of
     `out` (a staged folder that becomes `shown_out`: sim.outputs), print."""
     from sim.sweep.runner import write_outputs
 
     hw = scn.pool_profile(scn.cluster.pools[0])
-    deps = deployments(gpus, hw.gpus_per_node, **{r: parse_layouts(v, r) for r, v in layouts.items()})
+    deps = deployments(gpus, hw.gpus_per_node, **{r: parse_layouts(v, r) for r, v in layouts.items()},
+                       decoder_tail=decoder_tail)  # fmt: skip
     err = Console(stderr=True)
     done = [0]
 

@@ -38,7 +38,7 @@ from sim.plan.backend import SimBackend
 from sim.plan.overrides import apply_overrides
 from sim.sweep.points import at_tpot, floor_pick, unbracketed_reason
 from sim.sweep.runner import FLOOR_KEYS, SweepResult, model_names, run_sweep
-from sim.timing.decoder_tail import pool_prefill_mode
+from sim.timing.decoder_tail import TAIL_SETTINGS, pool_prefill_mode
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,11 @@ class Layout:
     dp: int
     prefill_cp: str = "off"  # cluster.pools[].prefill_context_parallel
 
-    def pool(self, name: str, role: str, role_gpus: int, gpus_per_node: int) -> dict[str, Any] | None:
-        """The pool of `role_gpus` GPUs in this shape, None where the shape does not divide them."""
+    def pool(
+        self, name: str, role: str, role_gpus: int, gpus_per_node: int, decoder_tail: str = "auto"
+    ) -> dict[str, Any] | None:
+        """The pool of `role_gpus` GPUs in this shape, None where the shape does not divide them;
+        `decoder_tail`: its `prefill_decoder_tail` where it prefills (sim.timing.decoder_tail)."""
         g = self.gpus or role_gpus
         if g <= 0 or role_gpus % g or (not self.gpus and (g < 2 * gpus_per_node or g % gpus_per_node)):
             return None
@@ -63,6 +66,8 @@ class Layout:
         pool = {"name": name, "role": role, **size, "gpus_per_instance": g, "tp": tp, "ep": g, "dp": g // tp}
         if self.prefill_cp != "off" and role != "decode":
             pool["prefill_context_parallel"] = self.prefill_cp
+        if decoder_tail != "auto" and role != "decode":
+            pool["prefill_decoder_tail"] = decoder_tail
         return pool
 
 
@@ -147,11 +152,16 @@ def deployments(
     prefill: tuple[str, ...] = DEFAULT_LAYOUTS["prefill"],
     decode: tuple[str, ...] = DEFAULT_LAYOUTS["decode"],
     colocated: tuple[str, ...] = DEFAULT_LAYOUTS["colocated"],
+    decoder_tail: str = "auto",
 ) -> list[Deployment]:
-    """Every aggregated and disaggregated deployment of `gpus` GPUs over the layouts (module doc)."""
+    """Every aggregated and disaggregated deployment of `gpus` GPUs over the layouts (module doc), the
+    prefilling pools with `prefill_decoder_tail: decoder_tail` (auto: left to the pool's layout)."""
+    if decoder_tail not in TAIL_SETTINGS:
+        raise InputError("unknown decoder-tail setting", where="--decoder-tail", value=decoder_tail,
+                         allowed=", ".join(TAIL_SETTINGS))  # fmt: skip
     out = []
     for name in colocated:
-        pool = LAYOUTS[name].pool("worker", "colocated", gpus, gpus_per_node)
+        pool = LAYOUTS[name].pool("worker", "colocated", gpus, gpus_per_node, decoder_tail)
         if pool is not None:
             out.append(
                 Deployment(f"agg {name}x{gpus // pool['gpus_per_instance']}", "aggregated", 0, (pool,))
@@ -159,7 +169,7 @@ def deployments(
     for pname in prefill:
         for dname in decode:
             for p_gpus in range(1, gpus):
-                p = LAYOUTS[pname].pool("prefill", "prefill", p_gpus, gpus_per_node)
+                p = LAYOUTS[pname].pool("prefill", "prefill", p_gpus, gpus_per_node, decoder_tail)
                 d = LAYOUTS[dname].pool("decode", "decode", gpus - p_gpus, gpus_per_node)
                 if p is None or d is None:
                     continue

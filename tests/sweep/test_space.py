@@ -106,6 +106,18 @@ def test_each_prefilling_pool_says_its_v41_prefill_mode():
     assert prefill_modes(deps["agg dp8x2"], template, "deepseek-v4-flash") == {"worker": "full"}
 
 
+def test_the_decoder_tail_setting_goes_to_every_prefilling_pool():
+    template = {"models": ["deepseek-v4.1-flash"]}
+    deps = {d.label: d for d in deployments(16, 8, decoder_tail="on")}
+    dep = deps["P8 cp4x2 : D8 dp8x1"]
+    assert [p.get("prefill_decoder_tail") for p in dep.pools] == ["on", None]
+    assert prefill_modes(dep, template, "deepseek-v4.1-flash") == {"prefill": "ced"}
+    assert prefill_modes(deps["agg dp8x2"], template, "deepseek-v4.1-flash") == {"worker": "ced"}
+    assert "prefill_decoder_tail" not in deployments(16, 8)[0].pools[0]  # auto: left to the layout
+    with pytest.raises(InputError, match="decoder-tail"):
+        deployments(16, 8, decoder_tail="maybe")
+
+
 def test_a_wide_instance_gets_the_scheduler_limits_of_its_nodes():
     template = SimBackend().load_template(TINY)
     deps = {d.label: d for d in deployments(32, 8)}
