@@ -103,6 +103,9 @@ def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: 
         TimeRemainingColumn(),
         console=err,
         transient=as_json,
+        # rich redraws 10 times a second by default: ~40 ms of CPU a second in a terminal, taken from
+        # the model processes on a machine with as many cores as models; once a second is ~6 ms
+        refresh_per_second=1,
     )
     tasks: dict[str, int] = {}
 
