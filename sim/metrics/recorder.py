@@ -97,15 +97,15 @@ class Recorder:
     # latency arrays of measured completed requests (after close)
     @property
     def ttft(self) -> np.ndarray:
-        return np.concatenate(self._ttft) if self._ttft else np.zeros(0)
+        return _joined(self._ttft)
 
     @property
     def tpot(self) -> np.ndarray:
-        return np.concatenate(self._tpot) if self._tpot else np.zeros(0)
+        return _joined(self._tpot)
 
     @property
     def e2e(self) -> np.ndarray:
-        return np.concatenate(self._e2e) if self._e2e else np.zeros(0)
+        return _joined(self._e2e)
 
     def _flush(self) -> None:
         rows = self._rows
@@ -204,3 +204,11 @@ class Recorder:
             self._writer.close()
         if self._tmp is not None and self._tmp.exists():
             self._tmp.unlink()
+
+
+def _joined(chunks: list[np.ndarray]) -> np.ndarray:
+    """The chunks as one array, which replaces them: the values are held once, not twice (a copy
+    beside its chunks is 3 x 8 B per request more at the end of a run: 229 MB at 9.56M requests)."""
+    if len(chunks) != 1:
+        chunks[:] = [np.concatenate(chunks) if chunks else np.zeros(0)]
+    return chunks[0]

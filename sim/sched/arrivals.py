@@ -330,17 +330,21 @@ class Arrivals:
         self.cluster.dispatch(req)
 
     def _drop(self, state: _Session, row: int) -> None:
-        """Row `row` will never arrive; neither will the loaded rows that wait on it."""
-        self.not_arrived += 1
-        self.scheduled -= 1
-        state.pending -= 1
-        if self.closed_loop:
-            ints = state.ints
-            child = ints[row * FIELDS + FIRST_CHILD]
-            while 0 <= child < state.loaded:
-                self._held -= 1
-                self._drop(state, child)
-                child = ints[child * FIELDS + NEXT_SIBLING]
+        """Row `row` will never arrive; neither will the loaded rows that wait on it, however long the
+        chain (a loop: recursion would stop at Python's depth limit on a session of a thousand turns)."""
+        ints = state.ints
+        rows = [row]
+        while rows:
+            r = rows.pop()
+            self.not_arrived += 1
+            self.scheduled -= 1
+            state.pending -= 1
+            if self.closed_loop:
+                child = ints[r * FIELDS + FIRST_CHILD]
+                while 0 <= child < state.loaded:
+                    self._held -= 1
+                    rows.append(child)
+                    child = ints[child * FIELDS + NEXT_SIBLING]
         self._session_check(state)
 
     def on_terminal(self, req: Request) -> None:

@@ -3,9 +3,13 @@ it is due, and who waits on whom, resolved to row numbers of the request's own s
 
 from __future__ import annotations
 
+from sim.api import run_scenario
 from sim.sched import arrivals as A
 from sim.workload.rows import request_table
 from sim.workload.validate import TraceValidator
+
+from .helpers import scenario
+from .traces import agent_trace
 
 # Session 7: a main agent (rows 0, 1, 3) that launches sub-agent 1 (row 2) from row 1; rows 2 and 3
 # both wait on row 1, so row 1 has two children in row order. Session 9: one absolute row and a row
@@ -77,3 +81,14 @@ def test_a_session_copies_only_its_own_rows():
     lo, hi = cols.bounds[1], cols.bounds[2]
     own = cols.ints[lo * A.FIELDS : hi * A.FIELDS]
     assert len(own) == 2 * A.FIELDS and own[A.REQUEST_ID] == 20
+
+
+def test_a_long_chain_cut_by_the_horizon_never_arrives(tmp_path):
+    """The first turn ends, its follow-up would arrive after the horizon: the 1,499 turns that wait on
+    it, one after the other, are dropped with it (a chain deeper than Python's recursion limit)."""
+    trace = agent_trace(tmp_path / "chain.parquet", sessions=1, turns=1500, first_input=100,
+                        tool_tokens=(1, 2), output_tokens=(1, 2), think_s=3.0, shared_prefix_tokens=50)  # fmt: skip
+    scn = scenario(tmp_path, trace, models=["deepseek-v4-flash"], workload={"horizon_s": 1.0})
+    summary = run_scenario(scn).summary["models"]["deepseek-v4-flash"]
+    assert summary["requests_arrived_incl_warmup"] == 1
+    assert summary["requests_not_arrived"] == 1499
