@@ -6,7 +6,10 @@ it is not, raises ``MissingPackage`` saying what to install. Packages (kernels.m
 * ``flash_mla`` from ``sgl-flash-mla==1.0.0`` (SGLang's FlashMLA build; its legacy extension holds the SM90
   sparse decode / prefill kernels and the V3.2 and V4 "MODEL1" KV formats);
 * ``tile_kernels`` from ``tile-kernels==2.1.0`` on ``tilelang==0.1.15`` (+ apache-tvm-ffi 0.1.12,
-  torch-c-dlpack-ext 0.1.5, z3-solver 4.15.4): DeepSeek's TileLang mHC kernels.
+  torch-c-dlpack-ext 0.1.5, z3-solver 4.15.4): DeepSeek's TileLang mHC kernels;
+* ``deep_gemm``: DeepGEMM built from source (commit 54e2261, ``build_deepgemm.sh``; the prebuilt
+  sgl-deep-gemm wheel does not load on torch 2.11, kernels.md §9a): the lightning indexer's MQA logits,
+  the FP8 grouped and dense GEMMs and the mHC pre-norm GEMM (``deepgemm.py``).
 
 ``python3 -m kernels_bench.production.run --out DIR`` checks every kernel against the project's reference
 and times it (tables in ``hwprofiles/h200/production_results.*`` and ``forward_pass_results.csv``).
@@ -25,6 +28,12 @@ PACKAGES: dict[str, tuple[str, str, str]] = {
         "2.1.0",
         "pip install --no-deps tile-kernels==2.1.0 tilelang==0.1.15 apache-tvm-ffi==0.1.12 "
         "torch-c-dlpack-ext==0.1.5 z3-solver==4.15.4",
+    ),
+    "deep_gemm": (
+        "deep-gemm",
+        "2.6.1",
+        "DG_SRC=.deepgemm/src.tar.zst bash kernels_bench/production/build_deepgemm.sh "
+        "(then PYTHONPATH=/tmp/dg/DeepGEMM)",
     ),
 }
 

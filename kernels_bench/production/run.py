@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from kernels_bench.production import PACKAGES, MissingPackage, package_version, 
 
 ORDER = ("attention", "mhc", "gemm_dense")
 NEEDS = {"attention": "flash_mla", "mhc": "tile_kernels", "mhc_parts": "tile_kernels", "gemm_dense": None}
+NEEDS |= {name: "deep_gemm" for name in ("dg_indexer_prefill", "dg_indexer_decode", "dg_moe", "dg_dense", "dg_hc_prenorm")}
 
 
 def _parse(argv):
@@ -29,6 +31,7 @@ def _parse(argv):
     ap.add_argument("--commit", default=None)
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--families", default=",".join(ORDER))
+    ap.add_argument("--warm", default="", help="compile these DeepGEMM units (comma-separated) and exit")
     return ap.parse_args(argv)
 
 
@@ -45,6 +48,9 @@ def production_provenance(commit: str | None) -> dict:
     except Exception:  # noqa: BLE001 - optional
         prov["package_tilelang"] = "not installed"
     prov["stack"] = "production"
+    if os.environ.get("DEEPGEMM_COMMIT"):  # set by device_call_deepgemm.sh: the source commit and compiler
+        prov["deepgemm_commit"] = os.environ["DEEPGEMM_COMMIT"]
+        prov["nvcc"] = os.environ.get("NVCC_VERSION", "")
     return prov
 
 
@@ -94,9 +100,16 @@ def main(argv=None) -> int:
     args = _parse(argv)
     import torch
 
+    if args.warm:
+        from kernels_bench.production import deepgemm
+
+        deepgemm.warm(args.warm.split(","))
+        return 0
+
     from kernels_bench import report
     from kernels_bench.families import Ctx
     from kernels_bench.grid import PRESETS
+    from kernels_bench.production import deepgemm as DG
     from kernels_bench.production import families as PF
 
     if not torch.cuda.is_available():
@@ -126,7 +139,7 @@ def main(argv=None) -> int:
         try:
             if NEEDS[fam]:
                 require(NEEDS[fam])
-            rows.extend(PF.FAMILIES[fam](ctx))
+            rows.extend((PF.FAMILIES | DG.FAMILIES)[fam](ctx))
         except MissingPackage as e:
             log(f"  {e}")
             rows.append(PF.missing_row(fam, e))
