@@ -32,7 +32,7 @@ PACKAGES: dict[str, tuple[str, str, str]] = {
     "deep_gemm": (
         "deep-gemm",
         "2.6.1",
-        "DG_SRC=.deepgemm/src.tar.zst bash kernels_bench/production/build_deepgemm.sh "
+        "DG_SRC=.deepgemm/src.tar.gz bash kernels_bench/production/build_deepgemm.sh "
         "(then PYTHONPATH=/tmp/dg/DeepGEMM)",
     ),
 }
