@@ -30,6 +30,8 @@ ln -sfn ../../third-party/cutlass/include/cute deep_gemm/include/cute
 t0=$(date +%s)
 # -Bsymbolic: the extension binds its own template instances (std::regex's among them) rather than
 # the same-named weak symbols of libtorch, built by another compiler
+# LDSHARED / CC / CXX: the system g++, not the interpreter's sysconfig link line (DG_LINK=sysconfig keeps it)
+if [ "${DG_LINK:-gxx}" = gxx ]; then export CC=gcc CXX=g++ LDSHARED="g++ -shared"; fi
 LDFLAGS="${LDFLAGS:-} -Wl,-Bsymbolic" MAX_JOBS=${MAX_JOBS:-16} python3 setup.py build > build.log 2>&1 || { tail -60 build.log; exit 1; }
 so=$(find build -name "_C*.so" -type f | head -n 1)
 [ -n "$so" ] || { echo "deepgemm: no _C*.so after the build"; tail -40 build.log; exit 1; }
