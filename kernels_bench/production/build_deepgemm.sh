@@ -7,7 +7,6 @@
 # DG_PREBUILT (optional): a tar.gz of a previous build's DeepGEMM/ folder (the .so and the JIT cache).
 set -e -o pipefail
 DG_DIR=${DG_DIR:-/tmp/dg}
-HERE=$(cd "$(dirname "$0")" && pwd)
 DG_SRC=${DG_SRC:+$(realpath "$DG_SRC")}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ -f "$DG_DIR/DeepGEMM/deep_gemm/_C.so" ] || ls "$DG_DIR"/DeepGEMM/deep_gemm/_C*.so >/dev/null 2>&1; then
@@ -23,15 +22,14 @@ if [ -n "${DG_PREBUILT:-}" ] && [ -f "$DG_PREBUILT" ]; then
 fi
 tar xzf "$DG_SRC" -C "$DG_DIR"
 cd "$DG_DIR/DeepGEMM"
-# DG_NOREGEX=1: replace DeepGEMM's std::regex uses by string scans (deepgemm_noregex.py says why)
-[ "${DG_NOREGEX:-0}" = 1 ] && python3 "$HERE/deepgemm_noregex.py" "$PWD"
 ln -sfn ../../third-party/cutlass/include/cutlass deep_gemm/include/cutlass  # relative: the build moves
 ln -sfn ../../third-party/cutlass/include/cute deep_gemm/include/cute
 t0=$(date +%s)
-# -Bsymbolic: the extension binds its own template instances (std::regex's among them) rather than
-# the same-named weak symbols of libtorch, built by another compiler
-# LDSHARED / CC / CXX: the system g++, not the interpreter's sysconfig link line (DG_LINK=sysconfig keeps it)
-if [ "${DG_LINK:-gxx}" = gxx ]; then export CC=gcc CXX=g++ LDSHARED="g++ -shared"; fi
+# Link with the system g++: torch's extension builder picked the image's /opt/gcc/bin/g++, which put a
+# second copy of libstdc++'s locale code into _C.so; the JIT then crashed in std::regex (segfault in
+# std::collate<char>::transform at the first kernel, 2026-12-03). -Bsymbolic binds the extension's own
+# template instances rather than same-named weak symbols of libtorch.
+export CC=gcc CXX=g++ LDSHARED="g++ -shared"
 LDFLAGS="${LDFLAGS:-} -Wl,-Bsymbolic" MAX_JOBS=${MAX_JOBS:-16} python3 setup.py build > build.log 2>&1 || { tail -60 build.log; exit 1; }
 so=$(find build -name "_C*.so" -type f | head -n 1)
 [ -n "$so" ] || { echo "deepgemm: no _C*.so after the build"; tail -40 build.log; exit 1; }

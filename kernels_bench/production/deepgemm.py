@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from kernels_bench import indexer, shapes
-from kernels_bench.families import Ctx, _gen, _time, rel_err
+from kernels_bench.families import Ctx, _time, rel_err
 from kernels_bench.production.families import _guard, prod
 from kernels_bench.shapes import FP8_BLOCKWISE_TFLOPS, FP8_TFLOPS, TF32_TFLOPS
 from kernels_bench.timing import rotation_count
@@ -83,7 +83,9 @@ class PrefillCase:
         self.ke = ((Lp + t + 1) // ratio).to(torch.int32)  # causal: row t sees keys of tokens <= Lp + t
 
     def run(self) -> torch.Tensor:
-        return _dg().fp8_mqa_logits(self.q, (self.k, self.k_scale), self.w, self.ks, self.ke, clean_logits=True)
+        return _dg().fp8_mqa_logits(
+            self.q, (self.k, self.k_scale), self.w, self.ks, self.ke, clean_logits=True
+        )
 
     def check(self, rows: list[int], max_cols: int = 65536) -> tuple[float, float]:
         out = self.run()
@@ -192,7 +194,11 @@ class PagedCase:
         got, ref = [], []
         for b in seqs:
             kd = self.pool.keys(self.block_table[b], self.n)
-            ref.append(indexer.indexer_logits_ref(self.q[b].float(), self.w[b * self.next_n : (b + 1) * self.next_n], kd[None]))
+            ref.append(
+                indexer.indexer_logits_ref(
+                    self.q[b].float(), self.w[b * self.next_n : (b + 1) * self.next_n], kd[None]
+                )
+            )
             got.append(out[b, :, : self.n])
         return rel_err(torch.cat(got), torch.cat(ref))
 
@@ -201,7 +207,10 @@ def fam_indexer_decode(ctx: Ctx) -> Iterator[dict]:
     gr = ctx.grid
     pool: PagedPool | None = None
     need = max(
-        B * -(-L // ratio // BLOCK_KV) for _m, _k, ratio in DECODE_KINDS for L in gr.contexts for B in gr.batches
+        B * -(-L // ratio // BLOCK_KV)
+        for _m, _k, ratio in DECODE_KINDS
+        for L in gr.contexts
+        for B in gr.batches
         if B * L <= gr.max_batch_context
     )
     for model, kind, ratio in DECODE_KINDS:
@@ -242,7 +251,9 @@ def fam_indexer_decode(ctx: Ctx) -> Iterator[dict]:
                     res = {"max_abs_err": mx, "rel_err": rel, "check_passed": rel < TOL}
                     if res["check_passed"]:
                         nbuf = rotation_count(B * n * KEY_BYTES, max_sets=8)
-                        cases = [c0] + [PagedCase(pool, heads, B, n, ctx.device, seed=31 + i) for i in range(1, nbuf)]
+                        cases = [c0] + [
+                            PagedCase(pool, heads, B, n, ctx.device, seed=31 + i) for i in range(1, nbuf)
+                        ]
                         res.update(_time(ctx, [c.run for c in cases]))
                     return res
 
@@ -595,4 +606,3 @@ def warm_units() -> list[str]:
     units += [f"dg_moe:{m}:{k[0]}" for m, ks in MOE_SHAPES.items() for k in ks]
     units += [f"dg_dense:{m}:{kind}" for m, projs in DENSE_SHAPES.items() for kind in projs]
     return units
-

@@ -15,27 +15,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 export NVCC_VERSION=$("$CUDA_HOME/bin/nvcc" --version | grep -o "release [0-9.]*, V[0-9.]*")
 export DEEPGEMM_COMMIT=${DEEPGEMM_COMMIT:-54e2261}
 echo "nvcc: $NVCC_VERSION"
-# two builds at once (each compiles one translation unit): as is, and with std::regex replaced; the first
-# whose JIT compiles and runs a small kernel is used
-if [ -n "${DG_PREBUILT:-}" ] && [ -f "$DG_PREBUILT" ]; then variants=pre; else variants="a b"; fi
-for v in $variants; do
-  ( [ $v = b ] && export DG_NOREGEX=1; DG_DIR=$DG_DIR.$v bash kernels_bench/production/build_deepgemm.sh > "$OUT/deepgemm_build_$v.txt" 2>&1 ) &
-done
-wait
-rm -rf "$DG_DIR"
-for v in $variants; do
-  tail -3 "$OUT/deepgemm_build_$v.txt"
-  if PYTHONPATH=$DG_DIR.$v/DeepGEMM:$PWD DG_JIT_CACHE_DIR=$DG_DIR.$v/jit timeout 300 python3 -c "
+# build (or unpack DG_PREBUILT), then check that the JIT compiles and runs one small kernel
+DG_DIR=$DG_DIR bash kernels_bench/production/build_deepgemm.sh > "$OUT/deepgemm_build.txt" 2>&1
+tail -3 "$OUT/deepgemm_build.txt"
+PYTHONPATH=$DG_DIR/DeepGEMM:$PWD DG_JIT_CACHE_DIR=$DG_DIR/jit timeout 300 python3 -c "
 import torch, deep_gemm
 a = torch.randn(8, 1024, device='cuda').bfloat16(); b = torch.randn(24, 1024, device='cuda')
 d = torch.empty(8, 24, device='cuda'); s = torch.empty(8, device='cuda')
 deep_gemm.tf32_hc_prenorm_gemm(a, b, d, s); torch.cuda.synchronize()
-print('variant $v: JIT ok, err', (d - a.float() @ b.T).abs().max().item())"; then
-    rm -rf "$DG_DIR"; ln -s "$DG_DIR.$v" "$DG_DIR"; echo "using variant $v"; break
-  fi
-  echo "variant $v: JIT failed (rc $?)"
-done
-[ -e "$DG_DIR" ] || { echo "no working DeepGEMM build"; exit 1; }
+print('JIT ok, max err', (d - a.float() @ b.T).abs().max().item())" || { echo "DeepGEMM JIT failed"; exit 1; }
 export PYTHONPATH=$DG_DIR/DeepGEMM:$PWD DG_JIT_CACHE_DIR=$DG_DIR/jit
 python3 -c "import deep_gemm, torch; print('deep_gemm', deep_gemm.__version__, 'torch', torch.__version__, 'sms', deep_gemm.get_num_sms())" || exit 1
 echo "ready in $(( $(date +%s) - t0 )) s"
@@ -56,6 +44,6 @@ echo "budget $BUDGET s"
 python3 -m kernels_bench.production.run --out "$OUT" --commit "${COMMIT:-unknown}" \
   --families "$FAMILIES" --budget-s "$BUDGET" 2>&1 | grep -v "ok=True" | tail -40
 grep "ok=True" "$OUT/production_log.txt" | sed -E 's/ +/ /g' | cut -c1-170 | tail -${SHOW:-60}
-( cd "$DG_DIR/" && tar czf "$OUT/dg_build.tar.gz" --exclude=DeepGEMM/build DeepGEMM jit )
+( cd "$DG_DIR" && tar czf "$OUT/dg_build.tar.gz" --exclude=DeepGEMM/build DeepGEMM jit )
 ls -la "$OUT"
 echo "total $(( $(date +%s) - t0 )) s"

@@ -21,7 +21,10 @@ from kernels_bench.production import PACKAGES, MissingPackage, package_version, 
 
 ORDER = ("attention", "mhc", "gemm_dense")
 NEEDS = {"attention": "flash_mla", "mhc": "tile_kernels", "mhc_parts": "tile_kernels", "gemm_dense": None}
-NEEDS |= {name: "deep_gemm" for name in ("dg_indexer_prefill", "dg_indexer_decode", "dg_moe", "dg_dense", "dg_hc_prenorm")}
+NEEDS |= {
+    name: "deep_gemm"
+    for name in ("dg_indexer_prefill", "dg_indexer_decode", "dg_moe", "dg_dense", "dg_hc_prenorm")
+}
 
 
 def _parse(argv):

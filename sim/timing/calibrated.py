@@ -119,10 +119,12 @@ from sim.timing.tables import (
 # Table `model` column per model spec: its family's label (sim.config.families; kernels_bench/shapes.py MODELS).
 MODEL_KEYS: dict[str, str] = model_labels()
 DENSE_FORMATS = ("fp8_blockwise", "fp8_rowwise")  # kernels.md §6.2: checkpoint projections are FP8
-# kernels.md §6.1: the SM90 grouped GEMM is FP8 rowwise; no MXFP4 kernel on Hopper was measured, so
+# kernels.md §6.1: the SM90 grouped GEMMs are FP8 (DeepGEMM's 1x128 / 128x128 blockwise in the
+# production stack, CUTLASS rowwise in kernels_bench's); no MXFP4 kernel on Hopper was measured, so
 # experts stream FP8 weights on the H200 (about 2x the MXFP4 bytes the checkpoint stores); GPUs with
-# native FP4 get these rows carried at MXFP4 bytes and FP4 rates (sim.timing.carry rule 4)
-EXPERT_FORMAT = "fp8_rowwise"
+# native FP4 get these rows carried at MXFP4 bytes and FP4 rates (sim.timing.carry rule 4).
+# The first format a table has is used.
+EXPERT_FORMATS = ("fp8_blockwise", "fp8_rowwise")
 MHC_KERNELS = ("mhc_fused", "mhc_unfused")  # the eager chain is a strawman (kernels.md §9)
 MHC_BOUNDARIES_PER_LAYER = 2  # kernels.md §2: mHC pre / post around each of the two sublayers
 
@@ -255,11 +257,17 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
         )
 
     sets = Counter(layer_projections(layer) for layer in spec.layers)
-    wo_a_rows = tables.need("wo_a", family="gemm_grouped", kernel="proj_wo_a", model=key, fmt=EXPERT_FORMAT)
-    gate_up = tables.need(
-        "MoE gate_up", family="gemm_grouped", kernel="moe_gate_up", model=key, fmt=EXPERT_FORMAT
-    )
-    down = tables.need("MoE down", family="gemm_grouped", kernel="moe_down", model=key, fmt=EXPERT_FORMAT)
+
+    def grouped(what: str, kernel: str) -> list[KernelRow]:
+        for fmt in EXPERT_FORMATS:
+            found = tables.select(family="gemm_grouped", kernel=kernel, model=key, fmt=fmt)
+            if found:
+                return found
+        return tables.need(what, family="gemm_grouped", kernel=kernel, model=key, fmt=EXPERT_FORMATS[-1])
+
+    wo_a_rows = grouped("wo_a", "proj_wo_a")
+    gate_up = grouped("MoE gate_up", "moe_gate_up")
+    down = grouped("MoE down", "moe_down")
     moe_layers = sum(1 for layer in spec.layers if layer.mlp != "dense")
     tail = layer_class(False)
     mhc_rows = [r for kernel in MHC_KERNELS for r in tables.select(family="mhc", kernel=kernel, model=key)]

@@ -23,8 +23,11 @@ BF16) say which peaks it runs against. The rule, per row:
 4. Formats X runs natively (Blackwell and other GPUs with an FP4 peak in their profile): the
    routed experts (grouped MoE GEMMs) are MXFP4 (model.md: per-32 UE8M0 scales, 0.53125 B a
    weight) at the FP4 peak, so `Y_X` replaces the FP8 weight bytes (groups x N x K) by MXFP4
-   bytes and `P_X` is the FP4 peak against the H200's FP8; V4's index keys are MXFP4 (68 B
-   instead of the FP8 132 B Hopper kernels read, kernels.md §2), scaling the V4 indexer's bytes.
+   bytes and `P_X` is the FP4 peak against the H200's FP8; index keys are MXFP4 (68 B instead of
+   the FP8 132 B Hopper kernels read, kernels.md §2), scaling the key bytes of every row timed with
+   FP8 keys (V4's indexer and CSA pipeline; the production stack's V4.1 indexer, DeepGEMM's SM90
+   MQA logits being FP8 only, kernels.md §3.1). Their compute stays at the FP8 rate [D]: the head
+   reduction on CUDA cores (3·H·N ops, kernels.md §3.1) does not speed up with FP4 MMAs.
 5. Published Blackwell anchors bound what the rule gives (each with its source, `ANCHORS`):
    FlashMLA sparse decode reaches at most 350 TFLOP/s on B200 and keeps a ~21.6 us per-call
    floor at batch 1; FlashMLA sparse prefill at most 1,450 TFLOP/s. The anchors act on the sparse
@@ -170,6 +173,13 @@ def work_of(row: KernelRow) -> Work:
     )
 
 
+def reads_fp8_index_keys(row: KernelRow) -> bool:
+    """Rows whose indexer read FP8 (132 B) keys on the H200 (rule 4)."""
+    if row.family == "indexer":
+        return row.fmt == "fp8_132"
+    return row.model == "V4" and (row.family, row.layer_kind) in V4_INDEX_ROWS
+
+
 def _is_expert_gemm(row: KernelRow) -> bool:
     return row.family == "gemm_grouped" and row.kernel.startswith("moe_")
 
@@ -206,7 +216,7 @@ def carried_time_s(row: KernelRow, gpu: GpuPeaks, best: Best) -> float:
         weights = (row.groups or 1.0) * (row.n or 0.0) * (row.k or 0.0)  # FP8: one byte a weight
         nbytes = max(nbytes - weights, 0.0) + weights * MXFP4_BYTES_PER_WEIGHT
         prec = "fp4"
-    elif gpu.blackwell and row.model == "V4" and (row.family, row.layer_kind) in V4_INDEX_ROWS:
+    elif gpu.blackwell and reads_fp8_index_keys(row):
         keys = (row.batch or 1.0) * ((row.n if row.family == "indexer" else row.k) or 0.0)
         index = min(nbytes, keys * FP8_INDEX_KEY_BYTES)
         nbytes += index * (FP4_INDEX_KEY_BYTES / FP8_INDEX_KEY_BYTES - 1.0)

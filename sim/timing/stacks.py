@@ -18,6 +18,9 @@
      unit) are recomposed at each of their measured (context, batch) points: our pipeline time,
      minus our sparse MLA decode and indexer times at that point, plus the production (or
      derived) ones; top-k and the glue between them stay ours (flagged in the note).
+Where the production table times one kernel of an operation with several libraries, the one the
+engines run on SM90 is kept (`PREFERRED_IMPLS`: DeepGEMM's FP8 GEMMs and MQA logits, which SGLang and
+vLLM call on Hopper, over the cuBLASLt blockwise rows measured before DeepGEMM was built).
 A GPU without a production table gets the kernels_bench rows under the production name, every
 operation flagged as such (`calibrate show` says so).
 """
@@ -42,6 +45,9 @@ REFERENCE_SHAPE = ("V4", "CSA")
 # pipeline components that production may replace: (family, kernel), and the layer kind of the
 # component per pipeline kind (V4.1's compressed layers all run the CSA2 sparse MLA kernel)
 PIPELINE_COMPONENTS = (("attention", "sparse_mla_decode"), ("indexer", "indexer_decode"))
+# libraries preferred, in order, where the production table times the same kernel with several
+# (kernels_bench/production/deepgemm.py: SGLang's and vLLM's SM90 FP8 GEMM and indexer kernels)
+PREFERRED_IMPLS = ("deepgemm",)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,19 @@ def _by_op(rows: Iterable[KernelRow]) -> dict[Op, list[KernelRow]]:
     return out
 
 
+def preferred(rows: list[KernelRow]) -> list[KernelRow]:
+    """Per kernel, the rows of the first `PREFERRED_IMPLS` library that has any, else all of them."""
+    by_kernel: dict[str, list[KernelRow]] = {}
+    for r in rows:
+        by_kernel.setdefault(r.kernel, []).append(r)
+    out: list[KernelRow] = []
+    for krows in by_kernel.values():
+        impls = {r.impl for r in krows}
+        keep = next((i for i in PREFERRED_IMPLS if i in impls), None)
+        out.extend(r for r in krows if keep is None or r.impl == keep)
+    return out
+
+
 def _describe(rows: list[KernelRow]) -> tuple[str, str]:
     impls = sorted({r.impl for r in rows})
     packages = sorted({r.package for r in rows if r.package})
@@ -120,7 +139,8 @@ def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelT
             for op, rows in sorted(_by_op(ours.rows).items())
         )
         return replace(ours, stack="production", sources=sources)
-    mine, theirs = _by_op(ours.rows), _by_op(prod.rows)
+    mine = _by_op(ours.rows)
+    theirs = {op: preferred(rows) for op, rows in _by_op(prod.rows).items()}
     times: dict[tuple[str, Op], OpTimes] = {}
 
     def op_times(side: str, op: Op) -> OpTimes:

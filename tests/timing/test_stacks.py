@@ -146,3 +146,59 @@ def test_unknown_stack_is_refused():
     with pytest.raises(Exception, match="kernels"):
         Timing.model_validate({"kernels": "cudnn"})
     assert Timing().kernels == "production"
+
+
+# ---- the committed H200 production table: DeepGEMM's kernels are what the production stack runs ----------
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return load_stack("h200", "production"), load_stack("h200", "kernels_bench")
+
+
+@pytest.mark.parametrize(
+    "family,kernel,model,kind",
+    [
+        ("indexer", "indexer_prefill", "V4", "CSA"),
+        ("indexer", "indexer_prefill", "V4.1", "Full-enc"),
+        ("indexer", "indexer_decode", "V4", "CSA"),
+        ("indexer", "indexer_decode", "V4.1", "Full-enc"),
+        ("indexer", "indexer_decode", "V4.1", "Full-L20"),
+        ("gemm_grouped", "moe_gate_up", "V4", "gate_up"),
+        ("gemm_grouped", "moe_down", "V4.1", "down"),
+        ("gemm_dense", "proj_wq_b", "V4", "wq_b"),
+        ("gemm_dense", "proj_wo_b", "V4.1", "wo_b"),
+    ],
+)
+def test_production_stack_runs_deepgemm(committed, family, kernel, model, kind):
+    prod_stack, ours = committed
+    rows = _rows(prod_stack, family=family, kernel=kernel, model=model, layer_kind=kind)
+    assert rows and {r.impl for r in rows} == {"deepgemm"}, {r.impl for r in rows}
+    assert {r.package.split()[0] for r in rows} == {"deep-gemm"}
+    assert _source(prod_stack, family, kernel, model, kind).origin == "production"
+    # the kernels_bench stack keeps the project's own kernels (Triton, CUTLASS, cuBLAS)
+    assert "deepgemm" not in {r.impl for r in _rows(ours, family=family, kernel=kernel, model=model)}
+
+
+def test_deepgemm_rows_are_preferred_over_cublas_of_the_same_kernel(committed):
+    prod_stack, _ = committed
+    table = load_tables(prod_stack.path)
+    both = _rows(table, family="gemm_dense", kernel="proj_wq_a", model="V4")
+    assert {r.impl for r in both} == {"cublas", "deepgemm"}  # the table keeps both measurements
+    assert {r.impl for r in _rows(prod_stack, family="gemm_dense", kernel="proj_wq_a", model="V4")} == {
+        "deepgemm"
+    }
+    # V4.1's Reindex has no SM90 DeepGEMM kernel (sparse MQA logits are SM100-only): rule 3 derives it
+    assert _source(prod_stack, "indexer", "indexer_decode", "V4.1", "Reindex").origin == "derived"
+
+
+def test_calibrated_prefill_indexer_reads_the_deepgemm_rows(context):
+    """At a measured (chunk, context) point the production step's indexer is DeepGEMM's time (grid-exact)."""
+    cal = make_timing("calibrated", context(kernels="production"))
+    (row,) = [
+        r
+        for r in _rows(cal.tables, family="indexer", kernel="indexer_prefill", model="V4")
+        if r.chunk_tokens == 2048 and r.context_tokens == 128 * K
+    ]
+    assert row.impl == "deepgemm"
+    assert cal.mt.index_prefill.at(2048.0, 128 * K + 2048.0) == pytest.approx(row.median_s, rel=1e-12)
