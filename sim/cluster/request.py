@@ -18,9 +18,10 @@ from sim.timing.batch import DecodeTerms
 
 if TYPE_CHECKING:
     from sim.cluster.instance import Instance
+    from sim.sched.arrivals import Due
 
 NAN: Final = float("nan")
-LINEAGE_AGENTS = 1 << 16  # agents per session a lineage key can tell apart
+LINEAGE_AGENTS: Final = 1 << 16  # agents per session a lineage key can tell apart
 
 
 def lineage_key(session_id: int, agent_id: int) -> int:
@@ -71,6 +72,7 @@ class Request:
     terms: DecodeTerms | None = None  # its timing terms when it joined the decode batch
     join_step: int = 0
     # end
+    due: Due | None = None  # its trace row (sim.sched.arrivals), which its end schedules the follow-ups of
     status: str = ""
     reject_reason: str | None = None
     measured: bool = False

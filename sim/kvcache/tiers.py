@@ -25,9 +25,14 @@ recently used.
 
 from __future__ import annotations
 
+from typing import Final
+
 # (key, bytes) of the entries an operation pushed out, oldest first. Keys are ints
 # (sim.cluster.request: lineage and shared-prefix keys).
 Evicted = list[tuple[int, float]]
+# what an operation that pushed nothing out returns (most do): one shared list, never mutated, so the
+# common case allocates nothing
+NOTHING: Final[Evicted] = []
 
 
 class TierFull(Exception):
@@ -204,7 +209,7 @@ class ByteTier:
         if self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6:
             evicted = self._make_room(nbytes, 0 if old is None else 1)
         else:
-            evicted = []
+            evicted = NOTHING
         if old is None:
             old = _Slot(key, nbytes, tokens, now_s)
             slots[key] = old
@@ -249,7 +254,7 @@ class ByteTier:
         limit = now_s - self.ttl_s
         slot = head.next
         if slot is head or slot.last_use_s > limit:
-            return []  # the common case: nothing expired
+            return NOTHING  # the common case: nothing expired
         out: Evicted = []
         while slot is not head and slot.last_use_s <= limit:
             self._drop_oldest()
@@ -328,7 +333,7 @@ class ByteTier:
         the result with the bytes it lost, and stays cached with its head). `aside`: entries of the
         map set aside by the caller (a slot being replaced), neither cached nor evictable now."""
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
-            return []
+            return NOTHING
         evicted: Evicted = []
         slots = self._slots
         while (

@@ -30,13 +30,14 @@ whole sessions at a time; `TraceColumns` packs a batch with numpy into what the 
 row: `FIELDS` int64 values (a row's request fields, the dependency links resolved to the
 session's own row numbers) in one `array('q')`, row after row, and its two times in an
 `array('d')`. A started session copies its rows out of the batch (`_Session`, about 130 bytes a
-row, freed when the session ends); a request due to arrive is a `_Due` in the event heap, and its
+row, freed when the session ends); a request due to arrive is a `Due` in the event heap, and its
 `Request` is made when the event runs. Per-row Python objects made ahead of their arrival would
 cost ~1.3 KB of memory each, held from the session's start (hours for an agent session).
 """
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -90,6 +91,7 @@ WAITS: Final = 11  # 1: a think row whose dependency is an earlier row of its se
 FIRST_CHILD: Final = 12  # the first row that waits on this one, -1: none
 NEXT_SIBLING: Final = 13  # the next row waiting on the same row, -1: none
 FIELDS: Final = 14
+_ROW: Final = struct.Struct(f"{FIELDS}q")  # a row of `TraceColumns.ints`
 # A row's floats in `TraceColumns.times` (TIMES per row).
 ARRIVAL_TIME: Final = 0
 THINK_TIME: Final = 1
@@ -192,7 +194,7 @@ class _Session:
         self.max_context_tokens = 0
 
 
-class _Due:
+class Due:
     """Row `row` of a session, due to arrive at `time_s` (an event's argument)."""
 
     __slots__ = ("state", "row", "time_s")
@@ -231,7 +233,6 @@ class Arrivals:
         self.not_arrived = 0
         self.loaded_all = False
         self._held = 0  # loaded rows waiting on a dependency that has not ended
-        self._live: dict[int, _Due] = {}  # request id -> its row, while the request lives
         self._waiting = 0  # arrivals scheduled, not yet happened
 
     def start(self) -> None:
@@ -292,21 +293,19 @@ class Arrivals:
             self._drop(state, row)
             return
         self._waiting += 1
-        self.env.call_at(time_s, self._due, _Due(state, row, time_s))
+        self.env.call_at(time_s, self._due, Due(state, row, time_s))
 
-    def _due(self, due: _Due) -> None:
+    def _due(self, due: Due) -> None:
         """Row `due.row` arrives: its request is made now."""
         state = due.state
-        base = due.row * FIELDS
-        # one slice and one list: compiled code reads a list's items natively, an array's generically
-        row = state.ints[base : base + FIELDS].tolist()
+        # the row's fields in one call (compiled code reads an array's items one generic call each)
+        row = _ROW.unpack_from(state.ints, due.row * (8 * FIELDS))
         sid = state.sid
-        rid = row[REQUEST_ID]
-        agent = row[AGENT]
-        parent_agent = row[PARENT_AGENT]
-        shared = row[SHARED_ID]
+        agent: int = row[AGENT]
+        parent_agent: int = row[PARENT_AGENT]
+        shared: int = row[SHARED_ID]
         req = Request(
-            rid,
+            row[REQUEST_ID],
             sid,
             row[REQUEST_INDEX],
             agent,
@@ -321,7 +320,7 @@ class Arrivals:
             row[IMAGE_TOKENS],
             row[IMAGE_COUNT],
         )
-        self._live[rid] = due
+        req.due = due
         self._arrive(req)
 
     def _arrive(self, req: Request) -> None:
@@ -350,7 +349,8 @@ class Arrivals:
     def on_terminal(self, req: Request) -> None:
         """`req` completed or was rejected: its follow-ups arrive after their think time."""
         now = self.env.now_s
-        due = _take(self._live, req.request_id)
+        due = req.due
+        assert due is not None  # set at its arrival
         state = due.state
         if self.closed_loop:
             ints = state.ints
@@ -386,14 +386,6 @@ class Arrivals:
     def _check_idle(self) -> None:
         if self.done():
             self.on_idle()
-
-
-def _take(live: dict[int, _Due], request_id: int) -> _Due:
-    """Remove and return a request's row (get + del: compiled primitives, where dict.pop is a
-    generic method call)."""
-    due = live[request_id]
-    del live[request_id]
-    return due
 
 
 class _BenchSession:

@@ -41,6 +41,8 @@ class Router:
     def route(self, req: Request, candidates: list[Instance], role: str) -> Instance:
         if len(candidates) == 1:
             return candidates[0]
+        if self.policy == "cache_aware":  # the default, called directly: compiled code calls it natively
+            return _cache_aware(self, req, candidates, role)
         return self._choose(self, req, candidates, role)
 
 
@@ -69,6 +71,13 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
         holders = router.store.hbm_copies(key)
         if holders is not None and not decode:
             dram_node = router.store.demoted_node(key)
+    # a context is cached on one instance or none, mostly: then no lookup per candidate
+    only_inst = -1
+    only_tokens = 0
+    if holders is not None and len(holders) == 1:
+        for i, t in holders.items():
+            only_inst, only_tokens = i, t
+        holders = None
     w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
     prefix = req.prefix_tokens
     best = candidates[0]
@@ -80,8 +89,11 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
             + w_kv
             - w_kv * inst.hbm.reserved_bytes * inst.inv_kv_capacity
         )
-        if holders is not None:
-            tokens = holders.get(inst.index, 0)
+        if holders is not None or only_inst >= 0:
+            if holders is not None:
+                tokens = holders.get(inst.index, 0)
+            else:
+                tokens = only_tokens if inst.index == only_inst else 0
             if tokens:
                 score += w_hit * (tokens if tokens < prefix else prefix)
             elif dram_node == inst.node:
