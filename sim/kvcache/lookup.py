@@ -87,7 +87,8 @@ def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, bloc
 
 def _cached(store: KVStore, e: Entry, inst: int, now_s: float) -> int:
     """The most tokens of `e` any tier holds for instance `inst` now (HBM, or a unit it reaches)."""
-    best = e.hbm.get(inst, 0)
+    slot = e.hbm.get(inst)
+    best = slot.tokens if slot is not None else 0
     for t in store.tiers:
         c = e.copies[t.pos]
         if c is not None and c.tokens > best and c.unit == t.unit_of_instance[inst] and c.ready_s <= now_s:
@@ -97,7 +98,8 @@ def _cached(store: KVStore, e: Entry, inst: int, now_s: float) -> int:
 
 def _fastest(store: KVStore, e: Entry, inst: int, now_s: float, tokens: int) -> int:
     """Chain index of the fastest tier holding `tokens` of `e` for instance `inst` (0: its HBM)."""
-    if e.hbm.get(inst, 0) >= tokens:
+    slot = e.hbm.get(inst)
+    if slot is not None and slot.tokens >= tokens:
         return 0
     for t in store.tiers:
         c = e.copies[t.pos]
@@ -135,15 +137,15 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         return None
     tokens, cached = best_tokens, best_cached
     tier = _fastest(store, best, inst, now_s, tokens)
-    hbm = best.hbm.get(inst, 0)
-    hbm_tokens = min(hbm, tokens)
+    slot = best.hbm.get(inst)
+    hbm_tokens = min(slot.tokens, tokens) if slot is not None else 0
     load_bytes = 0.0
     if tier:
         load_bytes = (tokens - hbm_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes
     # where the window comes from: HBM (the live sequence), the persisted prefix, the pool, or replay
     window, block = p.swa_window_tokens, p.block_tokens
-    if tier == 0:
-        restorable = window_restorable(store.hbm_window_end(best.key, inst), tokens, window, block)
+    if slot is not None and tier == 0:
+        restorable = window_restorable(slot.whole_tokens, tokens, window, block)
     else:
         prompt = best.prompt_tokens
         restorable = window_restorable(cached, tokens, window, block) or (

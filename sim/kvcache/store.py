@@ -53,7 +53,7 @@ from __future__ import annotations
 from sim.cluster.link import FifoLink
 from sim.kvcache.paths import PathCost, kv_segments
 from sim.kvcache.policies import CachePolicy
-from sim.kvcache.tiers import ByteTier
+from sim.kvcache.tiers import ByteTier, Slot
 
 
 class StoreTier:
@@ -109,9 +109,10 @@ class StoreTier:
 class Copy:
     """An entry's copy in one unit of a tier below HBM."""
 
-    __slots__ = ("unit", "node", "tokens", "ready_s", "written_s")
+    __slots__ = ("unit", "node", "tokens", "ready_s", "written_s", "slot")
 
-    def __init__(self, unit: int, node: int, tokens: int, ready_s: float, written_s: float) -> None:
+    def __init__(self, unit: int, node: int, tokens: int, ready_s: float, written_s: float, slot: Slot) -> None:
+        self.slot = slot  # its entry in the unit (sim.kvcache.tiers)
         self.unit = unit
         self.node = node  # the node it was written from (a copy leaving it goes on from there)
         self.tokens = tokens
@@ -120,14 +121,20 @@ class Copy:
 
 
 class Entry:
-    __slots__ = ("key", "hbm", "copies", "swa_node", "prompt_tokens", "pins", "live")
+    """A lineage's or shared prompt's KV in the store. It keeps its slots in the tiers (the cached
+    copies' bytes, tokens and LRU places: sim.kvcache.tiers), so that using a copy finds it without a
+    lookup by key."""
+
+    __slots__ = ("key", "hbm", "copies", "swa_node", "swa_slot", "prompt_tokens", "pins", "live")
 
     def __init__(self, key: int, tiers: int) -> None:
         self.key = key
         self.live = True  # False once the store forgot it (a later use of its key makes a new one)
-        self.hbm: dict[int, int] = {}  # instance index -> cached tokens (not pinned)
+        # instance index -> its cached copy there (not pinned; `.tokens` long)
+        self.hbm: dict[int, Slot] = {}
         self.copies: list[Copy | None] = [None] * tiers  # by position below HBM
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
+        self.swa_slot: Slot | None = None  # its ring's slot in that pool
         self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
         self.pins = 0  # running requests using this entry
 
@@ -195,17 +202,21 @@ class KVStore:
     def hbm_tokens(self, key: int, inst: int) -> int:
         """Tokens of `key` cached (not pinned) in instance `inst`'s HBM."""
         e = self.entry(key)
-        return e.hbm.get(inst, 0) if e is not None else 0
+        if e is None:
+            return 0
+        slot = e.hbm.get(inst)
+        return slot.tokens if slot is not None else 0
 
-    def hbm_copies(self, key: int) -> dict[int, int] | None:
-        """Instance -> tokens of `key` cached in its HBM (read only), or None when `key` is not stored."""
+    def hbm_copies(self, key: int) -> dict[int, Slot] | None:
+        """Instance -> `key`'s copy cached in its HBM (`.tokens` long; read only), or None when `key`
+        is not stored."""
         e = self.entry(key)
         return e.hbm if e is not None else None
 
     def hbm_window_end(self, key: int, inst: int) -> int:
         """Where the sequence that left instance `inst`'s HBM copy of `key` ended: its live sliding
         window was there, in the blocks that overlap it (a copy cut short may have lost them)."""
-        return self.hbm[inst].whole_tokens(key)
+        return self._existing(key).hbm[inst].whole_tokens
 
     def demoted_node(self, key: int) -> int:
         """The node whose HBM the copy of `key` in the first demotion tier (host DRAM) came from, or -1."""
@@ -221,8 +232,8 @@ class KVStore:
         e = self.entry(key)
         if e is None or e.swa_node < 0:
             return -1
-        pool = self.swa[e.swa_node]
-        if key not in pool or pool.last_use_s(key) + pool.ttl_s <= now_s:
+        slot = e.swa_slot
+        if slot is None or not slot.member or slot.last_use_s + self.swa[e.swa_node].ttl_s <= now_s:
             return -1
         return e.swa_node
 
@@ -241,22 +252,27 @@ class KVStore:
         """Take instance `inst`'s cached copy of `key` for a running request; returns its bytes,
         now reserved by that request (0.0 when there is none)."""
         e = self.entry(key)
-        if e is None or inst not in e.hbm:
+        if e is None:
+            return 0.0
+        slot = e.hbm.get(inst)
+        if slot is None:
             return 0.0
         del e.hbm[inst]
         e.pins += 1
-        return self.hbm[inst].pin(key)
+        return self.hbm[inst].pin_slot(slot)
 
     def touch_lower(self, key: int, tier: int, now_s: float) -> None:
         """A hit served from chain tier `tier` below HBM counts as a use there (LRU order, TTL)."""
         t = self.tiers[tier - 1]
         c = self._existing(key).copies[t.pos]
         assert c is not None  # the lookup found it there
-        t.units[c.unit].touch(key, now_s)
+        t.units[c.unit].touch_slot(c.slot, now_s)
 
     def use_swa(self, key: int, now_s: float) -> None:
         e = self._existing(key)
-        self.swa[e.swa_node].touch(key, now_s)
+        slot = e.swa_slot
+        assert slot is not None  # the lookup found the ring there
+        self.swa[e.swa_node].touch_slot(slot, now_s)
 
     def reserve_hbm(self, inst: int, nbytes: float, now_s: float) -> None:
         """Reserve `nbytes` of instance `inst`'s HBM for a running request (negative: give back),
@@ -301,8 +317,10 @@ class KVStore:
             tier.unhold(shared_key, now_s)
         elif shared_key is not None:
             s = self.entry(shared_key)
-            if s is not None and inst in s.hbm:
-                tier.touch(shared_key, now_s)
+            if s is not None:
+                slot = s.hbm.get(inst)
+                if slot is not None:
+                    tier.touch_slot(slot, now_s)
         if unpin_key is not None:
             u = e if unpin_key == key and e.live else self.entry(unpin_key)
             if u is not None:
@@ -329,15 +347,17 @@ class KVStore:
         blocks = tokens - tokens % self.policy.block_tokens
         e = self.entry(key)
         tier = self.hbm[inst]
-        held = e.hbm.get(inst, 0) if e is not None else 0
-        if held and (held >= blocks or not tier.holdable_bytes(key)):
-            tier.touch(key, now_s)  # enough of it, or in use by running sequences (kept as it is)
+        slot = e.hbm.get(inst) if e is not None else None
+        held = slot.tokens if slot is not None else 0
+        if slot is not None and held and (held >= blocks or slot.holders):
+            tier.touch_slot(slot, now_s)  # enough of it, or in use by running sequences (kept as it is)
         elif blocks:
             e = self._entry(key)
             nbytes = blocks * tier.token_bytes
             if tier.can_fit(nbytes):
-                e.hbm[inst] = blocks
-                for k, b in tier.put(key, nbytes, now_s, blocks):
+                if slot is None:
+                    slot = e.hbm[inst] = Slot(key, nbytes, blocks, now_s)
+                for k, b in tier.put_slot(slot, nbytes, now_s, blocks):
                     self._evicted_from_hbm(k, inst, b, now_s, expired=False)
         self.persist(key, inst, tokens, now_s)
 
@@ -347,7 +367,10 @@ class KVStore:
         """Tokens of a request's shared prompt (`shared_tokens` of `key`) that instance `inst`'s HBM
         holds as whole blocks: the request can use them in place instead of holding its own copy."""
         e = self.entry(key)
-        usable = min(e.hbm.get(inst, 0), shared_tokens) if e is not None else 0
+        slot = e.hbm.get(inst) if e is not None else None
+        if slot is None:
+            return 0
+        usable = min(slot.tokens, shared_tokens)
         return usable - usable % self.policy.block_tokens
 
     def shared_hold_bytes(self, key: int, inst: int) -> float:
@@ -377,14 +400,15 @@ class KVStore:
         self._retain_hbm(self._entry(key), inst, tokens, now_s)
 
     def _retain_hbm(self, e: Entry, inst: int, tokens: int, now_s: float) -> None:
-        key = e.key
         tier = self.hbm[inst]
         nbytes = self.policy.hbm_bytes(tokens, self.kv_replication[inst])
         if not tier.can_fit(nbytes):
             self._demote_from_hbm(e, inst, tokens, now_s)  # cannot stay: straight down the chain
             return
-        e.hbm[inst] = tokens
-        for k, b in tier.put(key, nbytes, now_s, tokens):
+        slot = e.hbm.get(inst)
+        if slot is None:
+            slot = e.hbm[inst] = Slot(e.key, nbytes, tokens, now_s)
+        for k, b in tier.put_slot(slot, nbytes, now_s, tokens):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
 
     def persist(self, key: int, inst: int, tokens: int, now_s: float) -> None:
@@ -403,21 +427,23 @@ class KVStore:
             unit = t.unit_of_instance[inst]
             units = t.units[unit]
             c = e.copies[t.pos]
-            held = c.tokens if c is not None and c.unit == unit else 0
-            if held and tokens <= held:
-                units.touch(key, now_s)
+            same = c is not None and c.unit == unit
+            held = c.tokens if c is not None and same else 0
+            if c is not None and held and tokens <= held:
+                units.touch_slot(c.slot, now_s)
                 continue
             nbytes = p.persist_bytes(tokens)
             if not units.can_fit(nbytes):
                 continue  # larger than the whole tier: not persisted
-            if c is not None and c.unit != unit:
-                t.units[c.unit].remove(key)
+            if c is not None and not same:
+                t.units[c.unit].remove_slot(c.slot)
             delta = (tokens - held) * p.global_kv_bytes_per_token + p.persisted_state_bytes
             extra = t.write.overhead_s(self.segments(tokens - held))
             ready = t.write_links_instance[inst].submit(now_s, delta, extra)
-            e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s)
+            slot = c.slot if c is not None and same else Slot(key, nbytes, 0, now_s)
+            e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
             self.counters.written_bytes[t.name] += delta
-            for k, b in units.put(key, nbytes, now_s):
+            for k, b in units.put_slot(slot, nbytes, now_s):
                 self._left(k, t, b, now_s, expired=False)
 
     def put_swa(self, key: int, inst: int, now_s: float) -> None:
@@ -433,13 +459,16 @@ class KVStore:
         pool = self.swa[node]
         if not pool.can_fit(p.swa_state_bytes):
             return
-        key = e.key
-        if e.swa_node >= 0 and e.swa_node != node:
-            self.swa[e.swa_node].remove(key)
+        slot = e.swa_slot
+        if slot is not None and e.swa_node != node:
+            self.swa[e.swa_node].remove_slot(slot)
+            slot = None
+        if slot is None:
+            slot = e.swa_slot = Slot(e.key, p.swa_state_bytes, 0, now_s)
         e.swa_node = node
         self.swa_write_links[inst].submit(now_s, p.swa_state_bytes)
         self.counters.written_bytes["swa_pool"] += p.swa_state_bytes
-        for k, b in pool.put(key, p.swa_state_bytes, now_s):
+        for k, b in pool.put_slot(slot, p.swa_state_bytes, now_s):
             self.counters.evicted_bytes["swa_pool"] += b
             self._forget_swa(k)
 
@@ -497,11 +526,11 @@ class KVStore:
         the demotion chain whole (the module doc)."""
         (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
         e = self._existing(key)
-        tokens = e.hbm[inst]
-        left = self.hbm[inst].tokens(key)
-        if left:
-            e.hbm[inst] = left
+        slot = e.hbm[inst]
+        if slot.member:  # cut: its head is left there
+            tokens = slot.cut_from
         else:
+            tokens = slot.tokens
             del e.hbm[inst]
         self._demote_from_hbm(e, inst, tokens, now_s)
         self._maybe_forget(e)
@@ -525,11 +554,12 @@ class KVStore:
         if not units.can_fit(nbytes):
             return
         if c is not None and c.unit != unit:
-            t.units[c.unit].remove(e.key)
+            t.units[c.unit].remove_slot(c.slot)
+        slot = c.slot if c is not None and c.unit == unit else Slot(e.key, nbytes, 0, now_s)
         ready = link.submit(now_s, nbytes, t.write.overhead_s(self.segments(tokens)))
-        e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s)
+        e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
         self.counters.written_bytes[t.name] += nbytes
-        for k, b in units.put(e.key, nbytes, now_s):
+        for k, b in units.put_slot(slot, nbytes, now_s):
             self._left(k, t, b, now_s, expired=False)
 
     def _left(self, key: int, t: StoreTier, nbytes: float, now_s: float, *, expired: bool) -> None:
@@ -552,6 +582,7 @@ class KVStore:
     def _forget_swa(self, key: int) -> None:
         e = self._existing(key)
         e.swa_node = -1
+        e.swa_slot = None
         self._maybe_forget(e)
 
     def _maybe_forget(self, e: Entry) -> None:

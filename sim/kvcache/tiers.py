@@ -39,22 +39,28 @@ class TierFull(Exception):
     """Raised by a mutating call that was not checked first (a bug, not user input)."""
 
 
-class _Slot:
+class Slot:
     """A cached entry: its bytes and last use, linked in LRU order (a native class, so the
     compiled core moves an entry with a few pointer writes, no allocation). In a tier of blocks,
-    also its length in tokens now and when it was put (where its sequence ended)."""
+    also its length in tokens now and when it was put (where its sequence ended).
 
-    __slots__ = ("key", "nbytes", "tokens", "whole_tokens", "holders", "last_use_s", "prev", "next")
+    The key methods find an entry's slot by its key; a caller that keeps the slot of its entry (the
+    store: sim.kvcache.store) passes it to the `*_slot` methods instead, without that lookup."""
+
+    __slots__ = ("key", "nbytes", "tokens", "whole_tokens", "cut_from", "holders", "last_use_s", "member",
+                 "prev", "next")  # fmt: skip
 
     def __init__(self, key: int, nbytes: float, tokens: int, last_use_s: float) -> None:
         self.key = key
         self.nbytes = nbytes
         self.tokens = tokens
         self.whole_tokens = tokens
+        self.cut_from = tokens  # its length before the last cut of its tail
         self.holders = 0  # running sequences using it in place (out of the LRU ring while > 0)
         self.last_use_s = last_use_s
-        self.prev: _Slot = self
-        self.next: _Slot = self
+        self.member = False  # in its tier (False: new, or dropped, pinned or removed since)
+        self.prev: Slot = self
+        self.next: Slot = self
 
 
 class ByteTier:
@@ -102,13 +108,13 @@ class ByteTier:
         self.token_bytes = float(token_bytes)
         # key -> its slot; the slots form a ring through the sentinel `_head`: _head.next is the
         # least recently used, _head.prev the most recently used
-        self._slots: dict[int, _Slot] = {}
-        self._head = _Slot(0, 0.0, 0, 0.0)
+        self._slots: dict[int, Slot] = {}
+        self._head = Slot(0, 0.0, 0, 0.0)
         # the two slots found last (a request's context and its shared prompt): a request's path asks
         # for the same keys several times in a row, and a dict lookup boxes and hashes the key every
         # time (dropped from here when their slots leave)
-        self._recent: _Slot | None = None
-        self._older: _Slot | None = None
+        self._recent: Slot | None = None
+        self._older: Slot | None = None
 
     # --- reading ---
 
@@ -123,7 +129,11 @@ class ByteTier:
     def __contains__(self, key: int) -> bool:
         return self._find(key) is not None
 
-    def _find(self, key: int) -> _Slot | None:
+    def slot(self, key: int) -> Slot | None:
+        """The slot of `key` (None when absent)."""
+        return self._find(key)
+
+    def _find(self, key: int) -> Slot | None:
         slot = self._recent
         if slot is not None and slot.key == key:
             return slot
@@ -136,14 +146,15 @@ class ByteTier:
             self._older, self._recent = self._recent, slot
         return slot
 
-    def _get(self, key: int) -> _Slot:
+    def _get(self, key: int) -> Slot:
         slot = self._find(key)
         if slot is None:
             raise KeyError(key)
         return slot
 
-    def _forget(self, slot: _Slot) -> None:
+    def _forget(self, slot: Slot) -> None:
         del self._slots[slot.key]
+        slot.member = False
         if self._recent is slot:
             self._recent = None
         if self._older is slot:
@@ -192,8 +203,14 @@ class ByteTier:
         """Cache `key` with `nbytes` (`tokens` long; replacing its previous size), most recently
         used; evicts the least recently used others as needed (in a tier of blocks, a run's tail
         first). Refuses (TierFull) if it cannot fit at all."""
-        slots = self._slots
-        old = self._find(key)  # a replaced entry keeps its slot (out of the LRU ring meanwhile)
+        slot = self._find(key)
+        return self.put_slot(slot if slot is not None else Slot(key, nbytes, tokens, now_s), nbytes, now_s, tokens)
+
+    def put_slot(self, slot: Slot, nbytes: float, now_s: float, tokens: int = 0) -> Evicted:
+        """`put` of the entry whose slot is `slot` (a new one, made by the caller, when it has none here)."""
+        key = slot.key
+        # a replaced entry keeps its slot (out of the LRU ring meanwhile)
+        old = slot if slot.member else None
         if old is not None:
             if old.holders:
                 raise TierFull(f"{self.name}: entry {key} is in use, it cannot be replaced")
@@ -211,12 +228,16 @@ class ByteTier:
         else:
             evicted = NOTHING
         if old is None:
-            old = _Slot(key, nbytes, tokens, now_s)
-            slots[key] = old
+            old = slot
+            old.nbytes = nbytes
+            old.tokens = old.whole_tokens = old.cut_from = tokens
+            old.last_use_s = now_s
+            old.member = True
+            self._slots[key] = old
             self._older, self._recent = self._recent, old
         else:
             old.nbytes = nbytes
-            old.tokens = old.whole_tokens = tokens
+            old.tokens = old.whole_tokens = old.cut_from = tokens
             old.last_use_s = now_s
         _link_after(self._head.prev, old)
         self.cached_bytes += nbytes
@@ -225,7 +246,9 @@ class ByteTier:
         return evicted
 
     def touch(self, key: int, now_s: float) -> None:
-        slot = self._get(key)
+        self.touch_slot(self._get(key), now_s)
+
+    def touch_slot(self, slot: Slot, now_s: float) -> None:
         slot.last_use_s = now_s
         if slot.holders:
             return  # out of the LRU order until released
@@ -237,10 +260,12 @@ class ByteTier:
     def remove(self, key: int) -> float:
         """Drop `key` (not held); returns its bytes (0 when absent)."""
         slot = self._find(key)
-        if slot is None:
-            return 0.0
+        return self.remove_slot(slot) if slot is not None else 0.0
+
+    def remove_slot(self, slot: Slot) -> float:
+        """`remove` of the entry whose slot is `slot` (in the tier)."""
         if slot.holders:
-            raise TierFull(f"{self.name}: entry {key} is in use, it cannot be removed")
+            raise TierFull(f"{self.name}: entry {slot.key} is in use, it cannot be removed")
         self._forget(slot)
         _unlink(slot)
         self.cached_bytes -= slot.nbytes
@@ -318,7 +343,9 @@ class ByteTier:
 
     def pin(self, key: int) -> float:
         """Turn a cached entry into reserved bytes (a running sequence now uses it); returns its bytes."""
-        slot = self._get(key)
+        return self.pin_slot(self._get(key))
+
+    def pin_slot(self, slot: Slot) -> float:
         self._forget(slot)
         _unlink(slot)
         self.cached_bytes -= slot.nbytes
@@ -371,13 +398,14 @@ class ByteTier:
             keep = last
         if keep <= 0:
             return 0.0
+        slot.cut_from = slot.tokens
         freed = slot.nbytes - keep * self.token_bytes
         slot.nbytes = keep * self.token_bytes
         slot.tokens = keep
         self.cached_bytes -= freed
         return freed
 
-    def _drop_oldest(self) -> _Slot:
+    def _drop_oldest(self) -> Slot:
         """Take the least recently used entry out (there is one); returns its slot."""
         slot = self._head.next
         _unlink(slot)
@@ -395,12 +423,12 @@ class ByteTier:
             self.peak_bytes = used
 
 
-def _unlink(slot: _Slot) -> None:
+def _unlink(slot: Slot) -> None:
     slot.prev.next = slot.next
     slot.next.prev = slot.prev
 
 
-def _link_after(before: _Slot, slot: _Slot) -> None:
+def _link_after(before: Slot, slot: Slot) -> None:
     after = before.next
     slot.prev = before
     slot.next = after

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.cluster.request import Request
 from sim.kvcache.store import KVStore
+from sim.kvcache.tiers import Slot
 
 if TYPE_CHECKING:
     from sim.cluster.instance import Instance
@@ -64,7 +65,7 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
             max_depth = depth
     w_queue, w_kv = router.w_queue, router.w_kv
     q = w_queue / max_depth if max_depth > 0.0 else 0.0
-    holders: dict[int, int] | None = None
+    holders: dict[int, Slot] | None = None
     dram_node = -1
     key = req.parent_lineage
     if router.w_hit and key is not None and req.prefix_tokens:
@@ -75,8 +76,8 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
     only_inst = -1
     only_tokens = 0
     if holders is not None and len(holders) == 1:
-        for i, t in holders.items():
-            only_inst, only_tokens = i, t
+        for i, slot in holders.items():
+            only_inst, only_tokens = i, slot.tokens
         holders = None
     w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
     prefix = req.prefix_tokens
@@ -91,7 +92,8 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
         )
         if holders is not None or only_inst >= 0:
             if holders is not None:
-                tokens = holders.get(inst.index, 0)
+                held = holders.get(inst.index)
+                tokens = held.tokens if held is not None else 0
             else:
                 tokens = only_tokens if inst.index == only_inst else 0
             if tokens:

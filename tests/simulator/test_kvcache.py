@@ -131,9 +131,9 @@ def test_capacity_pressure_cuts_the_least_recently_used_session_from_its_tail():
     whole = pol.hbm_bytes(100_000, 1)
     over = 3 * whole - 1e9
     keep = int((whole - over) // (256 * pol.global_kv_bytes_per_token)) * 256
-    assert store.entries[1].hbm[0] == keep == 75_776
+    assert store.entries[1].hbm[0].tokens == keep == 75_776
     assert store.hbm[0].keys_lru_order() == [1, 2, 3]
-    assert store.entries[2].hbm[0] == store.entries[3].hbm[0] == 100_000
+    assert store.entries[2].hbm[0].tokens == store.entries[3].hbm[0].tokens == 100_000
     assert store.counters.evicted_bytes["hbm"] == pytest.approx(whole - keep * pol.global_kv_bytes_per_token)
     assert store.entries[1].copies[0].tokens == 100_000  # the whole context went to node 0's DRAM
     # the next turn of session 1 uses the head in place and loads the rest from DRAM

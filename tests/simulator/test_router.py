@@ -4,6 +4,7 @@ holder is overloaded; ties go to the lowest index; round robin cycles per role."
 from types import SimpleNamespace
 
 from sim.kvcache.store import Entry
+from sim.kvcache.tiers import Slot
 from sim.sched.router import Router
 
 from . import objects
@@ -19,7 +20,7 @@ def _setup(policy, loads, held=None, weights=(2.0, 1.0, 1.0)):
         inst.queued_prompt_tokens, inst.held_sequences = load, int(load)
     if held is not None:
         entry = st.entries[7] = Entry(7, len(st.tiers))
-        entry.hbm[1] = held
+        entry.hbm[1] = Slot(7, 0.0, held, 0.0)
     w = SimpleNamespace(prefix_hit=weights[0], queue_depth=weights[1], kv_usage=weights[2])
     return Router(policy, w, st), insts
 
