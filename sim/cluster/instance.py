@@ -224,7 +224,7 @@ class Instance:
 
     def _admit(self) -> None:
         """FIFO admission to HBM of routed requests, then their prefix loads (or ready at once)."""
-        store, hbm = self.store, self.hbm
+        store = self.store
         now = self.env.now_s
         self._sweep_hbm(now)
         if self.max_queue_wait_s is not None:
@@ -243,7 +243,7 @@ class Instance:
                 key, tokens, hbm_tokens = plan.key, plan.tokens, plan.hbm_tokens
                 if hbm_tokens:
                     if plan.shared:
-                        hbm.touch(key, now)
+                        store.touch_hbm(key, self.index, now)
                     else:
                         pinned = store.pin_hbm(key, self.index)
                         req.pinned = True

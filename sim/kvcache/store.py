@@ -73,6 +73,7 @@ class StoreTier:
         "write_links_instance",
         "write_links_node",
         "next_demote",
+        "traffic",
     )
 
     def __init__(
@@ -94,7 +95,7 @@ class StoreTier:
         self.name = name
         self.pos = -1  # position below HBM, set by the store
         self.scope = scope
-        self.units = [ByteTier(f"{name}[{u}]", c, ttl_s) for u, c in enumerate(capacity_bytes)]
+        self.units = [ByteTier(f"{name}[{u}]", c, ttl_s, indexed=False) for u, c in enumerate(capacity_bytes)]
         self.unit_of_instance = unit_of_instance
         self.unit_of_node = unit_of_node
         self.demote = demote
@@ -104,6 +105,7 @@ class StoreTier:
         self.write_links_instance = write_links_instance
         self.write_links_node = write_links_node
         self.next_demote: StoreTier | None = None
+        self.traffic = Traffic()
 
 
 class Copy:
@@ -139,17 +141,39 @@ class Entry:
         self.pins = 0  # running requests using this entry
 
 
+class Traffic:
+    """Cumulative cache traffic (bytes) of one tier (all its units) over all requests; kept per tier
+    as plain floats, which compiled code adds to unboxed."""
+
+    __slots__ = ("written_bytes", "evicted_bytes", "expired_bytes")
+
+    def __init__(self) -> None:
+        self.written_bytes = 0.0
+        self.evicted_bytes = 0.0  # pushed out by capacity
+        self.expired_bytes = 0.0  # dropped by TTL
+
+
 class Counters:
-    """Cumulative cache traffic (bytes), per tier, over all requests (the recorder counts the
-    measured requests' hits and loads)."""
+    """Cumulative cache traffic (bytes), per tier name, over all requests (the recorder counts the
+    measured requests' hits and loads): the store's `Traffic` records, read as dicts."""
 
-    __slots__ = ("written_bytes", "evicted_bytes", "expired_bytes", "retention_violation_bytes")
+    __slots__ = ("_tiers", "retention_violation_bytes")
 
-    def __init__(self, lower: list[str]) -> None:
-        self.written_bytes = {n: 0.0 for n in (*lower, "swa_pool")}
-        self.evicted_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
-        self.expired_bytes = {n: 0.0 for n in ("hbm", *lower, "swa_pool")}
+    def __init__(self, tiers: dict[str, Traffic]) -> None:
+        self._tiers = tiers  # hbm, the tiers below it, swa_pool
         self.retention_violation_bytes = 0.0
+
+    @property
+    def written_bytes(self) -> dict[str, float]:
+        return {n: t.written_bytes for n, t in self._tiers.items() if n != "hbm"}
+
+    @property
+    def evicted_bytes(self) -> dict[str, float]:
+        return {n: t.evicted_bytes for n, t in self._tiers.items()}
+
+    @property
+    def expired_bytes(self) -> dict[str, float]:
+        return {n: t.expired_bytes for n, t in self._tiers.items()}
 
 
 class KVStore:
@@ -174,6 +198,7 @@ class KVStore:
                 p.hbm_keep_s,
                 block_tokens=p.block_tokens,
                 token_bytes=p.hbm_bytes(1, kv_replication[i]) - p.hbm_bytes(0, kv_replication[i]),
+                indexed=False,
             )
             for i, c in enumerate(hbm_capacity_bytes)
         ]
@@ -188,14 +213,18 @@ class KVStore:
             upper.next_demote = lower
         self.first_demote: StoreTier | None = demoting[0] if demoting else None
         self.write_through = [t for t in tiers if not t.demote]
-        self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s) for n, c in enumerate(swa_pool_capacity_bytes)]
+        self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s, indexed=False) for n, c in enumerate(swa_pool_capacity_bytes)]
         self.swa_write_links = swa_write_links
         self.entries: dict[int, Entry] = {}
         # the two entries used last (a request's lineage and its shared prompt): a request's path asks
         # for the same few keys many times, and a dict lookup boxes and hashes the key every time
         self._recent: Entry | None = None
         self._older: Entry | None = None
-        self.counters = Counters([t.name for t in tiers])
+        self.hbm_traffic = Traffic()
+        self.swa_traffic = Traffic()
+        self.counters = Counters(
+            {"hbm": self.hbm_traffic, **{t.name: t.traffic for t in tiers}, "swa_pool": self.swa_traffic}
+        )
 
     # --- queries ---
 
@@ -261,6 +290,10 @@ class KVStore:
         e.pins += 1
         return self.hbm[inst].pin_slot(slot)
 
+    def touch_hbm(self, key: int, inst: int, now_s: float) -> None:
+        """A hit served in place from instance `inst`'s HBM copy of `key` counts as a use (LRU order, TTL)."""
+        self.hbm[inst].touch_slot(self._existing(key).hbm[inst], now_s)
+
     def touch_lower(self, key: int, tier: int, now_s: float) -> None:
         """A hit served from chain tier `tier` below HBM counts as a use there (LRU order, TTL)."""
         t = self.tiers[tier - 1]
@@ -314,7 +347,7 @@ class KVStore:
         self._retain_hbm(e, inst, tokens, now_s)
         if shared_held:
             assert shared_key is not None
-            tier.unhold(shared_key, now_s)
+            tier.unhold_slot(self._existing(shared_key).hbm[inst], now_s)
         elif shared_key is not None:
             s = self.entry(shared_key)
             if s is not None:
@@ -376,12 +409,14 @@ class KVStore:
     def shared_hold_bytes(self, key: int, inst: int) -> float:
         """HBM bytes a request starting to use `key`'s copy in place adds to the reserved ones (the
         whole copy when nobody uses it yet, else nothing)."""
-        return self.hbm[inst].holdable_bytes(key)
+        e = self.entry(key)
+        slot = e.hbm.get(inst) if e is not None else None
+        return slot.nbytes if slot is not None and not slot.holders else 0.0
 
     def hold_shared(self, key: int, inst: int) -> None:
         """A request on `inst` uses `key`'s cached blocks in place until it finishes (`finish` with
         `shared_held`): they cannot be evicted meanwhile, and count once however many use them."""
-        self.hbm[inst].hold(key)
+        self.hbm[inst].hold_slot(self._existing(key).hbm[inst])
 
     def unpin(self, key: int) -> None:
         e = self.entry(key)
@@ -442,7 +477,7 @@ class KVStore:
             ready = t.write_links_instance[inst].submit(now_s, delta, extra)
             slot = c.slot if c is not None and same else Slot(key, nbytes, 0, now_s)
             e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
-            self.counters.written_bytes[t.name] += delta
+            t.traffic.written_bytes += delta
             for k, b in units.put_slot(slot, nbytes, now_s):
                 self._left(k, t, b, now_s, expired=False)
 
@@ -467,9 +502,9 @@ class KVStore:
             slot = e.swa_slot = Slot(e.key, p.swa_state_bytes, 0, now_s)
         e.swa_node = node
         self.swa_write_links[inst].submit(now_s, p.swa_state_bytes)
-        self.counters.written_bytes["swa_pool"] += p.swa_state_bytes
+        self.swa_traffic.written_bytes += p.swa_state_bytes
         for k, b in pool.put_slot(slot, p.swa_state_bytes, now_s):
-            self.counters.evicted_bytes["swa_pool"] += b
+            self.swa_traffic.evicted_bytes += b
             self._forget_swa(k)
 
     # --- time passing ---
@@ -484,7 +519,7 @@ class KVStore:
                     self._left(k, t, b, now_s, expired=True)
         for tier in self.swa:
             for k, b in tier.expire(now_s):
-                self.counters.expired_bytes["swa_pool"] += b
+                self.swa_traffic.expired_bytes += b
                 self._forget_swa(k)
 
     def sweep_hbm(self, inst: int, now_s: float) -> None:
@@ -524,7 +559,10 @@ class KVStore:
         """`key`'s copy in instance `inst`'s HBM lost `nbytes`: all of it, or its tail when the
         tier cut the run (its head still cached there). Either way the context it held goes down
         the demotion chain whole (the module doc)."""
-        (self.counters.expired_bytes if expired else self.counters.evicted_bytes)["hbm"] += nbytes
+        if expired:
+            self.hbm_traffic.expired_bytes += nbytes
+        else:
+            self.hbm_traffic.evicted_bytes += nbytes
         e = self._existing(key)
         slot = e.hbm[inst]
         if slot.member:  # cut: its head is left there
@@ -558,20 +596,22 @@ class KVStore:
         slot = c.slot if c is not None and c.unit == unit else Slot(e.key, nbytes, 0, now_s)
         ready = link.submit(now_s, nbytes, t.write.overhead_s(self.segments(tokens)))
         e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
-        self.counters.written_bytes[t.name] += nbytes
+        t.traffic.written_bytes += nbytes
         for k, b in units.put_slot(slot, nbytes, now_s):
             self._left(k, t, b, now_s, expired=False)
 
     def _left(self, key: int, t: StoreTier, nbytes: float, now_s: float, *, expired: bool) -> None:
         """`key`'s copy left tier `t` (expired, or evicted by capacity): it goes on to the next
         demotion tier, if any, from the node it was written from."""
-        c_ = self.counters
-        (c_.expired_bytes if expired else c_.evicted_bytes)[t.name] += nbytes
+        if expired:
+            t.traffic.expired_bytes += nbytes
+        else:
+            t.traffic.evicted_bytes += nbytes
         e = self._existing(key)
         c = e.copies[t.pos]
         assert c is not None
         if not expired and now_s - c.written_s < t.retention_s:
-            c_.retention_violation_bytes += nbytes
+            self.counters.retention_violation_bytes += nbytes
         nxt = t.next_demote
         if nxt is not None:
             unit = nxt.unit_of_node[c.node]

@@ -17,6 +17,10 @@ head still serves prefix hits. Its fixed state (the sliding-window ring, the com
 group: state at the sequence's end) goes with its first evicted block. One slot per run, never one
 per block: a million-token context is one object, and a cut is arithmetic on its length.
 
+A tier finds an entry's slot by its key through a map, unless built with `indexed=False`: the store's
+tiers (sim.kvcache.store keeps every entry's slots and passes them to the `*_slot` methods), which
+spare the map's upkeep; their key methods scan the cached entries (tests and checks only).
+
 An entry can also be held: running sequences use it in place (a shared prompt's blocks, which every
 sequence starting with that prompt references, as an engine's ref-counted blocks): while anyone holds
 it, its bytes count as reserved and it is out of the LRU order; the last release makes it the most
@@ -76,6 +80,8 @@ class ByteTier:
         "block_tokens",
         "token_bytes",
         "_slots",
+        "_indexed",
+        "count",
         "_head",
         "_recent",
         "_older",
@@ -89,6 +95,7 @@ class ByteTier:
         *,
         block_tokens: int = 0,  # > 0: entries are runs of blocks of this many tokens, cut from the tail
         token_bytes: float = 0.0,  # bytes per token of a run (its tokens' KV; the rest is fixed state)
+        indexed: bool = True,  # False: no map from key to slot (the module doc)
     ) -> None:
         if capacity_bytes < 0.0:
             raise ValueError(f"tier {name}: capacity must be >= 0, got {capacity_bytes}")
@@ -106,9 +113,11 @@ class ByteTier:
         self.expired_bytes = 0.0  # cached bytes dropped by TTL
         self.block_tokens = block_tokens
         self.token_bytes = float(token_bytes)
-        # key -> its slot; the slots form a ring through the sentinel `_head`: _head.next is the
-        # least recently used, _head.prev the most recently used
+        # key -> its slot (when `indexed`); the cached slots form a ring through the sentinel `_head`:
+        # _head.next is the least recently used, _head.prev the most recently used
         self._slots: dict[int, Slot] = {}
+        self._indexed = indexed
+        self.count = 0  # entries in the tier (cached or held)
         self._head = Slot(0, 0.0, 0, 0.0)
         # the two slots found last (a request's context and its shared prompt): a request's path asks
         # for the same keys several times in a row, and a dict lookup boxes and hashes the key every
@@ -134,6 +143,13 @@ class ByteTier:
         return self._find(key)
 
     def _find(self, key: int) -> Slot | None:
+        if not self._indexed:
+            ring = self._head.next
+            while ring is not self._head:
+                if ring.key == key:
+                    return ring
+                ring = ring.next
+            return None
         slot = self._recent
         if slot is not None and slot.key == key:
             return slot
@@ -153,7 +169,9 @@ class ByteTier:
         return slot
 
     def _forget(self, slot: Slot) -> None:
-        del self._slots[slot.key]
+        if self._indexed:
+            del self._slots[slot.key]
+        self.count -= 1
         slot.member = False
         if self._recent is slot:
             self._recent = None
@@ -161,7 +179,7 @@ class ByteTier:
             self._older = None
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return self.count
 
     def cached(self, key: int) -> float:
         """Bytes cached under `key` (0 when absent)."""
@@ -233,7 +251,9 @@ class ByteTier:
             old.tokens = old.whole_tokens = old.cut_from = tokens
             old.last_use_s = now_s
             old.member = True
-            self._slots[key] = old
+            self.count += 1
+            if self._indexed:
+                self._slots[key] = old
             self._older, self._recent = self._recent, old
         else:
             old.nbytes = nbytes
@@ -269,7 +289,7 @@ class ByteTier:
         self._forget(slot)
         _unlink(slot)
         self.cached_bytes -= slot.nbytes
-        if not self._slots:
+        if not self.count:
             self.cached_bytes = 0.0  # no drift from repeated float subtraction
         return slot.nbytes
 
@@ -286,7 +306,7 @@ class ByteTier:
             self.expired_bytes += slot.nbytes
             out.append((slot.key, slot.nbytes))
             slot = head.next
-        if not self._slots:
+        if not self.count:
             self.cached_bytes = 0.0
         return out
 
@@ -320,7 +340,9 @@ class ByteTier:
     def hold(self, key: int) -> None:
         """One more running sequence uses `key` in place: the first takes it out of the LRU order and
         counts its bytes as reserved (the caller checked `can_reserve` for `holdable_bytes`)."""
-        slot = self._get(key)
+        self.hold_slot(self._get(key))
+
+    def hold_slot(self, slot: Slot) -> None:
         if not slot.holders:
             _unlink(slot)
             self.cached_bytes -= slot.nbytes
@@ -332,7 +354,9 @@ class ByteTier:
     def unhold(self, key: int, now_s: float) -> None:
         """A sequence holding `key` is done with it; the last one makes it cached again, most
         recently used."""
-        slot = self._get(key)
+        self.unhold_slot(self._get(key), now_s)
+
+    def unhold_slot(self, slot: Slot, now_s: float) -> None:
         slot.holders -= 1
         if slot.holders:
             return
@@ -358,14 +382,13 @@ class ByteTier:
         """Evict until `nbytes` more fit: whole entries, least recently used first; in a tier of
         blocks, the least recently used run loses only the tail blocks it must (a cut run appears in
         the result with the bytes it lost, and stays cached with its head). `aside`: entries of the
-        map set aside by the caller (a slot being replaced), neither cached nor evictable now."""
+        tier set aside by the caller (a slot being replaced), neither cached nor evictable now."""
         if self.reserved_bytes + self.cached_bytes + nbytes <= self.capacity_bytes + 1e-6:
             return NOTHING
         evicted: Evicted = []
-        slots = self._slots
         while (
             self.reserved_bytes + self.cached_bytes + nbytes > self.capacity_bytes + 1e-6
-            and len(slots) > aside
+            and self.count > aside
         ):
             if self.block_tokens:
                 cut = self._cut_oldest(self.reserved_bytes + self.cached_bytes + nbytes - self.capacity_bytes)
@@ -376,7 +399,7 @@ class ByteTier:
             slot = self._drop_oldest()
             self.evicted_bytes += slot.nbytes
             evicted.append((slot.key, slot.nbytes))
-        if len(slots) == aside:
+        if self.count == aside:
             self.cached_bytes = 0.0
         return evicted
 
