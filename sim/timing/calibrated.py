@@ -104,7 +104,16 @@ from sim.timing.carry import tables_available, tables_for
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, allgather_s
 from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
 from sim.timing.host import NO_HOST, HostCosts
-from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid, chunk_parts, span_end, span_s
+from sim.timing.interp import (
+    LINEAR,
+    LOGLOG,
+    Curve,
+    Grid,
+    chunk_attention_flops,
+    chunk_parts,
+    span_end,
+    span_s,
+)
 from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.rows_attention import PipelineRows, pipeline_rows
@@ -324,6 +333,26 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
     )
 
 
+class _RankLoad:
+    """What one DP rank holds in a mixed step (`CalibratedTiming._dp_mixed_s`): its every-token, tail
+    and logits rows, its chunks' attention seconds and its rows' summed attended context. One per
+    rank, reused from step to step: valid while `stamp` is the step's (no lists built per step)."""
+
+    __slots__ = ("stamp", "rows", "tail", "logits", "attn", "row_context")
+
+    def __init__(self) -> None:
+        self.stamp = 0
+        self.rows = self.tail = self.logits = 0
+        self.attn = self.row_context = 0.0
+
+    def start(self, stamp: int, decode_rows: int, row_context: float) -> None:
+        """A step's first chunk on this rank, beside its share of `decode_rows` decode rows."""
+        self.stamp = stamp
+        self.rows = self.tail = self.logits = decode_rows
+        self.attn = 0.0
+        self.row_context = row_context
+
+
 class CalibratedTiming(RooflineTiming):
     """`TimingModel` from measured kernel tables (see the module doc); links, communication and
     the parts the tables lack come from the roofline it extends."""
@@ -410,6 +439,9 @@ class CalibratedTiming(RooflineTiming):
         self._experts_every, self._experts_tail = IndexMemo(), IndexMemo()
         self._gemm_mhc_cache: tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]] = ({}, {})
         self._cp_rank_cache: tuple[dict[int, float], dict[int, float]] = ({}, {})
+        # a mixed step's per-rank loads (`_dp_mixed_s`), reused from step to step
+        self._rank_loads = [_RankLoad() for _ in range(par.dp)]
+        self._rank_stamp = 0
         self._mla_cache: dict[int, tuple[float, float]] = {}
         self._fixed_cache: dict[int, float] = {}
         self._attn_cache: dict[int, Curve] = {}
@@ -650,7 +682,7 @@ class CalibratedTiming(RooflineTiming):
             if through_decode:
                 row_context += new * (ctx + (new + 1) / 2.0)
             else:
-                _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
+                attn_flops = chunk_attention_flops(self._prefill_every, self._prefill_tail, new, ctx, last)
                 attn += self._heads_attention_s(attn_flops, new, ctx)
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
@@ -775,75 +807,77 @@ class CalibratedTiming(RooflineTiming):
         decode_rows = batch_size * verify
         share = -(-decode_rows // dp)  # ceil: the straggler's decode rows, as in a decode step
         through_decode = self.prefill_through_decode
-        every_r = [share] * dp
-        tail_r = [share] * dp
-        logits_r = [share] * dp
-        attn_r = [0.0] * dp
         # rows x their attended context per rank, for prefill rows through the decode kernel
-        row_context_r = [terms.context_tokens * verify / dp] * dp if through_decode else []
+        context0 = terms.context_tokens * verify / dp if through_decode else 0.0
+        # the ranks holding chunks, each with its loads (`_RankLoad`, reused: stamped with this step)
+        loads = self._rank_loads
+        stamp = self._rank_stamp = self._rank_stamp + 1
+        loaded = 0  # ranks holding chunks
         every_rows = tail_rows = decode_rows
-        most = most_tail = share  # the most-loaded rank's rows (kept as they grow: no max() over lists)
+        most = most_tail = share  # the most-loaded rank's rows
         for chunk in prefill:
             r = chunk.rank
             if not 0 <= r < dp:
                 raise ValueError(f"prefill chunk on DP rank {r}, outside the instance's {dp} ranks")
+            load = loads[r]
+            if load.stamp != stamp:
+                load.start(stamp, share, context0)
+                loaded += 1
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
             if through_decode:
-                row_context_r[r] += new * (ctx + (new + 1) / 2.0)
+                load.row_context += new * (ctx + (new + 1) / 2.0)
             else:
-                _dense, attn_flops, _kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
-                attn_r[r] += self._heads_attention_s(attn_flops, new, ctx)  # on the rank's TP GPUs
+                attn_flops = chunk_attention_flops(self._prefill_every, self._prefill_tail, new, ctx, last)
+                load.attn += self._heads_attention_s(attn_flops, new, ctx)  # on the rank's TP GPUs
             if chunk.image_tokens and self.vision_on_instance:  # on the rank's GPUs: 1 / dp of the rate
-                attn_r[r] += (
+                load.attn += (
                     a.vision_flops(chunk.image_tokens, chunk.image_count) * dp / self._attn_rate_prefill
                 )
-            rows = every_r[r] + new
-            every_r[r] = rows
+            rows = load.rows + new
+            load.rows = rows
             if rows > most:
                 most = rows
-            logits_r[r] += 1
+            load.logits += 1
             every_rows += new
             if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
                 tail = min(ctx + new, tail_tokens)
-                rows = tail_r[r] + tail
-                tail_r[r] = rows
+                rows = load.tail + tail
+                load.tail = rows
                 if rows > most_tail:
                     most_tail = rows
                 tail_rows += tail
         if every_rows == 0:
             return 0.0
         if not tail_tokens:
-            tail_r, tail_rows, most_tail = every_r, every_rows, most
-        if through_decode:
-            decode_attn = 0.0
-            for r in range(dp):
-                if every_r[r]:
-                    attn_r[r] += self._rows_attention_s(every_r[r] * dp, row_context_r[r] / every_r[r])
+            tail_rows, most_tail = every_rows, most
+        decode_attn = 0.0
+        if not through_decode and batch_size:
+            decode_attn = self._attn_curve(batch_size).at(terms.context_tokens / batch_size)
+        # one graph for every rank (the most-loaded rank's rows), or eager (0: each rank its own rows)
+        padded = self.padded_rows(most * dp) // dp
+        if padded == most:
+            padded = 0
         else:
-            decode_attn = (
-                self._attn_curve(batch_size).at(terms.context_tokens / batch_size) if batch_size else 0.0
-            )
-        padded = self.padded_rows(most * dp) // dp  # one graph for every rank, or eager (= most)
-        if padded != most:
-            every_r, every_rows = [padded] * dp, padded * dp
-        padded = self.padded_rows(most_tail * dp) // dp
-        if padded != most_tail:
-            tail_r, tail_rows = [padded] * dp, padded * dp
-        # the slowest rank: each rank holding a chunk, and the first rank without one, which stands
-        # for the rest (they all hold the same rows)
+            every_rows = padded * dp
+        padded_tail = self.padded_rows(most_tail * dp) // dp
+        if padded_tail == most_tail:
+            padded_tail = 0
+        else:
+            tail_rows = padded_tail * dp
+        # the slowest rank: each rank holding a chunk, and one without (they all hold the same rows)
         slowest = -1.0
-        chunkless = False
         for r in range(dp):
-            if logits_r[r] == share:
-                if chunkless:
-                    continue
-                chunkless = True
-            v = (
-                attn_r[r]
-                + self._rank_s(True, every_r[r])
-                + self._rank_s(False, tail_r[r])
-                + self._head_rank_s(logits_r[r])
-            )
+            load = loads[r]
+            if load.stamp == stamp:
+                rows = load.rows
+                tail = load.tail if tail_tokens else rows
+                v = self._rank_load_s(
+                    load.attn, rows, load.row_context, tail, load.logits, padded, padded_tail
+                )
+                if v > slowest:
+                    slowest = v
+        if loaded < dp:
+            v = self._rank_load_s(0.0, share, context0, share, share, padded, padded_tail)
             if v > slowest:
                 slowest = v
         # the term's per-row part goes with the experts: every rank's rows spread over the ranks
@@ -852,6 +886,29 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
         return decode_attn + slowest + experts + drafter + self._comm_s(most * dp)
+
+    def _rank_load_s(
+        self,
+        attn: float,
+        rows: int,
+        row_context: float,
+        tail: int,
+        logits: int,
+        padded: int,
+        padded_tail: int,
+    ) -> float:
+        """One DP rank's own work in a mixed step (`_dp_mixed_s`): `attn` seconds of its chunks'
+        attention, its `rows` every-token rows (their summed attended context `row_context`, for
+        prefill rows through the decode kernel), `tail` decoder-tail rows and `logits` rows needing
+        logits; `padded` / `padded_tail`: the rows of the step's graph (0: eager, its own rows)."""
+        if self.prefill_through_decode and rows:
+            attn += self._rows_attention_s(rows * self.par.dp, row_context / rows)
+        return (
+            attn
+            + self._rank_s(True, padded if padded else rows)
+            + self._rank_s(False, padded_tail if padded_tail else tail)
+            + self._head_rank_s(logits)
+        )
 
     def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float:
         if steps <= 0:

@@ -89,7 +89,8 @@ def _step(x0: float, x1: float, loglog: bool) -> float:
 def _between(x0: float, step: float, y0: float, y1: float, x: float, loglog: bool) -> float:
     """Value at x in [x0, x1] on the segment through (x0, y0), (x1, y1); step = _step(x0, x1)."""
     if loglog:
-        return y0 * (y1 / y0) ** (math.log(x / x0) / step)
+        # math.pow: the C pow() both ways (float ** float compiles to a generic call on boxed floats)
+        return y0 * math.pow(y1 / y0, math.log(x / x0) / step)
     return y0 + (y1 - y0) * (x - x0) / step
 
 
@@ -102,6 +103,18 @@ def _beyond(xs: Sequence[float], ys: Sequence[float], x: float, mode: str) -> fl
         return ys[-1]
     slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
     return ys[-1] + slope * (x - xs[-1])
+
+
+class _Segment:
+    """One segment of a `Curve`: its start, width (`_step`) and end values, as unboxed fields."""
+
+    __slots__ = ("x0", "step", "y0", "y1")
+
+    def __init__(self, x0: float, step: float, y0: float, y1: float) -> None:
+        self.x0 = x0
+        self.step = step
+        self.y0 = y0
+        self.y1 = y1
 
 
 class Curve:
@@ -128,23 +141,25 @@ class Curve:
         pieces += [(xs[i], ys[i], (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])) for i in range(len(xs) - 1)]
         pieces.append((xs[-1], ys[-1], max(0.0, pieces[-1][2]) if len(xs) > 1 else 0.0))
         self._pieces = tuple(pieces)
-        # per segment: (x0, _step, y0, y1) for `at`, and the mode as a flag (lookups are the hot path)
+        # per segment, for `at`, and the ends and the mode as plain fields (lookups are the hot path)
         self._loglog = mode == LOGLOG
-        self._segments = tuple(
-            (xs[i], _step(xs[i], xs[i + 1], self._loglog), ys[i], ys[i + 1]) for i in range(len(xs) - 1)
-        )
+        self._segments = [
+            _Segment(xs[i], _step(xs[i], xs[i + 1], self._loglog), ys[i], ys[i + 1])
+            for i in range(len(xs) - 1)
+        ]
+        self._x_first, self._y_first = xs[0], ys[0]
+        self._x_last, self._y_last = xs[-1], ys[-1]
 
     def __repr__(self) -> str:
         return f"Curve(xs={self.xs}, ys={self.ys}, mode={self.mode!r})"
 
     def at(self, x: float) -> float:
-        xs = self.xs
-        if x <= xs[0]:
-            return self.ys[0]
-        if x >= xs[-1]:
-            return _beyond(xs, self.ys, x, self.mode) if x > xs[-1] else self.ys[-1]
-        x0, step, y0, y1 = self._segments[self._knots.upper(x) - 1]
-        return _between(x0, step, y0, y1, x, self._loglog)
+        if x <= self._x_first:
+            return self._y_first
+        if x >= self._x_last:
+            return _beyond(self.xs, self.ys, x, self.mode) if x > self._x_last else self._y_last
+        seg = self._segments[self._knots.upper(x) - 1]
+        return _between(seg.x0, seg.step, seg.y0, seg.y1, x, self._loglog)
 
     def sum_along(self, x0: float, dx: float, n: int) -> float:
         """sum over k in [0, n) of at(x0 + dx k), in closed form per piece (linear curves, dx >= 0):
@@ -272,6 +287,28 @@ class LinearTable:
         return a0 + s0 * t, a1 + s1 * t
 
 
+class _Quadratic:
+    """A + B t + C t^2 of three components on one segment of a `QuadraticTable`, as unboxed fields."""
+
+    __slots__ = ("a0", "b0", "c0", "a1", "b1", "c1", "a2", "b2", "c2")
+
+    def __init__(
+        self,
+        a0: float,
+        b0: float,
+        c0: float,
+        a1: float,
+        b1: float,
+        c1: float,
+        a2: float,
+        b2: float,
+        c2: float,
+    ) -> None:
+        self.a0, self.b0, self.c0 = a0, b0, c0
+        self.a1, self.b1, self.c1 = a1, b1, c1
+        self.a2, self.b2, self.c2 = a2, b2, c2
+
+
 class QuadraticTable:
     """Piecewise-quadratic interpolation of three components (through knots i, i+1, i+2 on
     [x_i, x_{i+1}])."""
@@ -285,7 +322,7 @@ class QuadraticTable:
         self.xs = x
         self._knots = Knots(tuple(x))
         n = len(x)
-        coef: list[tuple[float, ...]] = []
+        coef: list[_Quadratic] = []
         for i in range(n - 1):
             j = min(i, n - 3)
             x0, x1, x2 = x[j], x[j + 1], x[j + 2]
@@ -300,23 +337,32 @@ class QuadraticTable:
                 a = y0 + d1 * (xi - x0) + d2 * (xi - x0) * (xi - x1)
                 b = d1 + d2 * ((xi - x0) + (xi - x1))
                 row.extend((a, b, d2))
-            coef.append(tuple(row))
+            coef.append(_Quadratic(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]))
         self._coef = coef
         self._last = len(coef) - 1
 
+    def _segment(self, x: float) -> int:
+        i = self._knots.upper(x) - 1
+        if i < 0:
+            return 0
+        return self._last if i > self._last else i
+
     def at(self, x: float) -> tuple[float, float, float]:
-        xs = self.xs
         # token positions come as ints: a float bisects the float knots twice as fast, and
         # x - xs[i] rounds the int to the same double either way (positions < 2^53)
         x = float(x)
-        i = self._knots.upper(x) - 1
-        if i < 0:
-            i = 0
-        elif i > self._last:
-            i = self._last
-        t = x - xs[i]
-        a0, b0, c0, a1, b1, c1, a2, b2, c2 = self._coef[i]
-        return a0 + t * (b0 + t * c0), a1 + t * (b1 + t * c1), a2 + t * (b2 + t * c2)
+        i = self._segment(x)
+        t = x - self.xs[i]
+        q = self._coef[i]
+        return q.a0 + t * (q.b0 + t * q.c0), q.a1 + t * (q.b1 + t * q.c1), q.a2 + t * (q.b2 + t * q.c2)
+
+    def second_at(self, x: float) -> float:
+        """`at(x)[1]` alone."""
+        x = float(x)
+        i = self._segment(x)
+        t = x - self.xs[i]
+        q = self._coef[i]
+        return q.a1 + t * (q.b1 + t * q.c1)
 
 
 def chunk_parts(
@@ -335,3 +381,14 @@ def chunk_parts(
         a += t1
         kv += t2
     return d, a, kv
+
+
+def chunk_attention_flops(
+    every: QuadraticTable, tail: QuadraticTable, new_tokens: int, context_tokens: int, last_chunk: bool
+) -> float:
+    """`chunk_parts`' attention+index FLOPs alone (the same operations)."""
+    end = context_tokens + new_tokens
+    a = every.second_at(end) - every.second_at(context_tokens)
+    if last_chunk:
+        a += tail.second_at(end)
+    return a
