@@ -109,6 +109,7 @@ from sim.timing.interp import (
     LOGLOG,
     Curve,
     Grid,
+    GridPair,
     chunk_attention_flops,
     chunk_parts,
     span_end,
@@ -442,7 +443,9 @@ class CalibratedTiming(RooflineTiming):
         # a mixed step's per-rank loads (`_dp_mixed_s`), reused from step to step
         self._rank_loads = [_RankLoad() for _ in range(par.dp)]
         self._rank_stamp = 0
-        self._mla_cache: dict[int, tuple[float, float]] = {}
+        self._mla_s, self._mla_flops = IndexMemo(), IndexMemo()
+        # the indexer prefill's times and FLOPs, read together (the same rows)
+        self._index_prefill = GridPair(self.mt.index_prefill, self.mt.index_prefill_flops)
         self._fixed_cache: dict[int, float] = {}
         self._attn_cache: dict[int, Curve] = {}
 
@@ -617,13 +620,11 @@ class CalibratedTiming(RooflineTiming):
         tp = self.par.tp
         if tp == 1:
             return attn_flops * self.prefill_attention_s_per_flop(new_tokens, context_tokens)
-        mt = self.mt
-        end = context_tokens + new_tokens
-        ni = mt.prefill_index_layers
+        ni = self.mt.prefill_index_layers
         mla_s, mla_flops = self._mla_prefill(new_tokens)
-        index_s = ni * mt.index_prefill.at(new_tokens, end)
-        flops = mla_flops + ni * mt.index_prefill_flops.at(new_tokens, end)
-        return attn_flops * heads_split_attention_s(mla_s, index_s, tp) / flops
+        index_s, index_flops = self._index_prefill.at(new_tokens, context_tokens + new_tokens)
+        flops = mla_flops + ni * index_flops
+        return attn_flops * heads_split_attention_s(mla_s, ni * index_s, tp) / flops
 
     def _host_s(self, decode_sequences: int, chunks: int, rows: int) -> float:
         """The engine's host time around a step (`timing.host`): the rows its busiest DP rank's graph runs."""
@@ -631,24 +632,25 @@ class CalibratedTiming(RooflineTiming):
 
     def prefill_attention_s_per_flop(self, new_tokens: int, context_tokens: int) -> float:
         """Measured seconds per attention + indexer FLOP of a prefill chunk on one GPU."""
-        mt = self.mt
-        end = context_tokens + new_tokens
-        ni = mt.prefill_index_layers
+        ni = self.mt.prefill_index_layers
         mla_s, mla_flops = self._mla_prefill(new_tokens)
-        t = mla_s + ni * mt.index_prefill.at(new_tokens, end)
-        f = mla_flops + ni * mt.index_prefill_flops.at(new_tokens, end)
+        index_s, index_flops = self._index_prefill.at(new_tokens, context_tokens + new_tokens)
+        t = mla_s + ni * index_s
+        f = mla_flops + ni * index_flops
         return t / f
 
     def _mla_prefill(self, new_tokens: int) -> tuple[float, float]:
         """(seconds, FLOPs) of the sparse MLA prefill layers for a chunk of `new_tokens`, memoised
         (chunk sizes repeat and are bounded by the step's token budget)."""
-        v = self._mla_cache.get(new_tokens)
-        if v is None:
-            mt = self.mt
-            na = mt.prefill_attn_layers
-            v = (na * mt.mla_prefill.at(new_tokens), na * mt.mla_prefill_flops.at(new_tokens))
-            self._mla_cache[new_tokens] = v
-        return v
+        v = self._mla_s.get(new_tokens)
+        if v == v:  # stored (NaN: not yet)
+            return v, self._mla_flops.get(new_tokens)
+        mt = self.mt
+        na = mt.prefill_attn_layers
+        v, flops = na * mt.mla_prefill.at(new_tokens), na * mt.mla_prefill_flops.at(new_tokens)
+        self._mla_s.put(new_tokens, v)
+        self._mla_flops.put(new_tokens, flops)
+        return v, flops
 
     # --- the interface ---
 

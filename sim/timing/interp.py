@@ -14,17 +14,20 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 LOGLOG: Final = "loglog"
 LINEAR: Final = "linear"
 
 
-def _upper(xs: tuple[float, ...], x: float) -> int:
+def _upper(xs: list[float], x: float) -> int:
     """The number of knots <= x (`bisect.bisect_right`'s answer, same steps): compiled, it compares
-    C doubles, where bisect_right compares Python floats through the generic protocol."""
-    lo = 0
-    hi = len(xs)
+    C doubles (with machine-integer indices), where bisect_right compares Python floats through the
+    generic protocol."""
+    lo: i64 = 0
+    hi: i64 = len(xs)
     while lo < hi:
-        mid = (lo + hi) // 2
+        mid = (lo + hi) >> 1
         if x < xs[mid]:
             hi = mid
         else:
@@ -48,7 +51,7 @@ class Knots:
     __slots__ = ("xs", "n", "_lo", "_hi", "_inv_width", "_starts")
 
     def __init__(self, xs: tuple[float, ...]) -> None:
-        self.xs = xs
+        self.xs = list(xs)  # a list: compiled code reads it by machine-integer index
         n = self.n = len(xs)
         self._lo = xs[0] if n else 0.0
         self._hi = xs[-1] if n else 0.0
@@ -57,7 +60,7 @@ class Knots:
         if n > _INDEXED_KNOTS and self._hi > self._lo:
             width = (self._hi - self._lo) / _MAX_BUCKETS
             self._inv_width = 1.0 / width
-            self._starts = [_upper(xs, self._lo + b * width) for b in range(_MAX_BUCKETS)]
+            self._starts = [_upper(self.xs, self._lo + b * width) for b in range(_MAX_BUCKETS)]
 
     def upper(self, x: float) -> int:
         xs = self.xs
@@ -218,6 +221,61 @@ class Grid:
         return _between(
             xs[i], self._steps[i], curves[i].at(inner), curves[i + 1].at(inner), outer, self._loglog
         )
+
+
+class GridPair:
+    """Two grids over the same points (one kernel's times and FLOPs, from the same rows) read at one
+    point together: each value is what its grid's `at` answers, the knot searches done once."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Grid, b: Grid) -> None:
+        same = a.outer == b.outer and a.mode == b.mode and len(a.inner) == len(b.inner)
+        if not same or any(
+            ca.xs != cb.xs or ca.mode != cb.mode for ca, cb in zip(a.inner, b.inner, strict=True)
+        ):
+            raise ValueError("a grid pair needs two grids over the same points")
+        self.a = a
+        self.b = b
+
+    def at(self, outer: float, inner: float) -> tuple[float, float]:
+        a, b = self.a, self.b
+        xs = a.outer
+        if outer <= xs[0]:
+            return _pair_at(a.inner[0], b.inner[0], inner)
+        if outer >= xs[-1]:
+            last_a, last_b = _pair_at(a.inner[-1], b.inner[-1], inner)
+            if outer == xs[-1]:
+                return last_a, last_b
+            if len(xs) == 1:
+                return _beyond(xs, (last_a,), outer, a.mode), _beyond(xs, (last_b,), outer, b.mode)
+            prev_a, prev_b = _pair_at(a.inner[-2], b.inner[-2], inner)
+            ends = xs[-2:]
+            return _beyond(ends, (prev_a, last_a), outer, a.mode), _beyond(
+                ends, (prev_b, last_b), outer, b.mode
+            )
+        i = a._knots.upper(outer) - 1
+        a0, b0 = _pair_at(a.inner[i], b.inner[i], inner)
+        a1, b1 = _pair_at(a.inner[i + 1], b.inner[i + 1], inner)
+        x0 = xs[i]
+        return (
+            _between(x0, a._steps[i], a0, a1, outer, a._loglog),
+            _between(x0, b._steps[i], b0, b1, outer, b._loglog),
+        )
+
+
+def _pair_at(ca: Curve, cb: Curve, x: float) -> tuple[float, float]:
+    """(ca.at(x), cb.at(x)) of two curves over the same points, with one knot search."""
+    if x <= ca._x_first:
+        return ca._y_first, cb._y_first
+    if x >= ca._x_last:
+        return ca.at(x), cb.at(x)
+    i = ca._knots.upper(x) - 1
+    sa, sb = ca._segments[i], cb._segments[i]
+    loglog = ca._loglog
+    return _between(sa.x0, sa.step, sa.y0, sa.y1, x, loglog), _between(
+        sb.x0, sb.step, sb.y0, sb.y1, x, loglog
+    )
 
 
 def span_s(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int) -> float:

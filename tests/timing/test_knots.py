@@ -1,9 +1,11 @@
 """`Knots.upper` (the bucket index of the interpolation tables, sim.timing.interp) answers exactly
-what bisection (`_upper`) answers, for any point: knots, just beside them, outside, NaN."""
+what bisection (`_upper`, and the standard library's `bisect_right`) answers, for any point: knots,
+just beside them, outside, NaN."""
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +23,7 @@ def test_upper_equals_bisection(knots, points):
     index = Knots(xs)
     near = [math.nextafter(x, d) for x in xs for d in (-math.inf, math.inf)]
     for x in [*points, *xs, *near, math.nan, math.inf, -math.inf]:
-        assert index.upper(x) == _upper(xs, x)
+        assert index.upper(x) == _upper(list(xs), x) == bisect_right(xs, x)
 
 
 def test_arith_grid_is_indexed():
@@ -30,4 +32,4 @@ def test_arith_grid_is_indexed():
     index = Knots(xs)
     assert index._starts
     for x in (0.0, 127.9, 128.0, 65_535.5, 65_536.0, 70_000.0, xs[-1] - 0.5, xs[-1], 5e6):
-        assert index.upper(x) == _upper(xs, x)
+        assert index.upper(x) == bisect_right(xs, x)
