@@ -28,11 +28,13 @@ a fresh `order`, exactly as a new call would, so the order of events is the one-
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, Final
 
-# Process starts sort before every ordinary event of the same time (orders stay within mypyc's
-# unboxed integer range, |order| < 2**62).
-_URGENT_ORDER = -(1 << 61)
+from mypy_extensions import i64
+
+# Process starts sort before every ordinary event of the same time (orders and heap positions are
+# machine integers, i64: compiled code compares and stores them without tagged-integer checks).
+_URGENT_ORDER: Final = -(1 << 61)
 
 
 class Call:
@@ -42,8 +44,8 @@ class Call:
 
     def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
         self.time_s = 0.0
-        self.order = 0
-        self.pos = -1
+        self.order: i64 = 0
+        self.pos: i64 = -1
         self.fn = fn
         self.arg = arg
 
@@ -120,7 +122,7 @@ class EventLoop:
     def __init__(self, start_s: float = 0.0) -> None:
         self.now_s = start_s
         self._heap: list[Call] = []
-        self._order = 0
+        self._order: i64 = 0
         self._until: Signal | None = None
         self._stop = False
 
@@ -226,7 +228,7 @@ class EventLoop:
         pos = call.pos
         time_s, order = call.time_s, call.order
         while pos > 0:
-            parent_pos = (pos - 1) >> 1
+            parent_pos: i64 = (pos - 1) >> 1
             parent = heap[parent_pos]
             if parent.time_s < time_s or (parent.time_s == time_s and parent.order < order):
                 break
@@ -238,11 +240,11 @@ class EventLoop:
 
     def _sift_down(self, call: Call) -> None:
         heap = self._heap
-        n = len(heap)
+        n: i64 = len(heap)
         pos = call.pos
         time_s, order = call.time_s, call.order
         while True:
-            child_pos = 2 * pos + 1
+            child_pos: i64 = 2 * pos + 1
             if child_pos >= n:
                 break
             child = heap[child_pos]

@@ -9,6 +9,8 @@ the same order as from `heapq` over (key, seq, ...) tuples.
 
 from __future__ import annotations
 
+from mypy_extensions import i64
+
 
 class Keyed:
     """An item of a heap: first by `key`, ties by `seq` (unique in its heap)."""
@@ -17,7 +19,7 @@ class Keyed:
 
     def __init__(self, key: float, seq: int) -> None:
         self.key = key
-        self.seq = seq
+        self.seq: i64 = seq  # a machine integer: compared without tagged-integer checks
 
 
 def _before(a: Keyed, b: Keyed) -> bool:
@@ -25,10 +27,10 @@ def _before(a: Keyed, b: Keyed) -> bool:
 
 
 def push(heap: list[Keyed], item: Keyed) -> None:
-    pos = len(heap)
+    pos: i64 = len(heap)
     heap.append(item)
     while pos > 0:
-        parent_pos = (pos - 1) >> 1
+        parent_pos: i64 = (pos - 1) >> 1
         parent = heap[parent_pos]
         if not _before(item, parent):
             break
@@ -41,11 +43,11 @@ def pop(heap: list[Keyed]) -> Keyed:
     """Take the first item off the heap (there is one)."""
     first = heap[0]
     last = heap.pop()
-    n = len(heap)
+    n: i64 = len(heap)
     if n:
-        pos = 0
+        pos: i64 = 0
         while True:
-            child_pos = 2 * pos + 1
+            child_pos: i64 = 2 * pos + 1
             if child_pos >= n:
                 break
             child = heap[child_pos]

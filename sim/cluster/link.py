@@ -82,11 +82,12 @@ class SharedLink:
         bw = self.bw_bytes_per_s
         # advance the virtual clock to now (restart it when idle, so it stays small)
         n = len(heap)
-        self._v = self._v + (now - self._t) * bw / n if n else 0.0
+        # float(n): the same double Python converts the int to, without a generic (boxed) operation
+        self._v = self._v + (now - self._t) * bw / float(n) if n else 0.0
         self._t = now
         self._seq += 1
         push(heap, _Job(self._v + nbytes + (self.latency_s + extra_s) * bw, self._seq, nbytes, on_done, arg))
-        self.env.set_timer_after(self._timer, (heap[0].key - self._v) * len(heap) / bw)
+        self.env.set_timer_after(self._timer, (heap[0].key - self._v) * float(len(heap)) / bw)
 
     def in_flight(self) -> int:
         """Transfers started and not finished."""
@@ -96,7 +97,7 @@ class SharedLink:
         heap = self._heap
         now = self.env.now_s
         bw = self.bw_bytes_per_s
-        v = self._v = self._v + (now - self._t) * bw / len(heap)
+        v = self._v = self._v + (now - self._t) * bw / float(len(heap))
         self._t = now
         # The head is due by construction; others finishing within rounding of it finish too.
         first = pop(heap)
@@ -114,7 +115,7 @@ class SharedLink:
                 also = []
             also.append(job)
         if heap:
-            self.env.set_timer_after(self._timer, (heap[0].key - v) * len(heap) / bw)
+            self.env.set_timer_after(self._timer, (heap[0].key - v) * float(len(heap)) / bw)
         first.on_done(first.arg)
         if also is not None:
             for job in also:
