@@ -12,6 +12,8 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 native = runpy.run_path(os.path.join("sim", "native.py"))
+# the sources' digests before mypyc reads them: the build's record (sim/native.py, source_digests)
+built_from = native["source_digests"]()
 ext_modules = []
 if os.environ.get(native["PURE_ENV"]) != "1":
     from mypyc.build import mypycify
@@ -45,7 +47,7 @@ class BuildCore(build_ext):
             package_dir = (
                 build_py.get_package_dir("sim") if self.inplace else os.path.join(self.build_lib, "sim")
             )
-            native["write_manifest"](Path(package_dir))
+            native["write_manifest"](Path(package_dir), built_from)
 
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildCore})

@@ -9,7 +9,7 @@ test checks that both give byte-identical outputs.
 
 `pip install -e .` builds the modules of `COMPILED` next to their sources (setup.py reads the
 list from here) and records, in `sim/native_build.json`, the SHA-256 of each one's source and of
-every `sim` module it imports (mypyc compiles against their types too). Python would import a
+every `sim` module it imports (mypyc compiles against their types too), as read before compiling. Python would import a
 compiled module in preference to its source, so a source edited after the build would silently
 not run: `install()` (called when `sim` is imported) makes every compiled module load from its
 source instead when
@@ -118,9 +118,18 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def write_manifest(package_dir: Path) -> Path:
-    """Record the sources of a finished build (setup.py): `package_dir` is where the built `sim` lives."""
-    record = {"sha256": {rel: _digest(_ROOT / rel) for rel in hashed_sources()}}
+def source_digests() -> dict[str, str]:
+    """The SHA-256 of each file a build depends on (`hashed_sources`), as they are now. setup.py
+    takes them before mypyc reads the sources: a source edited while the build runs then differs
+    from the record (its source runs), where digests taken after the build would record the edited
+    text beside a module compiled from the earlier one."""
+    return {rel: _digest(_ROOT / rel) for rel in hashed_sources()}
+
+
+def write_manifest(package_dir: Path, digests: dict[str, str]) -> Path:
+    """Record the sources of a finished build (setup.py): `digests`, taken before it compiled them
+    (`source_digests`); `package_dir` is where the built `sim` lives."""
+    record = {"sha256": digests}
     path = package_dir / MANIFEST
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path

@@ -196,7 +196,7 @@ def _fake_build(root: Path, monkeypatch) -> Path:
     (pkg / "d.py").write_text("Y = 1\n")  # imported by no compiled module
     for m in ("a", "b"):
         (pkg / m).with_suffix(native.importlib.machinery.EXTENSION_SUFFIXES[0]).write_text("")
-    native.write_manifest(pkg)
+    native.write_manifest(pkg, native.source_digests())
     return pkg
 
 
@@ -220,12 +220,24 @@ def test_staleness_is_judged_by_the_content_of_the_sources_and_their_imports(tmp
     assert native.core_state() == ("source", f"{native.PURE_ENV}=1")
 
 
+def test_a_source_edited_while_the_core_builds_runs_from_source(tmp_path, monkeypatch):
+    """setup.py records the digests it took before compiling: an edit made during the build (after
+    mypyc read the sources, before the record is written) leaves a build that is not the sources'."""
+    pkg = _fake_build(tmp_path, monkeypatch)
+    before_compiling = native.source_digests()
+    (pkg / "b.py").write_text("def f(): return 2\n")  # edited while the build runs
+    native.write_manifest(pkg, before_compiling)  # the build ends
+    assert native.core_state() == ("source", "sim/b.py changed since the build (rerun `pip install -e .`)")
+    native.write_manifest(pkg, native.source_digests())  # rebuilt
+    assert native.core_state() == ("compiled", "mypyc")
+
+
 def test_a_build_without_its_record_or_a_module_runs_from_source(tmp_path, monkeypatch):
     pkg = _fake_build(tmp_path, monkeypatch)
     (pkg / native.MANIFEST).unlink()
     kind, why = native.core_state()
     assert kind == "source" and native.MANIFEST in why and "pip install -e ." in why
-    native.write_manifest(pkg)
+    native.write_manifest(pkg, native.source_digests())
     (pkg / "b").with_suffix(native.importlib.machinery.EXTENSION_SUFFIXES[0]).unlink()
     kind, why = native.core_state()
     assert kind == "source" and why.startswith("not built")
