@@ -446,8 +446,8 @@ class CalibratedTiming(RooflineTiming):
         self._mla_s, self._mla_flops = IndexMemo(), IndexMemo()
         # the indexer prefill's times and FLOPs, read together (the same rows)
         self._index_prefill = GridPair(self.mt.index_prefill, self.mt.index_prefill_flops)
-        self._fixed_cache: dict[int, float] = {}
-        self._attn_cache: dict[int, Curve] = {}
+        self._fixed_memo = IndexMemo()
+        self._attn_cache: list[Curve | None] = []  # by batch size (a list: no boxing and hashing per lookup)
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
 
@@ -471,8 +471,10 @@ class CalibratedTiming(RooflineTiming):
         times the share of the fewest measured local experts (6) when fewer are touched (the time
         shrinks with the experts). The same in both classes of layers (`_experts_s` memoises it)."""
         mt, par = self.mt, self.par
-        e, k = self.arith.routed_experts, self.arith.top_k
-        touched = e * (1.0 - (1.0 - k / e) ** rows)  # kernels.md §6.2 [C], uniform routing
+        e: int = self.arith.routed_experts  # typed: the arithmetic below compiles unboxed
+        k: int = self.arith.top_k
+        # kernels.md §6.2 [C], uniform routing; math.pow: the C pow() of float ** int (the int as a double)
+        touched = e * (1.0 - math.pow(1.0 - k / e, float(rows)))
         groups, per_expert = touched / par.ep, rows * k / touched
         g0 = mt.moe_gate_up.outer[0]
         share, groups = min(1.0, groups / g0), max(groups, g0)
@@ -591,26 +593,29 @@ class CalibratedTiming(RooflineTiming):
 
     def _attn_curve(self, batch_size: int) -> Curve:
         """Summed attention-side time of a decode step over the mean context (piecewise linear)."""
-        v = self._attn_cache.get(batch_size)
-        if v is None:
-            b = math.ceil(batch_size / self.par.dp) * self.verified_tokens_per_step
-            grids = self.mt.pipelines.values()
-            knots = sorted({x for grid, _n in grids for x in grid.outer})
-            v = Curve(
-                tuple(knots), tuple(sum((n * g.at(x, b) for g, n in grids), 0.0) for x in knots), LINEAR
-            )
-            self._attn_cache[batch_size] = v
+        cache = self._attn_cache
+        if batch_size < len(cache):
+            v = cache[batch_size]
+            if v is not None:
+                return v
+        else:
+            cache.extend([None] * (batch_size + 1 - len(cache)))
+        b = math.ceil(batch_size / self.par.dp) * self.verified_tokens_per_step
+        grids = self.mt.pipelines.values()
+        knots = sorted({x for grid, _n in grids for x in grid.outer})
+        v = Curve(tuple(knots), tuple(sum((n * g.at(x, b) for g, n in grids), 0.0) for x in knots), LINEAR)
+        cache[batch_size] = v
         return v
 
     def _fixed(self, batch_size: int) -> float:
         """Seconds of a decode step of `batch_size` sequences that do not depend on their contexts."""
-        v = self._fixed_cache.get(batch_size)
-        if v is None:
+        v = self._fixed_memo.get(batch_size)
+        if v != v:  # NaN: not stored yet
             rows = batch_size * self.verified_tokens_per_step
             v = self._pass_s(rows, rows) * (1.0 + self._draft_share) + self._comm_s(rows) + self.head_s(rows)
             if self._host_on:
                 v += self._host_s(batch_size, 0, rows)
-            self._fixed_cache[batch_size] = v
+            self._fixed_memo.put(batch_size, v)
         return v
 
     def _heads_attention_s(self, attn_flops: float, new_tokens: int, context_tokens: int) -> float:
