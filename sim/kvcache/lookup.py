@@ -39,7 +39,7 @@ The lookup runs once per request; its answer is a `Plan`.
 from __future__ import annotations
 
 from sim.cluster.request import Request
-from sim.kvcache.store import Entry, KVStore
+from sim.kvcache.store import Entry, KVStore, hbm_slot
 
 
 class Plan:
@@ -87,7 +87,7 @@ def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, bloc
 
 def _cached(store: KVStore, e: Entry, inst: int, now_s: float) -> int:
     """The most tokens of `e` any tier holds for instance `inst` now (HBM, or a unit it reaches)."""
-    slot = e.hbm.get(inst)
+    slot = hbm_slot(e, inst)
     best = slot.tokens if slot is not None else 0
     for t in store.tiers:
         c = e.copies[t.pos]
@@ -98,7 +98,7 @@ def _cached(store: KVStore, e: Entry, inst: int, now_s: float) -> int:
 
 def _fastest(store: KVStore, e: Entry, inst: int, now_s: float, tokens: int) -> int:
     """Chain index of the fastest tier holding `tokens` of `e` for instance `inst` (0: its HBM)."""
-    slot = e.hbm.get(inst)
+    slot = hbm_slot(e, inst)
     if slot is not None and slot.tokens >= tokens:
         return 0
     for t in store.tiers:
@@ -137,7 +137,7 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         return None
     tokens, cached = best_tokens, best_cached
     tier = _fastest(store, best, inst, now_s, tokens)
-    slot = best.hbm.get(inst)
+    slot = hbm_slot(best, inst)
     hbm_tokens = min(slot.tokens, tokens) if slot is not None else 0
     load_bytes = 0.0
     if tier:

@@ -50,10 +50,15 @@ modelled].
 
 from __future__ import annotations
 
+from typing import Final
+
 from sim.cluster.link import FifoLink
 from sim.kvcache.paths import PathCost, kv_segments
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.tiers import ByteTier, Slot
+
+
+_CACHE_MASK: Final = 4095  # the entry cache's size less one (sessions in flight: thousands)
 
 
 class StoreTier:
@@ -132,13 +137,31 @@ class Entry:
     def __init__(self, key: int, tiers: int) -> None:
         self.key = key
         self.live = True  # False once the store forgot it (a later use of its key makes a new one)
-        # instance index -> its cached copy there (not pinned; `.tokens` long)
-        self.hbm: dict[int, Slot] = {}
+        # its copies cached in instances' HBM (not pinned; `.unit`: the instance, `.tokens` long), few:
+        # a list scanned (`hbm_slot`) costs less than a map's lookups and updates
+        self.hbm: list[Slot] = []
         self.copies: list[Copy | None] = [None] * tiers  # by position below HBM
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
         self.swa_slot: Slot | None = None  # its ring's slot in that pool
         self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
         self.pins = 0  # running requests using this entry
+
+
+def hbm_slot(e: Entry, inst: int) -> Slot | None:
+    """`e`'s copy cached in instance `inst`'s HBM, if any."""
+    for slot in e.hbm:
+        if slot.unit == inst:
+            return slot
+    return None
+
+
+def _drop_hbm(e: Entry, slot: Slot) -> None:
+    """`slot` no longer holds a cached copy of `e` (pinned, or evicted whole)."""
+    hbm = e.hbm
+    for i in range(len(hbm)):
+        if hbm[i] is slot:
+            hbm.pop(i)
+            return
 
 
 class Traffic:
@@ -216,10 +239,10 @@ class KVStore:
         self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s, indexed=False) for n, c in enumerate(swa_pool_capacity_bytes)]
         self.swa_write_links = swa_write_links
         self.entries: dict[int, Entry] = {}
-        # the two entries used last (a request's lineage and its shared prompt): a request's path asks
-        # for the same few keys many times, and a dict lookup boxes and hashes the key every time
-        self._recent: Entry | None = None
-        self._older: Entry | None = None
+        # entries used lately, by a hash of their key (a direct-mapped cache in front of `entries`):
+        # a request's path asks for the same few keys many times, and a dict lookup boxes and hashes
+        # the key every time
+        self._cache: list[Entry | None] = [None] * (_CACHE_MASK + 1)
         self.hbm_traffic = Traffic()
         self.swa_traffic = Traffic()
         self.counters = Counters(
@@ -233,19 +256,21 @@ class KVStore:
         e = self.entry(key)
         if e is None:
             return 0
-        slot = e.hbm.get(inst)
+        slot = hbm_slot(e, inst)
         return slot.tokens if slot is not None else 0
 
-    def hbm_copies(self, key: int) -> dict[int, Slot] | None:
-        """Instance -> `key`'s copy cached in its HBM (`.tokens` long; read only), or None when `key`
-        is not stored."""
+    def hbm_copies(self, key: int) -> list[Slot] | None:
+        """`key`'s copies cached in instances' HBM (`.unit` the instance, `.tokens` long; read only), or
+        None when `key` is not stored."""
         e = self.entry(key)
         return e.hbm if e is not None else None
 
     def hbm_window_end(self, key: int, inst: int) -> int:
         """Where the sequence that left instance `inst`'s HBM copy of `key` ended: its live sliding
         window was there, in the blocks that overlap it (a copy cut short may have lost them)."""
-        return self._existing(key).hbm[inst].whole_tokens
+        slot = hbm_slot(self._existing(key), inst)
+        assert slot is not None  # the caller found it
+        return slot.whole_tokens
 
     def demoted_node(self, key: int) -> int:
         """The node whose HBM the copy of `key` in the first demotion tier (host DRAM) came from, or -1."""
@@ -283,16 +308,18 @@ class KVStore:
         e = self.entry(key)
         if e is None:
             return 0.0
-        slot = e.hbm.get(inst)
+        slot = hbm_slot(e, inst)
         if slot is None:
             return 0.0
-        del e.hbm[inst]
+        _drop_hbm(e, slot)
         e.pins += 1
         return self.hbm[inst].pin_slot(slot)
 
     def touch_hbm(self, key: int, inst: int, now_s: float) -> None:
         """A hit served in place from instance `inst`'s HBM copy of `key` counts as a use (LRU order, TTL)."""
-        self.hbm[inst].touch_slot(self._existing(key).hbm[inst], now_s)
+        slot = hbm_slot(self._existing(key), inst)
+        assert slot is not None  # the lookup found it there
+        self.hbm[inst].touch_slot(slot, now_s)
 
     def touch_lower(self, key: int, tier: int, now_s: float) -> None:
         """A hit served from chain tier `tier` below HBM counts as a use there (LRU order, TTL)."""
@@ -347,11 +374,13 @@ class KVStore:
         self._retain_hbm(e, inst, tokens, now_s)
         if shared_held:
             assert shared_key is not None
-            tier.unhold_slot(self._existing(shared_key).hbm[inst], now_s)
+            held = hbm_slot(self._existing(shared_key), inst)
+            assert held is not None  # held slots stay cached
+            tier.unhold_slot(held, now_s)
         elif shared_key is not None:
             s = self.entry(shared_key)
             if s is not None:
-                slot = s.hbm.get(inst)
+                slot = hbm_slot(s, inst)
                 if slot is not None:
                     tier.touch_slot(slot, now_s)
         if unpin_key is not None:
@@ -380,7 +409,7 @@ class KVStore:
         blocks = tokens - tokens % self.policy.block_tokens
         e = self.entry(key)
         tier = self.hbm[inst]
-        slot = e.hbm.get(inst) if e is not None else None
+        slot = hbm_slot(e, inst) if e is not None else None
         held = slot.tokens if slot is not None else 0
         if slot is not None and held and (held >= blocks or slot.holders):
             tier.touch_slot(slot, now_s)  # enough of it, or in use by running sequences (kept as it is)
@@ -389,7 +418,8 @@ class KVStore:
             nbytes = blocks * tier.token_bytes
             if tier.can_fit(nbytes):
                 if slot is None:
-                    slot = e.hbm[inst] = Slot(key, nbytes, blocks, now_s)
+                    slot = Slot(key, nbytes, blocks, now_s, inst)
+                    e.hbm.append(slot)
                 for k, b in tier.put_slot(slot, nbytes, now_s, blocks):
                     self._evicted_from_hbm(k, inst, b, now_s, expired=False)
         self.persist(key, inst, tokens, now_s)
@@ -400,7 +430,7 @@ class KVStore:
         """Tokens of a request's shared prompt (`shared_tokens` of `key`) that instance `inst`'s HBM
         holds as whole blocks: the request can use them in place instead of holding its own copy."""
         e = self.entry(key)
-        slot = e.hbm.get(inst) if e is not None else None
+        slot = hbm_slot(e, inst) if e is not None else None
         if slot is None:
             return 0
         usable = min(slot.tokens, shared_tokens)
@@ -410,13 +440,15 @@ class KVStore:
         """HBM bytes a request starting to use `key`'s copy in place adds to the reserved ones (the
         whole copy when nobody uses it yet, else nothing)."""
         e = self.entry(key)
-        slot = e.hbm.get(inst) if e is not None else None
+        slot = hbm_slot(e, inst) if e is not None else None
         return slot.nbytes if slot is not None and not slot.holders else 0.0
 
     def hold_shared(self, key: int, inst: int) -> None:
         """A request on `inst` uses `key`'s cached blocks in place until it finishes (`finish` with
         `shared_held`): they cannot be evicted meanwhile, and count once however many use them."""
-        self.hbm[inst].hold_slot(self._existing(key).hbm[inst])
+        slot = hbm_slot(self._existing(key), inst)
+        assert slot is not None  # the caller found it holdable
+        self.hbm[inst].hold_slot(slot)
 
     def unpin(self, key: int) -> None:
         e = self.entry(key)
@@ -440,9 +472,10 @@ class KVStore:
         if not tier.can_fit(nbytes):
             self._demote_from_hbm(e, inst, tokens, now_s)  # cannot stay: straight down the chain
             return
-        slot = e.hbm.get(inst)
+        slot = hbm_slot(e, inst)
         if slot is None:
-            slot = e.hbm[inst] = Slot(e.key, nbytes, tokens, now_s)
+            slot = Slot(e.key, nbytes, tokens, now_s, inst)
+            e.hbm.append(slot)
         for k, b in tier.put_slot(slot, nbytes, now_s, tokens):
             self._evicted_from_hbm(k, inst, b, now_s, expired=False)
 
@@ -475,8 +508,12 @@ class KVStore:
             delta = (tokens - held) * p.global_kv_bytes_per_token + p.persisted_state_bytes
             extra = t.write.overhead_s(self.segments(tokens - held))
             ready = t.write_links_instance[inst].submit(now_s, delta, extra)
-            slot = c.slot if c is not None and same else Slot(key, nbytes, 0, now_s)
-            e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
+            if c is not None and same:  # grown in place
+                slot = c.slot
+                c.node, c.tokens, c.ready_s, c.written_s = node, tokens, ready, now_s
+            else:
+                slot = Slot(key, nbytes, 0, now_s)
+                e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
             t.traffic.written_bytes += delta
             for k, b in units.put_slot(slot, nbytes, now_s):
                 self._left(k, t, b, now_s, expired=False)
@@ -531,16 +568,13 @@ class KVStore:
 
     def entry(self, key: int) -> Entry | None:
         """The entry of `key`, None when nothing of it is stored."""
-        e = self._recent
-        if e is not None and e.key == key:  # a live entry: a forgotten one is dropped from these two
-            return e
-        e = self._older
-        if e is not None and e.key == key:
-            self._older, self._recent = self._recent, e
+        i = (key ^ (key >> 16)) & _CACHE_MASK
+        e = self._cache[i]
+        if e is not None and e.key == key:  # a live entry: a forgotten one leaves the cache
             return e
         e = self.entries.get(key)
         if e is not None:
-            self._older, self._recent = self._recent, e
+            self._cache[i] = e
         return e
 
     def _existing(self, key: int) -> Entry:
@@ -552,7 +586,7 @@ class KVStore:
         e = self.entry(key)
         if e is None:
             e = self.entries[key] = Entry(key, len(self.tiers))
-            self._older, self._recent = self._recent, e
+            self._cache[(key ^ (key >> 16)) & _CACHE_MASK] = e
         return e
 
     def _evicted_from_hbm(self, key: int, inst: int, nbytes: float, now_s: float, *, expired: bool) -> None:
@@ -564,12 +598,13 @@ class KVStore:
         else:
             self.hbm_traffic.evicted_bytes += nbytes
         e = self._existing(key)
-        slot = e.hbm[inst]
+        slot = hbm_slot(e, inst)
+        assert slot is not None
         if slot.member:  # cut: its head is left there
             tokens = slot.cut_from
         else:
             tokens = slot.tokens
-            del e.hbm[inst]
+            _drop_hbm(e, slot)
         self._demote_from_hbm(e, inst, tokens, now_s)
         self._maybe_forget(e)
 
@@ -593,9 +628,13 @@ class KVStore:
             return
         if c is not None and c.unit != unit:
             t.units[c.unit].remove_slot(c.slot)
-        slot = c.slot if c is not None and c.unit == unit else Slot(e.key, nbytes, 0, now_s)
         ready = link.submit(now_s, nbytes, t.write.overhead_s(self.segments(tokens)))
-        e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
+        if c is not None and c.unit == unit:  # grown in place
+            slot = c.slot
+            c.node, c.tokens, c.ready_s, c.written_s = node, tokens, ready, now_s
+        else:
+            slot = Slot(e.key, nbytes, 0, now_s)
+            e.copies[t.pos] = Copy(unit, node, tokens, ready, now_s, slot)
         t.traffic.written_bytes += nbytes
         for k, b in units.put_slot(slot, nbytes, now_s):
             self._left(k, t, b, now_s, expired=False)
@@ -633,10 +672,9 @@ class KVStore:
                 return
         del self.entries[e.key]
         e.live = False
-        if self._recent is e:
-            self._recent = None
-        if self._older is e:
-            self._older = None
+        i = (e.key ^ (e.key >> 16)) & _CACHE_MASK
+        if self._cache[i] is e:
+            self._cache[i] = None
 
     # --- occupancy (for samples and invariants) ---
 

@@ -51,11 +51,12 @@ class Slot:
     The key methods find an entry's slot by its key; a caller that keeps the slot of its entry (the
     store: sim.kvcache.store) passes it to the `*_slot` methods instead, without that lookup."""
 
-    __slots__ = ("key", "nbytes", "tokens", "whole_tokens", "cut_from", "holders", "last_use_s", "member",
-                 "prev", "next")  # fmt: skip
+    __slots__ = ("key", "unit", "nbytes", "tokens", "whole_tokens", "cut_from", "holders", "last_use_s",
+                 "member", "prev", "next")  # fmt: skip
 
-    def __init__(self, key: int, nbytes: float, tokens: int, last_use_s: float) -> None:
+    def __init__(self, key: int, nbytes: float, tokens: int, last_use_s: float, unit: int = 0) -> None:
         self.key = key
+        self.unit = unit  # which of its owner's tiers holds it (the store: an HBM copy's instance)
         self.nbytes = nbytes
         self.tokens = tokens
         self.whole_tokens = tokens

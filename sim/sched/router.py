@@ -65,7 +65,7 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
             max_depth = depth
     w_queue, w_kv = router.w_queue, router.w_kv
     q = w_queue / max_depth if max_depth > 0.0 else 0.0
-    holders: dict[int, Slot] | None = None
+    holders: list[Slot] | None = None
     dram_node = -1
     key = req.parent_lineage
     if router.w_hit and key is not None and req.prefix_tokens:
@@ -76,8 +76,7 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
     only_inst = -1
     only_tokens = 0
     if holders is not None and len(holders) == 1:
-        for i, slot in holders.items():
-            only_inst, only_tokens = i, slot.tokens
+        only_inst, only_tokens = holders[0].unit, holders[0].tokens
         holders = None
     w_hit = router.w_hit / req.input_tokens if req.input_tokens else 0.0
     prefix = req.prefix_tokens
@@ -92,8 +91,11 @@ def _cache_aware(router: Router, req: Request, candidates: list[Instance], role:
         )
         if holders is not None or only_inst >= 0:
             if holders is not None:
-                held = holders.get(inst.index)
-                tokens = held.tokens if held is not None else 0
+                tokens = 0
+                for held in holders:
+                    if held.unit == inst.index:
+                        tokens = held.tokens
+                        break
             else:
                 tokens = only_tokens if inst.index == only_inst else 0
             if tokens:

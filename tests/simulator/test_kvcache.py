@@ -117,7 +117,7 @@ def test_hbm_copy_expires_to_host_dram_then_hits_there():
     store.finish(7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True)
     store.sweep(31.0)  # past hbm_keep_s: demoted to node 0's DRAM
     dram = store.entries[7].copies[0]
-    assert 0 not in store.entries[7].hbm and dram is not None and dram.unit == 0
+    assert store.hbm_tokens(7, 0) == 0 and dram is not None and dram.unit == 0
     plan = plan_prefix(store, request(10_000, 12_000), 0, 32.0)
     assert store.tier_names[plan.tier] == "dram" and plan.hbm_tokens == 0
 
@@ -131,9 +131,9 @@ def test_capacity_pressure_cuts_the_least_recently_used_session_from_its_tail():
     whole = pol.hbm_bytes(100_000, 1)
     over = 3 * whole - 1e9
     keep = int((whole - over) // (256 * pol.global_kv_bytes_per_token)) * 256
-    assert store.entries[1].hbm[0].tokens == keep == 75_776
+    assert store.hbm_tokens(1, 0) == keep == 75_776
     assert store.hbm[0].keys_lru_order() == [1, 2, 3]
-    assert store.entries[2].hbm[0].tokens == store.entries[3].hbm[0].tokens == 100_000
+    assert store.hbm_tokens(2, 0) == store.hbm_tokens(3, 0) == 100_000
     assert store.counters.evicted_bytes["hbm"] == pytest.approx(whole - keep * pol.global_kv_bytes_per_token)
     assert store.entries[1].copies[0].tokens == 100_000  # the whole context went to node 0's DRAM
     # the next turn of session 1 uses the head in place and loads the rest from DRAM

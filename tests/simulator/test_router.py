@@ -20,7 +20,7 @@ def _setup(policy, loads, held=None, weights=(2.0, 1.0, 1.0)):
         inst.queued_prompt_tokens, inst.held_sequences = load, int(load)
     if held is not None:
         entry = st.entries[7] = Entry(7, len(st.tiers))
-        entry.hbm[1] = Slot(7, 0.0, held, 0.0)
+        entry.hbm.append(Slot(7, 0.0, held, 0.0, 1))
     w = SimpleNamespace(prefix_hit=weights[0], queue_depth=weights[1], kv_usage=weights[2])
     return Router(policy, w, st), insts
 
