@@ -160,7 +160,8 @@ def _drop_hbm(e: Entry, slot: Slot) -> None:
     hbm = e.hbm
     for i in range(len(hbm)):
         if hbm[i] is slot:
-            hbm.pop(i)
+            hbm[i] = hbm[len(hbm) - 1]  # the last one takes its place (their order means nothing)
+            hbm.pop()
             return
 
 
