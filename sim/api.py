@@ -44,7 +44,7 @@ from sim.processes import run_jobs
 from sim.rng import RngStreams
 from sim.sched.arrivals import Arrivals, BenchmarkArrivals, iter_trace_columns
 from sim.timing.arith import build_arith
-from sim.workload.io import trace_info
+from sim.workload.io import arrow_without_pandas, trace_info
 
 # progress(model_name, model_index, models, simulated_s, requests_ended, requests_expected)
 Progress = Callable[[str, int, int, float, int, int], None]
@@ -195,7 +195,7 @@ def _run_models(
                 _require_measured(scn, str(run), outcomes[-1][0])  # before the next model runs
         else:
             on_message = (lambda _index, message: progress(*message)) if progress is not None else None
-            outcomes = run_jobs(_model_job, runs, min(jobs, len(runs)), on_message)
+            outcomes = run_jobs(_model_job_alone, runs, min(jobs, len(runs)), on_message)
             for run, (summary, _written) in zip(runs, outcomes, strict=True):
                 _require_measured(scn, str(run), summary)
         for run, (summary, written) in zip(runs, outcomes, strict=True):
@@ -248,6 +248,12 @@ def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: Sessi
         rng=RngStreams(seed).get("benchmark"),
         **common,
     )
+
+
+def _model_job_alone(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dict, list[Path]]:
+    """`_model_job` in a worker process of its own, which never needs pandas (sim.workload.io)."""
+    with arrow_without_pandas():
+        return _model_job(run, send)
 
 
 def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dict, list[Path]]:

@@ -27,6 +27,7 @@ from sim.api import run_scenario
 from sim.cli.capacity_view import capacity_lines, capacity_table
 from sim.cli.options import CORES, Jobs
 from sim.config.scenario import load_scenario
+from sim.workload.io import arrow_without_pandas
 
 
 def register(app: typer.Typer) -> None:
@@ -117,7 +118,8 @@ def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: 
         bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
 
     try:
-        result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs)
+        with arrow_without_pandas():  # this process ends after the run, which never needs pandas
+            result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs)
         for model, task in tasks.items():
             s = result.summary["models"][model]
             bar.update(

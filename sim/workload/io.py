@@ -17,9 +17,11 @@ from __future__ import annotations
 import bz2
 import contextlib
 import gzip
+import importlib.abc
 import json
 import lzma
 import os
+import sys
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -123,6 +125,32 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @dataclass
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "pandas" or fullname.startswith("pandas."):
+            raise ModuleNotFoundError(f"{fullname}: kept out (sim.workload.io.arrow_without_pandas)", name=fullname)
+        return None
+
+
+@contextlib.contextmanager
+def arrow_without_pandas() -> Iterator[None]:
+    """Keep pyarrow from importing pandas within the block. pyarrow imports it at its first
+    conversion of any kind (to numpy, or from Python values or numpy: it checks for pandas objects),
+    ~0.45 s per process; a process that only reads traces and writes run outputs never needs it, and
+    pyarrow converts the same without it (as where pandas is not installed). For processes that end
+    with the block: pyarrow remembers pandas as missing in its checks (an explicit `to_pandas` still
+    imports it)."""
+    if "pandas" in sys.modules:
+        yield
+        return
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 class _Summary:
     sessions: int = 0
     requests: int = 0
@@ -377,7 +405,7 @@ def _with_defaults(table: pa.Table, names: list[str] | None, nulls: list[str] | 
         field_ = REQUEST_SCHEMA.field(name)
         default = OPTIONAL_COLUMNS.get(name)
         n = table.num_rows
-        array = pa.nulls(n, field_.type) if default is None else pa.array([default] * n, field_.type)
+        array = pa.nulls(n, field_.type) if default is None else pa.repeat(pa.scalar(default, field_.type), n)
         table = table.append_column(field_, array)
     return table
 
