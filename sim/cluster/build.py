@@ -537,6 +537,7 @@ def build_simulation(
                 kv_replication=s.kv_replication,
                 dp_ranks=s.dp_ranks,
                 dp_budget_divided=sch.dp_prefill_budget == "divided",
+                prefill_first=sch.step_composition == "prefill_first",
                 read_links=read_links[i],
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )

@@ -3,7 +3,8 @@
 
 An engine step is either
 - a discrete step (STEP): prefill chunks under the token budget, plus one decode step of every
-  running sequence on a colocated instance; one event per step;
+  running sequence on a colocated instance whose steps are mixed (`scheduler.step_composition`,
+  sim.sched.batcher: with prefill_first the running sequences wait for the step); one event per step;
 - a decode span (SPAN): decode-only steps with fixed membership, jumped over in one event up to
   the next leave (the earliest finishing sequence). A join (a request whose prefill or KV
   transfer just finished) cuts the span at the end of the step in progress, computed in closed
@@ -32,7 +33,7 @@ from sim.cluster.link import SharedLink
 from sim.cluster.request import Request
 from sim.kvcache.lookup import plan_prefix
 from sim.kvcache.store import KVStore
-from sim.sched.batcher import prefill_chunks, prefill_chunks_dp, rank_prefill_budget
+from sim.sched.batcher import decoding_with_prefill, prefill_chunks, prefill_chunks_dp, rank_prefill_budget
 from sim.timing.batch import DecodeTerms, PrefillChunk
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Instance:
         max_queue_wait_s: float | None,
         dp_ranks: int = 1,
         dp_budget_divided: bool = True,
+        prefill_first: bool = False,
     ) -> None:
         self.env = env
         self.index = index
@@ -87,6 +89,10 @@ class Instance:
         self.dp_ranks = dp_ranks
         self._budget_divided = dp_budget_divided
         self._next_rank = 0
+        # scheduler.step_composition (sim.sched.batcher): prefill_first = a step with prefill chunks
+        # decodes nothing (SGLang), else the running decodes ride in every step (vLLM)
+        self._prefill_first = prefill_first
+        self._no_terms = DecodeTerms()  # the decode terms of a prefill step that decodes nothing
         # by chain index: the link a load from that tier into this instance's HBM uses ([0], HBM: None)
         self.read_links = read_links
         self.max_queue_wait_s = max_queue_wait_s
@@ -395,15 +401,16 @@ class Instance:
         while joins and len(self.running) < self.max_decode_batch:
             self._join(joins.popleft(), start)
         batch = len(self.running)
+        decoding = decoding_with_prefill(batch, self._prefill_first)  # if this step carries prefill
         chunks = None
         if self.ready:
             dp = self.dp_ranks
             if dp == 1:
-                budget = self.budget_tokens - batch * self._verify
+                budget = self.budget_tokens - decoding * self._verify
                 if budget > 0:
                     chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
             else:
-                budget = rank_prefill_budget(self.budget_tokens, batch * self._verify, dp, self._budget_divided)
+                budget = rank_prefill_budget(self.budget_tokens, decoding * self._verify, dp, self._budget_divided)
                 if budget > 0:
                     chunks = prefill_chunks_dp(self.ready, budget, self.chunk_tokens, dp)
         timing = self.timing
@@ -427,11 +434,11 @@ class Instance:
                 )
                 req.image_pending = 0
                 rows += take
-            dt = timing.step_s(batch, self.terms, parts)
-            self._prefill_share = rows / (rows + batch * self._verify)
+            dt = timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts)
+            self._prefill_share = rows / (rows + decoding * self._verify)
             self.mode = STEP
             self._chunks = chunks
-            self._span_steps = 1 if batch else 0
+            self._span_steps = 1 if decoding else 0
             self.steps += 1
         elif batch:
             steps = _leave_step(self.running[0]) - self.decode_steps

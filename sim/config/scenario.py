@@ -166,6 +166,7 @@ class Scenario(StrictModel):
             problems += _pool_fits_hardware(f"cluster.pools[{i}]", pool, profiles[hw_name])
         self._profiles = profiles
         problems += _spec_decode_problems(self.models, self.spec_decode)
+        problems += _step_composition_problems(self.cluster.pools, self.scheduler, self.spec_decode)
         problems += _pricing_problems(self.pricing, profiles)
         raise_problems(problems)
         return self
@@ -240,6 +241,25 @@ class Scenario(StrictModel):
             energy_usd_per_kwh=p.energy_usd_per_kwh,
             pue=p.pue,
         )
+
+
+def _step_composition_problems(pools: list[Pool], sch: Scheduler, sd: SpecDecode) -> list[Problem]:
+    """prefill_first on a colocated DP-attention pool needs speculative decoding: only then does SGLang
+    put every rank in the prefill step (sim.sched.batcher); without it a rank with no chunk decodes in
+    that step, per-rank decode progress the engine model does not keep."""
+    if sch.step_composition != "prefill_first" or sd.enabled:
+        return []
+    return [
+        Problem(
+            "scheduler.step_composition",
+            f"prefill_first on the colocated DP-attention pool {pool.name!r} (dp {pool.dp}) needs "
+            "spec_decode.enabled: true (SGLang syncs the DP ranks' step mode only with speculative decoding)",
+            sch.step_composition,
+            "mixed, or prefill_first with spec_decode on or dp 1",
+        )
+        for pool in pools
+        if pool.role == "colocated" and pool.dp > 1
+    ]
 
 
 def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Problem]:

@@ -10,6 +10,28 @@ by the engine's rule (`scheduler.dp_prefill_budget`): SGLang divides `--chunked-
 DP size (server_args.py, `enable_dp_attention`) and each DP rank's scheduler fills its batch from its
 own queue (`divided`); in vLLM each DP rank is an engine core with its own scheduler and its own
 `--max-num-batched-tokens` (`per_rank`).
+
+How a step combines prefill chunks with the running decodes is the engine's rule too
+(`scheduler.step_composition`, `decoding_with_prefill`):
+- `mixed` (vLLM): every step schedules the running requests first, one decode step each, and fills
+  the rest of `--max-num-batched-tokens` with prefill chunks (vllm/v1/core/sched/scheduler.py,
+  `Scheduler.schedule`: "First, schedule the RUNNING requests", then the WAITING ones under what is
+  left of `token_budget`), so decodes advance in every step and the chunks get the budget less the
+  decode rows.
+- `prefill_first` (SGLang): `Scheduler.get_next_batch_to_run` (python/sglang/srt/managers/
+  scheduler.py) runs a new prefill (extend) batch whenever `get_new_batch_prefill` can form one
+  ("Run prefill first if possible") and the running decode batch waits for that step; the chunks
+  get the whole `--chunked-prefill-size` (its `PrefillAdder` subtracts the running batch only with
+  `--enable-mixed-chunk`, default False in server_args.py, and forced False with EAGLE-style
+  speculative decoding). With DP attention and speculative decoding on, the ranks agree on the
+  step's mode before it runs (`prepare_mlp_sync_batch` on the new batch: a rank with no prefill
+  gets an idle batch when any rank has one, "makes sure prefill and decode batches will not be
+  mixed when spec and dp-attn is enabled"), so a chunk on any rank stalls every rank's decodes;
+  `is_extend_in_batch` gathered by `MLPSyncBatchInfo.all_gather` (scheduler_dp_attn_mixin.py)
+  then runs the MoE all-to-all in DeepEP's normal mode for that step. Without speculative decoding
+  each DP rank picks its own mode (a rank without a chunk decodes in that step), which needs per-rank
+  decode progress the simulator does not keep: refused (sim.config.scenario).
+Decode-only and prefill-only pools never hold both kinds of work, so the rule changes nothing there.
 """
 
 from __future__ import annotations
@@ -72,3 +94,9 @@ def prefill_chunks_dp(
         if budget - take <= 0:
             open_ranks -= 1
     return out
+
+
+def decoding_with_prefill(batch_size: int, prefill_first: bool) -> int:
+    """Sequences of a `batch_size` decode batch that take a decode step in a step carrying prefill
+    chunks (module doc): all of them when steps are mixed, none when prefill goes first."""
+    return 0 if prefill_first else batch_size

@@ -34,10 +34,12 @@ class Recording(RoundSteps):
 
     def __init__(self):
         self.steps = []
+        self.decoding = []  # per step with chunks: the sequences that decode in it
 
     def step_s(self, batch_size, terms, prefill):
         if prefill:
             self.steps.append([(c.new_tokens, c.rank) for c in prefill])
+            self.decoding.append(batch_size)
         return super().step_s(batch_size, terms, prefill)
 
 
@@ -99,3 +101,38 @@ def test_per_rank_budget_gives_each_rank_the_whole_budget():
     loop.run()
     # 512 tokens on every rank and step (divided, the same instance would give each rank 128)
     assert timing.steps[:2] == [[(512, 0)], [(512, 0), (300, 1), (512, 2), (400, 3)]]
+
+
+def _dp_instance(loop, timing, **kw):
+    st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
+    link = SharedLink(loop, "link", 1e12)
+    inst = Instance(loop, 0, "p", "colocated", 0, 4, timing, st, budget_tokens=2048, chunk_tokens=1024,
+                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                    max_queue_wait_s=None, dp_ranks=4, **kw)  # fmt: skip
+    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
+    inst.cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st,
+                           router=Router("cache_aware", weights, st),
+                           recorder=Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"]),
+                           max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
+    return inst
+
+
+def test_prefill_first_stalls_every_rank_for_a_chunk_on_one():
+    # r0 (rank 0) prefills, then decodes; r1 arrives on rank 1 while r0 decodes
+    done = {}
+    for prefill_first in (False, True):
+        loop, timing = EventLoop(), Recording()
+        inst = _dp_instance(loop, timing, prefill_first=prefill_first)
+        for rid, (at, tokens, out) in enumerate(((0.0, 100, 20), (0.3, 1200, 2))):
+            req = Request(rid, rid, 0, 0, rid, None, None, at, tokens, out, 0, 0, 0, 0)
+            loop.call_at(at, inst.cluster.dispatch, req)
+        loop.run()
+        done[prefill_first] = (timing.steps, timing.decoding, inst.decode_steps)
+    # mixed (vLLM): r0's decode row rides in r1's chunk steps and takes one row of SGLang's divided budget
+    steps, decoding, _ = done[False]
+    assert steps[1:] == [[(511, 1)], [(511, 1)], [(178, 1)]] and decoding[1:] == [1, 1, 1]
+    # prefill_first (SGLang with spec decoding: the ranks sync the step's mode, prepare_mlp_sync_batch): r1's
+    # chunk on rank 1 stalls r0's decode on rank 0 too, and the chunks get the whole 2048 / 4 per rank
+    steps, decoding, _ = done[True]
+    assert steps[1:] == [[(512, 1)], [(512, 1)], [(176, 1)]] and decoding[1:] == [0, 0, 0]
+    assert done[True][2] == done[False][2]  # the same decode steps in all: only their timing moved

@@ -8,6 +8,9 @@ decode span at the end of the step in progress, and a one-token request ending a
 
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
@@ -57,14 +60,14 @@ class Log(Recorder):
 EVENTS = ("arrival_s", "admitted_s", "prefill_start_s", "first_token_s", "decode_start_s", "finish_s")
 
 
-def _run(trace):
+def _run(trace, prefill_first=False):
     """trace: (arrival_s, input_tokens, output_tokens) per request; returns the log and the instance."""
     loop = EventLoop()
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
     inst = Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, budget_tokens=2048, chunk_tokens=1024,
                     max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
-                    max_queue_wait_s=None)  # fmt: skip
+                    max_queue_wait_s=None, prefill_first=prefill_first)  # fmt: skip
     log = Log()
     weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
     cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
@@ -108,3 +111,54 @@ def test_three_requests_on_one_instance_give_this_exact_log():
         ("r0 finish", 1.75),  # 8 tokens: the first + 7 decode steps (1 + 4 + 1 + 1)
     ]
     assert (inst.steps, inst.spans, inst.busy_s) == (4, 3, 1.75)
+
+
+def test_prefill_first_stalls_the_running_decodes_for_each_prefill_step():
+    # GIVEN the same instance and trace, with SGLang's step composition (sim.sched.batcher: a step with
+    # prefill chunks decodes nothing; the chunks get the whole budget)
+    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], prefill_first=True)
+    # THEN every decode waits out each prefill step
+    assert log == [
+        ("r0 arrival", 0.0),
+        ("r0 admitted", 0.0),
+        ("r0 prefill_start", 0.0),  # step 1 [0, 0.25]: r0's first 1024 tokens
+        ("r1 arrival", 0.1),
+        ("r1 admitted", 0.1),
+        ("r1 prefill_start", 0.25),  # step 2 [0.25, 0.5]: r0 1024 + r1's 500 tokens
+        ("r1 first_token", 0.5),
+        ("r1 decode_start", 0.5),  # step 3 [0.5, 0.75]: r0's last 952 tokens alone; r1 waits
+        ("r0 first_token", 0.75),
+        ("r0 decode_start", 0.75),  # span [0.75, 1.0]: r1's 2 decode steps
+        ("r1 finish", 1.0),
+        ("r2 arrival", 1.3),
+        ("r2 admitted", 1.3),  # cuts r0's span after 3 steps (1.0 + 3 x 0.125)
+        ("r2 prefill_start", 1.375),  # prefill step [1.375, 1.625]: r0 waits
+        ("r2 first_token", 1.625),
+        ("r2 finish", 1.625),
+        ("r0 finish", 1.875),  # r0's 7 decode steps + the one prefill step it waited for
+    ]
+    times = dict(log)
+    # each decode lasts its decode steps plus the prefill steps it waited for (mixed: r1 0.375, r0 1.0)
+    assert times["r1 finish"] - times["r1 decode_start"] == 2 * DECODE_STEP_S + PREFILL_STEP_S
+    assert times["r0 finish"] - times["r0 decode_start"] == 7 * DECODE_STEP_S + PREFILL_STEP_S
+    assert (inst.steps, inst.spans, inst.busy_s) == (4, 3, 1.875)
+    assert inst.prefill_busy_s == 4 * PREFILL_STEP_S  # every step with chunks is all prefill
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    trace=st.lists(
+        st.tuples(st.integers(0, 40).map(lambda k: k / 8), st.integers(1, 5000), st.integers(1, 12)),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_prefill_first_decodes_only_in_decode_steps(trace):
+    # with prefill first, a decoding sequence's time is its decode steps plus whole prefill steps it waited
+    # for: a decode that rode in a prefill step (mixed) would leave PREFILL - DECODE, half a prefill step, over
+    log, _ = _run(sorted(trace), prefill_first=True)
+    times = dict(log)
+    for rid, (_, _, out) in enumerate(sorted(trace)):
+        if out > 1:
+            waited = times[f"r{rid} finish"] - times[f"r{rid} decode_start"] - (out - 1) * DECODE_STEP_S
+            assert waited >= 0 and (waited / PREFILL_STEP_S).is_integer(), (rid, waited)
