@@ -59,7 +59,7 @@ def _print(result: SpaceResult, name: str, path: Path) -> None:
     target_ms = result.target_tpot_s * 1e3
     table = Table(
         title=f"{name}: {result.gpus} GPUs, output tok/s/GPU at TPOT p50 = {target_ms:g} ms "
-        f"and TTFT p90 <= {result.ttft_limit_s:g} s"
+        f"and TTFT p90 <= {result.ttft_limit_s:g} s; aggregated steps {result.step_composition}"
     )
     for column in ("model", "deployment", "tok/s/GPU", "at", "concurrency", "TTFT p50 s", "load per pool"):
         table.add_column(column, justify="left" if column in ("model", "deployment", "at") else "right")

@@ -13,7 +13,7 @@ from sim.config.scenario import Scenario
 from sim.errors import InputError
 from sim.plan.backend import SimBackend
 from sim.plan.overrides import apply_overrides
-from sim.sweep.space import deployments, operating_point, parse_layouts, prefill_modes
+from sim.sweep.space import deployments, engine_refusal, operating_point, parse_layouts, prefill_modes
 
 TINY = Path(__file__).with_name("bench_tiny.yaml")
 
@@ -81,6 +81,7 @@ def test_the_cli_searches_the_deployments_and_writes_space_json(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data == json.loads((out / "space.json").read_text())
+    assert data["step_composition"] == "mixed"  # the template's (sim.sched.batcher)
     assert [d["deployment"] for d in data["deployments"]] == ["agg tp4x2", "agg dp8x1", "P4 tp4x1 : D4 tp4x1"]
     best = data["best"]["deepseek-v4-flash"]
     assert best["aggregated"]["deployment"] in ("agg tp4x2", "agg dp8x1")
@@ -129,3 +130,16 @@ def test_a_wide_instance_gets_the_scheduler_limits_of_its_nodes():
     assert deps["P16 dp8x2 : D16 widex1"].scheduler_overrides(template, 8) == {
         "scheduler.max_decode_batch": 512
     }
+
+
+def test_v41_dspark_disaggregated_only_on_dp1_cp1_pools():
+    # SGLang's validate_deepseek_v41_features: "DeepSeek-V4.1 DSpark PD requires ... DP=1 and CP=1"
+    refused = {d.label for d in deployments(16, 8) if engine_refusal(d, {"spec_decode": {"enabled": True}},
+                                                                      "deepseek-v4.1-flash")}  # fmt: skip
+    assert "P8 dp8x1 : D8 dp8x1" in refused and "P8 tp4x2 : D8 dp8x1" in refused
+    assert "P4 cp4x1 : D12 tp4x3" in refused
+    assert not {"agg dp8x2", "agg cp4x4", "P8 tp4x2 : D8 tp4x2", "P12 tp4x3 : D4 tp4x1"} & refused
+    dep = next(d for d in deployments(16, 8) if d.label == "P8 dp8x1 : D8 dp8x1")
+    off, on = {"spec_decode": {"enabled": False}}, {"spec_decode": {"enabled": True}}
+    assert engine_refusal(dep, off, "deepseek-v4.1-flash") is None  # no DSpark
+    assert engine_refusal(dep, on, "deepseek-v4-flash") is None  # V4's MTP
