@@ -402,15 +402,16 @@ class Instance:
             self._join(joins.popleft(), start)
         batch = len(self.running)
         decoding = decoding_with_prefill(batch, self._prefill_first)  # if this step carries prefill
+        decode_rows = decoding * self._verify
         chunks = None
         if self.ready:
             dp = self.dp_ranks
             if dp == 1:
-                budget = self.budget_tokens - decoding * self._verify
+                budget = self.budget_tokens - decode_rows
                 if budget > 0:
                     chunks = prefill_chunks(self.ready, budget, self.chunk_tokens)
             else:
-                budget = rank_prefill_budget(self.budget_tokens, decoding * self._verify, dp, self._budget_divided)
+                budget = rank_prefill_budget(self.budget_tokens, decode_rows, dp, self._budget_divided)
                 if budget > 0:
                     chunks = prefill_chunks_dp(self.ready, budget, self.chunk_tokens, dp)
         timing = self.timing
@@ -435,7 +436,7 @@ class Instance:
                 req.image_pending = 0
                 rows += take
             dt = timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts)
-            self._prefill_share = rows / (rows + decoding * self._verify)
+            self._prefill_share = rows / (rows + decode_rows)
             self.mode = STEP
             self._chunks = chunks
             self._span_steps = 1 if decoding else 0
