@@ -35,15 +35,20 @@ def _randint(n_hi: int, shape, g, device) -> torch.Tensor:
 
 
 class FlashDecodeCase:
-    """B sequences, one query token each: ``na`` window entries (main cache) + ``nb`` compressed (extra)."""
+    """B sequences, ``s_q`` query tokens each (1, or the rows of a speculative verify step): ``na`` window
+    entries (main cache) + ``nb`` compressed (extra). Verify row j's window is row 0's shifted by j tokens
+    (j entries new); its compressed entries are all of them (HCA, ``dense_b``) or its own random top-k
+    (CSA: an upper bound on the gathers, the rows of one sequence select overlapping entries in practice)."""
 
-    def __init__(self, B, na, nb, seed, device, *, fmt="fp8_584", dense_b=False, pool_rows=0, block_size=64):
+    def __init__(
+        self, B, na, nb, seed, device, *, fmt="fp8_584", dense_b=False, pool_rows=0, block_size=64, s_q=1
+    ):
         import flash_mla
 
         self.flash_mla = flash_mla
         g = torch.Generator(device=device)
         g.manual_seed(seed)
-        self.fmt, self.B, self.na, self.nb = fmt, B, na, nb
+        self.fmt, self.B, self.na, self.nb, self.s_q = fmt, B, na, nb, s_q
         v32 = fmt == "fp8_656"
         self.dqk = fl.V32_DIM if v32 else 512
         self.sm_scale = SM_SCALE_V32 if v32 else SM_SCALE_V4
@@ -56,8 +61,9 @@ class FlashDecodeCase:
             rows = _tiled(lambda m: formats.random_rows("fp8_584", m, g, device), n)
             return rows, fl.model1_paged(rows, block_size)
 
-        self.rows_a, self.cache_a = pool(max(pool_rows, B * na))
-        self.idx_a = _randint(self.rows_a.shape[0], (B, 1, na), g, device)
+        self.rows_a, self.cache_a = pool(max(pool_rows, B * (na + s_q - 1)))
+        win = _randint(self.rows_a.shape[0], (B, 1, na + s_q - 1), g, device)
+        self.idx_a = torch.cat([win[:, :, j : j + na] for j in range(s_q)], dim=1).contiguous()
         self.rows_b = self.cache_b = self.idx_b = None
         if nb:
             if dense_b:  # HCA: every compressed entry of the sequence, contiguous per sequence
@@ -65,11 +71,11 @@ class FlashDecodeCase:
                 self.idx_b = (
                     torch.arange(B, device=device, dtype=torch.int32)[:, None, None] * nb
                     + torch.arange(nb, device=device, dtype=torch.int32)[None, None, :]
-                ).contiguous()
+                ).expand(B, s_q, nb).contiguous()
             else:
-                self.rows_b, self.cache_b = pool(max(pool_rows, B * nb))
-                self.idx_b = _randint(self.rows_b.shape[0], (B, 1, nb), g, device)
-        self.q = (torch.randn(B, 1, HEADS, self.dqk, generator=g, device=device) * 0.5).to(torch.bfloat16)
+                self.rows_b, self.cache_b = pool(max(pool_rows, B * s_q * nb))
+                self.idx_b = _randint(self.rows_b.shape[0], (B, s_q, nb), g, device)
+        self.q = (torch.randn(B, s_q, HEADS, self.dqk, generator=g, device=device) * 0.5).to(torch.bfloat16)
         self.sink = torch.randn(HEADS, generator=g, device=device)
         self.meta = flash_mla.get_mla_metadata()[0]
 
@@ -91,26 +97,29 @@ class FlashDecodeCase:
             kv_format="V32" if self.fmt == "fp8_656" else "V4",
         )[0]
 
-    def reference(self, rows: list[int]) -> torch.Tensor:
+    def reference(self, rows: list[int], j: int = 0) -> torch.Tensor:
+        """float64 output of query row j of sequences `rows`."""
         deq = fl.dequant_v32_656 if self.fmt == "fp8_656" else (lambda r: formats.dequant_rows("fp8_584", r))
         parts = [
-            deq(self.rows_a[self.idx_a[rows, 0].reshape(-1).long()]).reshape(len(rows), self.na, self.dqk)
+            deq(self.rows_a[self.idx_a[rows, j].reshape(-1).long()]).reshape(len(rows), self.na, self.dqk)
         ]
         if self.nb:
             parts.append(
-                deq(self.rows_b[self.idx_b[rows, 0].reshape(-1).long()]).reshape(len(rows), self.nb, self.dqk)
+                deq(self.rows_b[self.idx_b[rows, j].reshape(-1).long()]).reshape(len(rows), self.nb, self.dqk)
             )
         kv = torch.cat(parts, dim=1)
-        return sparse_mla_ref_qkv(self.q[rows, 0], kv, self.sink, self.sm_scale)
+        return sparse_mla_ref_qkv(self.q[rows, j], kv, self.sink, self.sm_scale)
 
     def check(self, rows: list[int]):
-        out = self.run()[:, 0]
-        assert out.shape == (self.B, HEADS, 512), out.shape
-        return out[rows], self.reference(rows)
+        """(output, reference) of every query row of sequences `rows`."""
+        out = self.run()
+        assert out.shape == (self.B, self.s_q, HEADS, 512), out.shape
+        got = torch.cat([out[rows, j] for j in range(self.s_q)])
+        return got, torch.cat([self.reference(rows, j) for j in range(self.s_q)])
 
     def working_set(self) -> float:
         rb = fl.V32_ROW_BYTES if self.fmt == "fp8_656" else fl.MODEL1_ROW_BYTES
-        return self.B * ((self.na + self.nb) * rb + 2 * HEADS * 512 * 2)
+        return self.B * self.s_q * ((self.na + self.nb) * rb + 2 * HEADS * 512 * 2)
 
 
 class FlashPrefillCase:

@@ -171,12 +171,24 @@ class PagedPool:
 class PagedCase:
     """B sequences of n keys each, next_n query rows per sequence, random block tables over the pool."""
 
-    def __init__(self, pool: PagedPool, heads: int, B: int, n: int, device: str, seed: int, next_n: int = 1):
+    def __init__(
+        self,
+        pool: PagedPool,
+        heads: int,
+        B: int,
+        n: int,
+        device: str,
+        seed: int,
+        next_n: int = 1,
+        block_table: torch.Tensor | None = None,
+    ):
         g = _gen_dev(device, seed)
         self.pool, self.n, self.B, self.next_n = pool, n, B, next_n
         nb = -(-n // BLOCK_KV)
-        perm = torch.randperm(pool.blocks, generator=g, device=device)[: B * nb]
-        self.block_table = perm.view(B, nb).to(torch.int32)
+        if block_table is None:
+            perm = torch.randperm(pool.blocks, generator=g, device=device)[: B * nb]
+            block_table = perm.view(B, nb).to(torch.int32)
+        self.block_table = block_table
         self.q = random_fp8((B, next_n, heads, 128), g, device)
         self.w = torch.rand(B * next_n, heads, generator=g, device=device) / heads
         self.context_lens = torch.full((B, next_n), n, dtype=torch.int32, device=device)
@@ -258,6 +270,116 @@ def fam_indexer_decode(ctx: Ctx) -> Iterator[dict]:
                     return res
 
                 yield _guard(ctx, base, body)
+
+
+# ---- indexer: speculative decode (verify steps) -----------------------------------------------------------
+
+SPEC_NEXT_N = (2, 4)  # V4 MTP verifies 2 rows per sequence, V4.1 DSpark 4 (sim/config/families.py defaults)
+
+
+def expanded(case: PagedCase, heads: int, device: str) -> PagedCase:
+    """SGLang's form of a verify step (nsa_indexer, target_verify): the B·next_n rows as B·next_n sequences
+    of next_n 1, each row reading its sequence's blocks again (the block table repeated per row)."""
+    bt = case.block_table.repeat_interleave(case.next_n, dim=0)
+    return PagedCase(case.pool, heads, case.B * case.next_n, case.n, device, seed=97, block_table=bt)
+
+
+def fam_indexer_decode_spec(ctx: Ctx) -> Iterator[dict]:
+    """``fp8_paged_mqa_logits`` with next_n query rows per sequence (vLLM's call in a verify step: q
+    [B, next_n, H, D], each sequence's keys read once for its next_n rows), and beside it the same rows
+    expanded to B·next_n sequences of next_n 1 (SGLang's call, impl ``deepgemm_expanded``)."""
+    gr = ctx.grid
+    pool: PagedPool | None = None
+    need = max(  # the expanded form repeats a sequence's blocks per row: it needs no more
+        B * -(-L // ratio // BLOCK_KV)
+        for _m, _k, ratio in DECODE_KINDS
+        for L in gr.contexts
+        for B in gr.batches
+        if B * L <= gr.max_batch_context
+    )
+    for next_n in SPEC_NEXT_N:
+        for model, kind, ratio in DECODE_KINDS:
+            heads = INDEX_HEADS[model]
+            for L in gr.contexts:
+                for B in gr.batches:
+                    if B * L > gr.max_batch_context:
+                        continue
+                    n = L // ratio
+                    rows = B * next_n
+                    common = dict(
+                        family="indexer",
+                        kernel="indexer_decode_spec",
+                        model=model,
+                        layer_kind=kind,
+                        fmt=KEY_FMT,
+                        batch=B,
+                        context_tokens=L,
+                        chunk_tokens=0,
+                        rows=rows,
+                        n=n,
+                        k=next_n,
+                        flops=shapes.indexer_flops(heads, n, rows),
+                        compute_ceiling_TFLOPs=FP8_TFLOPS,
+                    )
+                    state: dict = {}
+
+                    def native(heads=heads, B=B, n=n, next_n=next_n, state=state):
+                        nonlocal pool
+                        if pool is None:
+                            blocks = max(need, int(4 * shapes.L2_BYTES // (BLOCK_KV * KEY_BYTES)) + 1)
+                            pool = PagedPool(blocks, ctx.device)
+                        c0 = PagedCase(pool, heads, B, n, ctx.device, seed=31, next_n=next_n)
+                        mx, rel = c0.check(sorted({0, B - 1}))
+                        res = {"max_abs_err": mx, "rel_err": rel, "check_passed": rel < TOL}
+                        if res["check_passed"]:
+                            nbuf = rotation_count(B * n * KEY_BYTES, max_sets=8)
+                            cases = [c0] + [
+                                PagedCase(pool, heads, B, n, ctx.device, seed=31 + i, next_n=next_n)
+                                for i in range(1, nbuf)
+                            ]
+                            state["cases"] = cases
+                            res.update(_time(ctx, [c.run for c in cases]))
+                        return res
+
+                    def flat(heads=heads, state=state):
+                        if "cases" not in state:
+                            return {"check_passed": False, "note": "the next_n case failed first"}
+                        cases = [expanded(c, heads, ctx.device) for c in state.pop("cases")]
+                        mx, rel = cases[0].check(sorted({0, cases[0].B - 1}))
+                        res = {"max_abs_err": mx, "rel_err": rel, "check_passed": rel < TOL}
+                        if res["check_passed"]:
+                            res.update(_time(ctx, [c.run for c in cases]))
+                        return res
+
+                    yield _guard(
+                        ctx,
+                        prod(
+                            dict(
+                                common,
+                                impl="deepgemm",
+                                bytes=float(B) * n * KEY_BYTES + 4.0 * rows * n,
+                                note=f"fp8_paged_mqa_logits, {heads} heads, next_n {next_n} (vLLM's verify "
+                                "call), 64-token blocks at random",
+                            ),
+                            "deep_gemm",
+                        ),
+                        native,
+                    )
+                    yield _guard(
+                        ctx,
+                        prod(
+                            dict(
+                                common,
+                                impl="deepgemm_expanded",
+                                bytes=float(rows) * n * (KEY_BYTES + 4),
+                                note=f"fp8_paged_mqa_logits, {heads} heads, the B x next_n {next_n} rows as "
+                                "sequences of next_n 1 (SGLang's verify call), the rows of a "
+                                "sequence reading its blocks",
+                            ),
+                            "deep_gemm",
+                        ),
+                        flat,
+                    )
 
 
 # ---- GEMMs ---------------------------------------------------------------------------------------------
@@ -565,6 +687,7 @@ def fam_hc_prenorm(ctx: Ctx) -> Iterator[dict]:
 FAMILIES = {
     "dg_indexer_prefill": fam_indexer_prefill,
     "dg_indexer_decode": fam_indexer_decode,
+    "dg_indexer_decode_spec": fam_indexer_decode_spec,
     "dg_moe": fam_moe,
     "dg_dense": fam_dense,
     "dg_hc_prenorm": fam_hc_prenorm,
@@ -578,10 +701,11 @@ def warm(names: list[str], device: str = "cuda") -> None:
         if name == "dg_indexer_prefill":
             for heads in set(INDEX_HEADS.values()):
                 PrefillCase(heads, 512, 4096, 4, device).run()
-        elif name == "dg_indexer_decode":
-            pool = PagedPool(64, device)
+        elif name in ("dg_indexer_decode", "dg_indexer_decode_spec"):
+            pool = PagedPool(256, device)
             for heads in set(INDEX_HEADS.values()):
-                PagedCase(pool, heads, 2, 1024, device, 1).run()
+                for next_n in (1,) if name == "dg_indexer_decode" else SPEC_NEXT_N:
+                    PagedCase(pool, heads, 2, 1024, device, 1, next_n=next_n).run()
         elif name.startswith("dg_moe:"):
             _, model, kernel = name.split(":")
             for k_, _kind, N, K in MOE_SHAPES[model]:
@@ -604,7 +728,7 @@ def warm(names: list[str], device: str = "cuda") -> None:
 
 def warm_units() -> list[str]:
     """The independent warm-up units (one JIT family each), for parallel compilation."""
-    units = ["dg_indexer_prefill", "dg_indexer_decode", "dg_hc_prenorm"]
+    units = ["dg_indexer_prefill", "dg_indexer_decode", "dg_indexer_decode_spec", "dg_hc_prenorm"]
     units += [f"dg_moe:{m}:{k[0]}" for m, ks in MOE_SHAPES.items() for k in ks]
     units += [f"dg_dense:{m}:{kind}" for m, projs in DENSE_SHAPES.items() for kind in projs]
     return units

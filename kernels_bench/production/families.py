@@ -184,11 +184,63 @@ def fam_attention(ctx: Ctx) -> Iterator[dict]:
             )
 
 
+SPEC_S_Q = (2, 4)  # rows per sequence in a verify step: V4 MTP 2, V4.1 DSpark 4 (sim/config/families.py)
+
+
+def fam_attention_spec(ctx: Ctx) -> Iterator[dict]:
+    """FlashMLA sparse decode of speculative verify steps: B sequences of s_q query rows (vLLM's call, q
+    [B, s_q, H, D] with per-row indices), and beside it the same rows as B·s_q sequences of one row
+    (SGLang's call, impl ``flashmla_expanded``); V4 CSA (128 + 512), SWA (128) and HCA (128 + L/128)."""
+    from kernels_bench.production.attention import FlashDecodeCase
+
+    gr = ctx.grid
+    W, TOPK = shapes.WINDOW, shapes.TOPK
+    dev = ctx.device
+    pool = int(4 * shapes.L2_BYTES // 584) + 1
+    points = [("CSA", TOPK, 0, B) for B in gr.attn_batches] + [("SWA", 0, 0, B) for B in gr.attn_batches]
+    points += [
+        ("HCA", L // 128, L, B) for L in gr.contexts for B in gr.batches if B * L <= gr.max_batch_context
+    ]
+    for s_q in SPEC_S_Q:
+        for kind, nb, L, B in points:
+            dense = kind == "HCA"
+            for impl, seqs, rows_per in (("flashmla", B, s_q), ("flashmla_expanded", B * s_q, 1)):
+                call = "vLLM's verify call" if impl == "flashmla" else "SGLang's verify call: one row each"
+                base = prod(
+                    _attn_base(
+                        "sparse_mla_decode_spec",
+                        "V4",
+                        kind,
+                        "fp8_584",
+                        W,
+                        nb,
+                        B * s_q,
+                        L=L,
+                        note=f"{B} sequences x s_q {s_q} as {seqs} x {rows_per} ({call}); MODEL1 layout; "
+                        + ("CSA rows' top-k drawn apart (an upper bound)" if kind == "CSA" else ""),
+                    ),
+                    "flash_mla",
+                )
+                base.update(impl=impl, batch=B, k=s_q)
+                yield _guard(
+                    ctx,
+                    base,
+                    lambda seqs=seqs, rows_per=rows_per, nb=nb, dense=dense: _checked_timed(
+                        ctx,
+                        lambda s: FlashDecodeCase(
+                            seqs, W, nb, s, dev, dense_b=dense, pool_rows=pool, s_q=rows_per
+                        ),
+                        sorted({0, seqs - 1}),
+                        1e-2,
+                    ),
+                )
+
+
 # ---- mHC ---------------------------------------------------------------------------------------------
 
 
 class _MhcCase:
-    def __init__(self, T, H, seed, device, params):
+    def __init__(self, T, H, seed, device, params, prenorm="deepgemm"):
         from kernels_bench.production.mhc_tk import TkBoundary
 
         g = torch.Generator(device=device)
@@ -199,7 +251,7 @@ class _MhcCase:
         self.comb = torch.rand(T, 4, 4, generator=g, device=device)
         self.comb = self.comb / self.comb.sum(-1, keepdim=True)
         self.p = params
-        self.op = TkBoundary(T, H, params, device)
+        self.op = TkBoundary(T, H, params, device, prenorm)
         self.T, self.H = T, H
 
     def run(self):
@@ -241,11 +293,13 @@ def fam_mhc(ctx: Ctx) -> Iterator[dict]:
                     flops=shapes.mhc_flops(H, T),
                     bytes=shapes.mhc_bytes(H, T, fused=True),
                     compute_ceiling_TFLOPs=TF32_TFLOPS,
-                    note="tile_kernels mhc_post_fwd + torch pre-norm GEMM (DeepGEMM's is unavailable) + "
+                    note="tile_kernels mhc_post_fwd + DeepGEMM tf32_hc_prenorm_gemm "
+                    f"({mhc_tk.prenorm_splits(T)} K-splits, summed by the next kernel) + "
                     "mhc_pre_big_fuse_fwd + torch RMSNorm",
                 ),
                 "tile_kernels",
             )
+            base["_version"] += f" + deep_gemm {package_version('deep_gemm')}"
             yield _guard(
                 ctx,
                 base,
@@ -262,7 +316,7 @@ def fam_mhc_parts(ctx: Ctx) -> Iterator[dict]:
     H = 4096
     params = mhc_tk.make_params(H, device=ctx.device, generator=F._gen(ctx, 7))
     for T in (1, 8, 64, 512, 4096):
-        case = _MhcCase(T, H, 23, ctx.device, params)
+        case = _MhcCase(T, H, 23, ctx.device, params, prenorm="torch")
         case.run()
         for name, fn in case.op.parts(case.x, case.y, case.post, case.comb):
             base = prod(
@@ -366,6 +420,7 @@ def fam_gemm_dense(ctx: Ctx) -> Iterator[dict]:
 
 FAMILIES = {
     "attention": fam_attention,
+    "attention_spec": fam_attention_spec,
     "mhc": fam_mhc,
     "mhc_parts": fam_mhc_parts,
     "gemm_dense": fam_gemm_dense,

@@ -1,10 +1,12 @@
 """mHC boundary with DeepSeek's TileKernels (tile_kernels.mhc) and its float64 reference.
 
 One boundary as TileKernels composes it at inference (kernels.md §5): ``mhc_post_fwd`` (X' = post·y +
-combᵀX), the pre-norm GEMM (X'·fnᵀ and Σ X'², DeepGEMM's ``tf32_hc_prenorm_gemm`` in production; torch
-here, since DeepGEMM does not load on this torch, kernels.md §9a), ``mhc_pre_big_fuse_fwd`` (RMS scale,
-gates, Sinkhorn, pre-mix collapse) and the sublayer's RMSNorm (torch), so that the row does the same work
-as kernels_bench's ``mhc_fused`` row (which ends with the RMSNorm).
+combᵀX), the pre-norm GEMM (X'·fnᵀ and Σ X'² in one pass: DeepGEMM's ``tf32_hc_prenorm_gemm``, built from
+source since the prebuilt wheel does not load on torch 2.11, kernels.md §9a; its split-K partials go to
+``mhc_pre_big_fuse_fwd`` unsummed, which adds them as TileKernels' own pairing does), ``mhc_pre_big_fuse_fwd``
+(RMS scale, gates, Sinkhorn, pre-mix collapse) and the sublayer's RMSNorm (torch), so that the row does the
+same work as kernels_bench's ``mhc_fused`` row (which ends with the RMSNorm). ``prenorm="torch"`` keeps the
+earlier stand-in (bf16 GEMM + Σx² through torch) for the step-by-step timing.
 
 TileKernels' conventions differ from ``kernels_bench.mhc`` in the gate details (pre = σ(·)+eps, Sinkhorn
 starts with a row softmax and adds eps, one scale per gate group), so the reference below follows
@@ -70,10 +72,60 @@ def boundary_ref(x, y, post, comb, p: TkParams, dtype=torch.float64):
     return xn_b, out.to(torch.bfloat16), post_n, comb_n
 
 
-class TkBoundary:
-    """Preallocated TileKernels boundary for T tokens of hidden size H (graph-capturable)."""
+PRENORM_SPLITS = 16  # DeepGEMM's split-K for the pre-norm GEMM at up to PRENORM_SPLIT_MAX_T tokens (its test case)
+PRENORM_SPLIT_MAX_T = 4096
 
-    def __init__(self, T: int, H: int, p: TkParams, device):
+
+def prenorm_splits(T: int) -> int:
+    """K-splits of the pre-norm GEMM for T tokens: one CTA per 64 rows leaves the GPU idle at small T."""
+    return PRENORM_SPLITS if T <= PRENORM_SPLIT_MAX_T else 1
+
+
+class DgPrenorm:
+    """DeepGEMM's ``tf32_hc_prenorm_gemm`` into preallocated split partials: mul [s, T, 24], sq [s, T] fp32,
+    which ``mhc_pre_big_fuse_fwd(n_splits=s)`` sums (no separate reduction)."""
+
+    def __init__(self, T: int, fn: torch.Tensor, device):
+        from kernels_bench.production import require
+
+        self._gemm = require("deep_gemm").tf32_hc_prenorm_gemm
+        self.splits = prenorm_splits(T)
+        self.fn = fn.float().contiguous()  # [24, 4H]
+        self.mul = torch.empty(self.splits, T, fn.shape[0], dtype=torch.float32, device=device)
+        self.sq = torch.empty(self.splits, T, dtype=torch.float32, device=device)
+
+    def __call__(self, xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """xf [T, 4H] bf16 -> the split partials of (xf·fnᵀ, Σ xf²)."""
+        T = xf.shape[0]
+        if self.splits > 1:
+            self._gemm(xf, self.fn, self.mul, self.sq, num_splits=self.splits)
+        else:
+            self._gemm(xf, self.fn, self.mul.view(T, -1), self.sq.view(T))
+        return self.mul, self.sq
+
+
+class TorchPrenorm:
+    """The earlier stand-in: a bf16 GEMM against fnᵀ and Σx² through torch (one partial)."""
+
+    splits = 1
+
+    def __init__(self, T: int, fn: torch.Tensor, device):
+        self.fn_t = fn.to(torch.bfloat16).t().contiguous()  # [4H, 24]
+
+    def __call__(self, xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        T = xf.shape[0]
+        mul = torch.mm(xf, self.fn_t).float().view(1, T, -1)
+        return mul, torch.linalg.vector_norm(xf, dim=1, dtype=torch.float32).square().view(1, T)
+
+
+PRENORMS = {"deepgemm": DgPrenorm, "torch": TorchPrenorm}
+
+
+class TkBoundary:
+    """Preallocated TileKernels boundary for T tokens of hidden size H (graph-capturable); the pre-norm GEMM
+    is DeepGEMM's (``prenorm="deepgemm"``, production) or the torch stand-in."""
+
+    def __init__(self, T: int, H: int, p: TkParams, device, prenorm: str = "deepgemm"):
         from kernels_bench.production import require
 
         require("tile_kernels")
@@ -81,7 +133,7 @@ class TkBoundary:
 
         self._post, self._fuse = mhc_post_fwd, mhc_pre_big_fuse_fwd
         self.T, self.H, self.p = T, H, p
-        self.fn_t = p.fn.to(torch.bfloat16).t().contiguous()  # [4H, 24]
+        self.prenorm = PRENORMS[prenorm](T, p.fn, device)
         self.xn = torch.empty(1, T, STREAMS, H, dtype=torch.bfloat16, device=device)
         self.post_o = torch.empty(T, STREAMS, dtype=torch.float32, device=device)
         self.comb_o = torch.empty(T, STREAMS * STREAMS, dtype=torch.float32, device=device)
@@ -103,8 +155,7 @@ class TkBoundary:
             )
 
         def gemm_step():
-            st["mul"] = torch.mm(xf, self.fn_t).float().view(1, T, 24)
-            st["sq"] = torch.linalg.vector_norm(xf, dim=1, dtype=torch.float32).square().view(1, T)
+            st["mul"], st["sq"] = self.prenorm(xf)
 
         def fuse_step():
             self._fuse(
@@ -121,7 +172,7 @@ class TkBoundary:
                 SINKHORN_EPS,
                 POST_MULT,
                 SINKHORN_REPEAT,
-                n_splits=1,
+                n_splits=self.prenorm.splits,
             )
 
         def norm_step():
@@ -143,9 +194,7 @@ class TkBoundary:
             comb.view(1, T, STREAMS, STREAMS),
             out=self.xn,
         )
-        xf = self.xn.view(T, STREAMS * H)
-        mul = torch.mm(xf, self.fn_t).float().view(1, T, 24)
-        sq = torch.linalg.vector_norm(xf, dim=1, dtype=torch.float32).square().view(1, T)
+        mul, sq = self.prenorm(self.xn.view(T, STREAMS * H))
         self._fuse(
             mul,
             sq,
@@ -160,7 +209,7 @@ class TkBoundary:
             SINKHORN_EPS,
             POST_MULT,
             SINKHORN_REPEAT,
-            n_splits=1,
+            n_splits=self.prenorm.splits,
         )
         out = torch.nn.functional.rms_norm(self.li, (H,), self.p.gamma.to(torch.bfloat16), RMS_EPS)
         return self.xn.view(T, STREAMS, H), out, self.post_o, self.comb_o.view(T, STREAMS, STREAMS)

@@ -18,9 +18,18 @@
      unit) are recomposed at each of their measured (context, batch) points: our pipeline time,
      minus our sparse MLA decode and indexer times at that point, plus the production (or
      derived) ones; top-k and the glue between them stay ours (flagged in the note).
+  5. speculative verify steps (sequences of s_q = 1 + drafted query rows): a `decode_layer_spec`
+     pipeline per kind and s_q that the production table times verify kernels for (`*_spec` rows,
+     `k` = s_q): our pipeline at B·s_q rows (top-k and glue run per row), minus our sparse MLA
+     decode and indexer at B·s_q, plus the production verify kernels at B sequences of s_q rows
+     (vLLM's calls: `fp8_paged_mqa_logits` with next_n = s_q, FlashMLA with s_q rows), V4.1's
+     derived as in rule 3 from V4 CSA's verify row over our row at B·s_q. Without them a verify
+     step reads the plain pipeline at B·s_q sequences (SGLang's calls: every verify row one
+     sequence; sim.timing.calibrated).
 Where the production table times one kernel of an operation with several libraries, the one the
 engines run on SM90 is kept (`PREFERRED_IMPLS`: DeepGEMM's FP8 GEMMs and MQA logits, which SGLang and
-vLLM call on Hopper, over the cuBLASLt blockwise rows measured before DeepGEMM was built).
+vLLM call on Hopper, over the cuBLASLt blockwise rows measured before DeepGEMM was built; the verify
+rows' native next_n / s_q calls over their `_expanded` controls, SGLang's one-row-per-sequence calls).
 A GPU without a production table gets the kernels_bench rows under the production name, every
 operation flagged as such (`calibrate show` says so).
 """
@@ -45,9 +54,12 @@ REFERENCE_SHAPE = ("V4", "CSA")
 # pipeline components that production may replace: (family, kernel), and the layer kind of the
 # component per pipeline kind (V4.1's compressed layers all run the CSA2 sparse MLA kernel)
 PIPELINE_COMPONENTS = (("attention", "sparse_mla_decode"), ("indexer", "indexer_decode"))
+SPEC_SUFFIX = "_spec"  # verify-step rows of a pipeline component: kernel + SPEC_SUFFIX, k = rows per sequence
+SPEC_PIPELINE = "decode_layer_spec"
 # libraries preferred, in order, where the production table times the same kernel with several
-# (kernels_bench/production/deepgemm.py: SGLang's and vLLM's SM90 FP8 GEMM and indexer kernels)
-PREFERRED_IMPLS = ("deepgemm",)
+# (kernels_bench/production/deepgemm.py: SGLang's and vLLM's SM90 FP8 GEMM and indexer kernels;
+# families.fam_attention_spec: FlashMLA's s_q rows over the expanded control)
+PREFERRED_IMPLS = ("deepgemm", "flashmla")
 
 
 @dataclass(frozen=True)
@@ -214,6 +226,9 @@ def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelT
         names = ", ".join(f"{c[1]} {c[3]} ({origin})" for c, _f, _o, origin in parts)
         note = f"ours with {names} swapped in; top-k and glue ours"
         sources.append(Source(*op, "derived", "derived", note))
+    spec_rows, spec_sources = _spec_pipelines(mine, theirs, op_times)
+    rows.extend(spec_rows)
+    sources.extend(spec_sources)
     return KernelTables(
         path=prod.path,
         provenance=prod.provenance,
@@ -222,6 +237,84 @@ def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelT
         stack="production",
         sources=tuple(sources),
     )
+
+
+def _spec_pipelines(
+    mine: dict[Op, list[KernelRow]],
+    theirs: dict[Op, list[KernelRow]],
+    op_times: Callable[[str, Op], OpTimes],
+) -> tuple[list[KernelRow], list[Source]]:
+    """Rule 5: a `decode_layer_spec` pipeline per (model, kind, rows per sequence s_q) at each of our
+    pipeline's measured (context, sequences) points, where the production table has verify rows for
+    its sparse MLA (directly or through V4 CSA's, rule 3)."""
+    spec_times: dict[tuple[Op, int], OpTimes] = {}
+
+    def spec_op(op: Op, s_q: int) -> OpTimes | None:
+        if (op, s_q) not in spec_times:
+            rows = [r for r in theirs.get(op, []) if r.k == s_q]
+            if not rows:
+                return None
+            spec_times[op, s_q] = OpTimes(rows)
+        return spec_times[op, s_q]
+
+    def component(cop: Op, s_q: int) -> tuple[Callable[[float, float], float], str] | None:
+        """Seconds of component `cop` in a verify step at (context, sequences), and its origin."""
+        sop = (cop[0], cop[1] + SPEC_SUFFIX, cop[2], cop[3])
+        direct = spec_op(sop, s_q)
+        if direct is not None:
+            return (lambda c, b: direct.at(direct.nearest_context(c), b)), "production"
+        ref = (cop[0], cop[1], *REFERENCE_SHAPE)
+        sref = spec_op((sop[0], sop[1], *REFERENCE_SHAPE), s_q)
+        if sref is None or ref not in mine or cop not in mine:
+            return None
+        ours, ours_ref = op_times("ours", cop), op_times("ours", ref)
+
+        def derived(c: float, b: float) -> float:
+            cr = sref.nearest_context(c)
+            return ours.at(c, b * s_q) * sref.at(cr, b) / ours_ref.at(cr, b * s_q)
+
+        return derived, "derived"
+
+    s_qs = sorted({int(r.k) for op, rs in theirs.items() if op[1].endswith(SPEC_SUFFIX) for r in rs if r.k})
+    rows: list[KernelRow] = []
+    sources: list[Source] = []
+    for op, prows in sorted(mine.items()):
+        if op[0] != "pipeline":
+            continue
+        _family, _kernel, model, kind = op
+        for s_q in s_qs:
+            parts = []
+            for cfam, ckernel in PIPELINE_COMPONENTS:
+                cop = (cfam, ckernel, model, _mla_kind(model, kind) if cfam == "attention" else kind)
+                if cop not in mine:
+                    continue
+                found = component(cop, s_q)
+                if found is None:
+                    parts = []
+                    break
+                parts.append((cop, op_times("ours", cop), *found))
+            if not any(c[0][0] == "attention" for c in parts):
+                continue  # no verify-step sparse MLA: the step keeps the plain pipeline (rule 5)
+            pipe = op_times("ours", op)
+            for r in prows:
+                ctx, b = float(r.context_tokens or 0.0), _size(r)
+                old = [o.at(ctx, b * s_q) for _c, o, _f, _origin in parts]
+                new = [f(ctx, b) for _c, _o, f, _origin in parts]
+                t = max(pipe.at(ctx, b * s_q) - sum(old) + sum(new), sum(new))
+                rows.append(
+                    replace(
+                        r,
+                        kernel=SPEC_PIPELINE,
+                        k=float(s_q),
+                        median_s=t,
+                        impl="derived",
+                        package="recomposed verify pipeline",
+                    )
+                )
+            names = ", ".join(f"{c[1]}{SPEC_SUFFIX} {c[3]} ({origin})" for c, _o, _f, origin in parts)
+            note = f"s_q {s_q}: ours at B x s_q rows with {names} at B sequences swapped in; top-k and glue ours"
+            sources.append(Source("pipeline", SPEC_PIPELINE, model, kind, "derived", "derived", note))
+    return rows, sources
 
 
 def production_path(key: str) -> Path:

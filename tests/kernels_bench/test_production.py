@@ -134,6 +134,21 @@ def test_flashmla_v4_decode_matches_reference(B, nb, dense):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("s_q,nb,dense", [(2, 512, False), (4, 512, False), (4, 0, False), (2, 64, True)])
+def test_flashmla_v4_verify_rows_match_reference(s_q, nb, dense):
+    """Speculative verify steps: s_q query rows per sequence, each with its own window and top-k."""
+    if not _have("flash_mla"):
+        pytest.skip("sgl-flash-mla not installed")
+    from kernels_bench.production.attention import FlashDecodeCase
+
+    case = FlashDecodeCase(3, 128, nb, 4, "cuda", dense_b=dense, s_q=s_q)
+    assert torch.equal(case.idx_a[:, 1, :-1], case.idx_a[:, 0, 1:])  # row 1's window: row 0's, one on
+    got, ref = case.check([0, 2])
+    assert got.shape[0] == 2 * s_q and torch.isfinite(got).all()
+    assert ((got.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
 def test_flashmla_v32_decode_and_prefill_match_reference():
     if not _have("flash_mla"):
         pytest.skip("sgl-flash-mla not installed")

@@ -126,6 +126,29 @@ def test_paged_case_checks_against_the_reference(fake_dg, monkeypatch):
     assert c.check([0, 2])[1] > TOL
 
 
+@pytest.mark.parametrize("next_n", D.SPEC_NEXT_N)
+def test_paged_case_with_next_n_rows_checks_every_row(fake_dg, monkeypatch, next_n):
+    pool = D.PagedPool(40, "cpu")
+    c = D.PagedCase(pool, 32, 3, 300, "cpu", seed=1, next_n=next_n)
+    assert c.q.shape == (3, next_n, 32, 128) and c.w.shape == (3 * next_n, 32)
+    assert c.check([0, 2])[1] < 1e-6
+
+    def first_row_only(q, *a):  # a kernel that scores every verify row with the first row's query
+        return _paged_ref(q[:, :1].expand_as(q).contiguous(), *a)
+
+    monkeypatch.setattr(fake_dg, "fp8_paged_mqa_logits", first_row_only)
+    assert c.check([0, 2])[1] > TOL
+
+
+def test_expanded_case_repeats_each_sequences_blocks_per_row(fake_dg):
+    pool = D.PagedPool(40, "cpu")
+    c = D.PagedCase(pool, 32, 3, 300, "cpu", seed=1, next_n=2)
+    e = D.expanded(c, 32, "cpu")
+    assert (e.B, e.next_n, e.n) == (6, 1, 300)
+    assert torch.equal(e.block_table[2], c.block_table[1]) and torch.equal(e.block_table[3], c.block_table[1])
+    assert e.check([0, 5])[1] < 1e-6
+
+
 def test_fp8_recipes_round_trip():
     x = torch.randn(3, 256, 384)
     q, s = D._per_token_fp8(x)
@@ -170,6 +193,25 @@ def test_prenorm_case_sums_the_splits(fake_dg, M):
     c = D.PrenormCase(M, 512, "cpu", 1)
     assert (c.splits is None) == (M > D.HC_SPLIT_MAX_M)
     assert c.check([0, M - 1])[1] < 1e-6
+
+
+@pytest.mark.parametrize("T", [5, 5000])
+def test_deepgemm_prenorm_partials_sum_to_the_product(fake_dg, T):
+    """DgPrenorm's split partials (what mhc_pre_big_fuse_fwd sums with n_splits) hold x·fnᵀ and Σx²."""
+    from kernels_bench.production import mhc_tk
+
+    g = torch.Generator().manual_seed(2)
+    fn = torch.randn(24, 512, generator=g)
+    x = torch.randn(T, 512, generator=g).to(torch.bfloat16)
+    pre = mhc_tk.DgPrenorm(T, fn, "cpu")
+    assert pre.splits == (mhc_tk.PRENORM_SPLITS if T <= mhc_tk.PRENORM_SPLIT_MAX_T else 1)
+    mul, sq = pre(x)
+    assert mul.shape == (pre.splits, T, 24) and sq.shape == (pre.splits, T)
+    xd = x.double()
+    assert torch.allclose(mul.sum(0).double(), xd @ fn.double().T, rtol=1e-4, atol=1e-3)
+    assert torch.allclose(sq.sum(0).double(), xd.square().sum(-1), rtol=1e-5)
+    ref = mhc_tk.TorchPrenorm(T, fn, "cpu")(x)
+    assert torch.allclose(ref[0].sum(0), mul.sum(0), rtol=2e-2, atol=0.3)
 
 
 def test_warm_units_cover_every_family():
@@ -218,3 +260,33 @@ def test_deepgemm_gemms_match_reference():
     assert D.MaskedCase(4, 16, 1024, 2048, "cuda", 1).check([0, 3])[1] < D.GEMM_TOL
     assert D.ContiguousCase(4, 300, 1024, 2048, "cuda", 1).check([0, 3])[1] < D.GEMM_TOL
     assert D.PrenormCase(64, 16384, "cuda", 1).check([0, 63])[1] < 1e-3
+
+
+@pytest.mark.gpu
+@gpu_deepgemm
+@pytest.mark.parametrize("next_n", D.SPEC_NEXT_N)
+def test_deepgemm_indexer_next_n_and_expanded_match_reference(next_n):
+    """The verify-step indexer both ways engines call it: next_n rows per sequence (vLLM) and the same rows
+    as sequences of one row over repeated block tables (SGLang)."""
+    pool = D.PagedPool(256, "cuda")
+    for heads in (32, 64):
+        c = D.PagedCase(pool, heads, 3, 2000, "cuda", seed=5, next_n=next_n)
+        assert c.check([0, 2])[1] < TOL
+        assert D.expanded(c, heads, "cuda").check([0, 3 * next_n - 1])[1] < TOL
+
+
+@pytest.mark.gpu
+@gpu_deepgemm
+@pytest.mark.parametrize("T", [8, 5000])
+def test_tile_kernels_mhc_with_deepgemm_prenorm_matches_reference(T):
+    """The production boundary: TileKernels with DeepGEMM's pre-norm GEMM (split partials summed by
+    mhc_pre_big_fuse_fwd at T <= 4096, one pass above), against the float64 reference."""
+    pytest.importorskip("tile_kernels")
+    from kernels_bench.production import mhc_tk
+    from kernels_bench.production.families import _MhcCase
+
+    p = mhc_tk.make_params(4096, device="cuda")
+    case = _MhcCase(T, 4096, 1, "cuda", p)
+    assert case.op.prenorm.splits == mhc_tk.prenorm_splits(T)
+    got, want = case.check([0])
+    assert ((got - want).norm() / want.norm()).item() < 2e-2
