@@ -69,9 +69,13 @@ class FlashDecodeCase:
             if dense_b:  # HCA: every compressed entry of the sequence, contiguous per sequence
                 self.rows_b, self.cache_b = pool(B * nb)
                 self.idx_b = (
-                    torch.arange(B, device=device, dtype=torch.int32)[:, None, None] * nb
-                    + torch.arange(nb, device=device, dtype=torch.int32)[None, None, :]
-                ).expand(B, s_q, nb).contiguous()
+                    (
+                        torch.arange(B, device=device, dtype=torch.int32)[:, None, None] * nb
+                        + torch.arange(nb, device=device, dtype=torch.int32)[None, None, :]
+                    )
+                    .expand(B, s_q, nb)
+                    .contiguous()
+                )
             else:
                 self.rows_b, self.cache_b = pool(max(pool_rows, B * s_q * nb))
                 self.idx_b = _randint(self.rows_b.shape[0], (B, s_q, nb), g, device)

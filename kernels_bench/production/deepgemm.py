@@ -275,6 +275,9 @@ def fam_indexer_decode(ctx: Ctx) -> Iterator[dict]:
 # ---- indexer: speculative decode (verify steps) -----------------------------------------------------------
 
 SPEC_NEXT_N = (2, 4)  # V4 MTP verifies 2 rows per sequence, V4.1 DSpark 4 (sim/config/families.py defaults)
+# the SM90 kernel asserts next_n in {1, 2} (csrc/jit_kernels/impls/sm90_fp8_mqa_logits.hpp, seen on the
+# H200 2026-12-04; vLLM's next_n = 1 + drafts call stops there too): 4 verify rows run expanded only
+SM90_MAX_NEXT_N = 2
 
 
 def expanded(case: PagedCase, heads: int, device: str) -> PagedCase:
@@ -286,8 +289,9 @@ def expanded(case: PagedCase, heads: int, device: str) -> PagedCase:
 
 def fam_indexer_decode_spec(ctx: Ctx) -> Iterator[dict]:
     """``fp8_paged_mqa_logits`` with next_n query rows per sequence (vLLM's call in a verify step: q
-    [B, next_n, H, D], each sequence's keys read once for its next_n rows), and beside it the same rows
-    expanded to B·next_n sequences of next_n 1 (SGLang's call, impl ``deepgemm_expanded``)."""
+    [B, next_n, H, D], each sequence's keys read once for its next_n rows; SM90 takes next_n <= 2), and
+    beside it the same rows expanded to B·next_n sequences of next_n 1 (SGLang's call, impl
+    ``deepgemm_expanded``, the only form for 4 rows on SM90)."""
     gr = ctx.grid
     pool: PagedPool | None = None
     need = max(  # the expanded form repeats a sequence's blocks per row: it needs no more
@@ -323,48 +327,52 @@ def fam_indexer_decode_spec(ctx: Ctx) -> Iterator[dict]:
                     )
                     state: dict = {}
 
-                    def native(heads=heads, B=B, n=n, next_n=next_n, state=state):
+                    def make_cases(heads=heads, B=B, n=n, next_n=next_n) -> list[PagedCase]:
                         nonlocal pool
                         if pool is None:
                             blocks = max(need, int(4 * shapes.L2_BYTES // (BLOCK_KV * KEY_BYTES)) + 1)
                             pool = PagedPool(blocks, ctx.device)
-                        c0 = PagedCase(pool, heads, B, n, ctx.device, seed=31, next_n=next_n)
-                        mx, rel = c0.check(sorted({0, B - 1}))
+                        nbuf = rotation_count(B * n * KEY_BYTES, max_sets=8)
+                        return [
+                            PagedCase(pool, heads, B, n, ctx.device, seed=31 + i, next_n=next_n)
+                            for i in range(nbuf)
+                        ]
+
+                    def native(B=B, make_cases=make_cases, state=state):
+                        cases = state["cases"] = make_cases()
+                        mx, rel = cases[0].check(sorted({0, B - 1}))
                         res = {"max_abs_err": mx, "rel_err": rel, "check_passed": rel < TOL}
                         if res["check_passed"]:
-                            nbuf = rotation_count(B * n * KEY_BYTES, max_sets=8)
-                            cases = [c0] + [
-                                PagedCase(pool, heads, B, n, ctx.device, seed=31 + i, next_n=next_n)
-                                for i in range(1, nbuf)
-                            ]
-                            state["cases"] = cases
                             res.update(_time(ctx, [c.run for c in cases]))
                         return res
 
-                    def flat(heads=heads, state=state):
-                        if "cases" not in state:
-                            return {"check_passed": False, "note": "the next_n case failed first"}
-                        cases = [expanded(c, heads, ctx.device) for c in state.pop("cases")]
+                    def flat(heads=heads, make_cases=make_cases, state=state):
+                        # the expanded rows read the blocks of the same sequences (made here where the
+                        # native call cannot run: next_n > 2; their queries are never run unexpanded)
+                        cases = [
+                            expanded(c, heads, ctx.device) for c in state.pop("cases", None) or make_cases()
+                        ]
                         mx, rel = cases[0].check(sorted({0, cases[0].B - 1}))
                         res = {"max_abs_err": mx, "rel_err": rel, "check_passed": rel < TOL}
                         if res["check_passed"]:
                             res.update(_time(ctx, [c.run for c in cases]))
                         return res
 
-                    yield _guard(
-                        ctx,
-                        prod(
-                            dict(
-                                common,
-                                impl="deepgemm",
-                                bytes=float(B) * n * KEY_BYTES + 4.0 * rows * n,
-                                note=f"fp8_paged_mqa_logits, {heads} heads, next_n {next_n} (vLLM's verify "
-                                "call), 64-token blocks at random",
+                    if next_n <= SM90_MAX_NEXT_N:
+                        yield _guard(
+                            ctx,
+                            prod(
+                                dict(
+                                    common,
+                                    impl="deepgemm",
+                                    bytes=float(B) * n * KEY_BYTES + 4.0 * rows * n,
+                                    note=f"fp8_paged_mqa_logits, {heads} heads, next_n {next_n} (vLLM's verify "
+                                    "call), 64-token blocks at random",
+                                ),
+                                "deep_gemm",
                             ),
-                            "deep_gemm",
-                        ),
-                        native,
-                    )
+                            native,
+                        )
                     yield _guard(
                         ctx,
                         prod(
@@ -612,6 +620,57 @@ def fam_dense(ctx: Ctx) -> Iterator[dict]:
                 yield _guard(ctx, base, body)
 
 
+# ---- wo_a: the grouped output projection ------------------------------------------------------------------
+
+WO_A_GROUPS, WO_A_IN, WO_A_OUT = 8, 4096, 1024  # kernels.md §6.2: 8 groups, 4096 -> 1024 each, both models
+
+
+class WoACase:
+    """``fp8_einsum("bhr,hdr->bhd")``: M tokens x 8 groups, 1×128 activation and 128×128 weight scales
+    (the shape DeepGEMM's own test of this expression uses: h, r, d = 8, 4096, 1024)."""
+
+    def __init__(self, M: int, device: str, seed: int):
+        g = _gen_dev(device, seed)
+        self.a = _per_token_fp8(torch.randn(M, WO_A_GROUPS, WO_A_IN, generator=g, device=device))
+        self.b = _per_block_fp8(torch.randn(WO_A_GROUPS, WO_A_OUT, WO_A_IN, generator=g, device=device))
+        self.d = torch.empty(M, WO_A_GROUPS, WO_A_OUT, dtype=torch.bfloat16, device=device)
+
+    def run(self) -> None:
+        _dg().fp8_einsum("bhr,hdr->bhd", self.a, self.b, self.d)
+
+    def check(self, rows: list[int]) -> tuple[float, float]:
+        self.d.fill_(float("nan"))
+        self.run()
+        a = _deq_token(self.a[0][rows], self.a[1][rows]).double()  # [R, h, r]
+        ref = torch.einsum("bhr,hdr->bhd", a, _deq_block(*self.b).double())
+        return rel_err(self.d[rows].float(), ref)
+
+    def working_set(self) -> float:
+        return float(self.b[0].numel() + self.a[0].numel() + 2 * self.d.numel())
+
+
+def fam_wo_a(ctx: Ctx) -> Iterator[dict]:
+    for model in ("V4", "V4.1"):
+        for M in DENSE_M:
+            base = _gemm_base(
+                "gemm_grouped",
+                "proj_wo_a",
+                model,
+                "wo_a",
+                M * WO_A_GROUPS,
+                WO_A_OUT,
+                WO_A_IN,
+                WO_A_GROUPS,
+                M,
+                "fp8_einsum bhr,hdr->bhd (1x128 / 128x128 scales)",
+            )
+
+            def body(M=M):
+                return _checked_timed(ctx, lambda s: WoACase(M, ctx.device, s), sorted({0, M - 1}))
+
+            yield _guard(ctx, base, body)
+
+
 # ---- mHC pre-norm GEMM ---------------------------------------------------------------------------------
 
 HC_K = {"V4": 4 * 4096, "V4.1": 4 * 5120}  # kernels.md §6.2: the fn input is the n = 4 streams
@@ -690,6 +749,7 @@ FAMILIES = {
     "dg_indexer_decode_spec": fam_indexer_decode_spec,
     "dg_moe": fam_moe,
     "dg_dense": fam_dense,
+    "dg_wo_a": fam_wo_a,
     "dg_hc_prenorm": fam_hc_prenorm,
 }
 
@@ -704,7 +764,7 @@ def warm(names: list[str], device: str = "cuda") -> None:
         elif name in ("dg_indexer_decode", "dg_indexer_decode_spec"):
             pool = PagedPool(256, device)
             for heads in set(INDEX_HEADS.values()):
-                for next_n in (1,) if name == "dg_indexer_decode" else SPEC_NEXT_N:
+                for next_n in (1,) if name == "dg_indexer_decode" else (SM90_MAX_NEXT_N,):
                     PagedCase(pool, heads, 2, 1024, device, 1, next_n=next_n).run()
         elif name.startswith("dg_moe:"):
             _, model, kernel = name.split(":")
@@ -719,6 +779,9 @@ def warm(names: list[str], device: str = "cuda") -> None:
             N, K = DENSE_SHAPES[model][kind]
             for M in DENSE_M:
                 DenseCase(M, N, K, device, 1).run()
+        elif name == "dg_wo_a":
+            for M in DENSE_M:
+                WoACase(M, device, 1).run()
         elif name == "dg_hc_prenorm":
             for K in HC_K.values():
                 for M in HC_M:
@@ -728,7 +791,7 @@ def warm(names: list[str], device: str = "cuda") -> None:
 
 def warm_units() -> list[str]:
     """The independent warm-up units (one JIT family each), for parallel compilation."""
-    units = ["dg_indexer_prefill", "dg_indexer_decode", "dg_indexer_decode_spec", "dg_hc_prenorm"]
+    units = ["dg_indexer_prefill", "dg_indexer_decode", "dg_indexer_decode_spec", "dg_wo_a", "dg_hc_prenorm"]
     units += [f"dg_moe:{m}:{k[0]}" for m, ks in MOE_SHAPES.items() for k in ks]
     units += [f"dg_dense:{m}:{kind}" for m, projs in DENSE_SHAPES.items() for kind in projs]
     return units

@@ -2,7 +2,7 @@
 # One device call for DeepGEMM's production kernels: build (or unpack a previous build), compile the JIT
 # kernels in parallel, then check and time them into $OUT/production_results.* (run from the repository root):
 #   DG_SRC=.deepgemm/src.tar.gz [DG_PREBUILT=.deepgemm/dg_build.tar.gz] COMMIT=<sha> \
-#   FAMILIES=dg_indexer_prefill,dg_indexer_decode [LIMIT=560] bash kernels_bench/production/device_call_deepgemm.sh
+#   FAMILIES=dg_indexer_prefill,dg_indexer_decode [LIMIT=560] [FWD=1] bash kernels_bench/production/device_call_deepgemm.sh
 # WARM: the JIT units to compile first (default: those of FAMILIES). Writes $OUT/dg_build.tar.gz (the built
 # library and its JIT cache) for the next call to carry as DG_PREBUILT.
 # SITE (optional): a .tar.xz of the other production packages, unpacked (sgl-flash-mla, tile-kernels and
@@ -64,6 +64,10 @@ echo "budget $BUDGET s"
 python3 -m kernels_bench.production.run --out "$OUT" --commit "${COMMIT:-unknown}" \
   --families "$FAMILIES" --budget-s "$BUDGET" 2>&1 | grep -v "ok=True" | tail -40
 grep "ok=True" "$OUT/production_log.txt" | sed -E 's/ +/ /g' | cut -c1-170 | tail -${SHOW:-60}
+if [ "${FWD:-0}" = 1 ]; then  # the forward pass (needs SITE): its mHC boundaries use DeepGEMM's pre-norm GEMM
+  python3 -m kernels_bench.production.forward --out "$OUT" --commit "${COMMIT:-unknown}" \
+    --budget-s "${FWD_BUDGET:-200}" 2>&1 | tail -30
+fi
 [ "${PACK:-1}" = 1 ] && ( cd "$DG_DIR" && tar czf "$OUT/dg_build.tar.gz" --exclude=DeepGEMM/build DeepGEMM jit )
 ls -la "$OUT"
 echo "total $(( $(date +%s) - t0 )) s"

@@ -72,7 +72,9 @@ def boundary_ref(x, y, post, comb, p: TkParams, dtype=torch.float64):
     return xn_b, out.to(torch.bfloat16), post_n, comb_n
 
 
-PRENORM_SPLITS = 16  # DeepGEMM's split-K for the pre-norm GEMM at up to PRENORM_SPLIT_MAX_T tokens (its test case)
+PRENORM_SPLITS = (
+    16  # DeepGEMM's split-K for the pre-norm GEMM at up to PRENORM_SPLIT_MAX_T tokens (its test case)
+)
 PRENORM_SPLIT_MAX_T = 4096
 
 

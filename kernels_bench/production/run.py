@@ -20,7 +20,13 @@ from pathlib import Path
 from kernels_bench.production import PACKAGES, MissingPackage, package_version, require
 
 ORDER = ("attention", "mhc", "gemm_dense")
-NEEDS = {"attention": "flash_mla", "attention_spec": "flash_mla", "mhc": "tile_kernels", "mhc_parts": "tile_kernels", "gemm_dense": None}
+NEEDS = {
+    "attention": "flash_mla",
+    "attention_spec": "flash_mla",
+    "mhc": "tile_kernels",
+    "mhc_parts": "tile_kernels",
+    "gemm_dense": None,
+}
 NEEDS |= {
     name: "deep_gemm"
     for name in (
@@ -29,6 +35,7 @@ NEEDS |= {
         "dg_indexer_decode_spec",
         "dg_moe",
         "dg_dense",
+        "dg_wo_a",
         "dg_hc_prenorm",
     )
 }

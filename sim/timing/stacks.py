@@ -312,7 +312,9 @@ def _spec_pipelines(
                     )
                 )
             names = ", ".join(f"{c[1]}{SPEC_SUFFIX} {c[3]} ({origin})" for c, _o, _f, origin in parts)
-            note = f"s_q {s_q}: ours at B x s_q rows with {names} at B sequences swapped in; top-k and glue ours"
+            note = (
+                f"s_q {s_q}: ours at B x s_q rows with {names} at B sequences swapped in; top-k and glue ours"
+            )
             sources.append(Source("pipeline", SPEC_PIPELINE, model, kind, "derived", "derived", note))
     return rows, sources
 

@@ -195,6 +195,27 @@ def test_prenorm_case_sums_the_splits(fake_dg, M):
     assert c.check([0, M - 1])[1] < 1e-6
 
 
+def test_wo_a_case_checks_the_grouped_product(fake_dg, monkeypatch):
+    monkeypatch.setattr(
+        fake_dg,
+        "fp8_einsum",
+        lambda expr, a, b, d: d.copy_(torch.einsum(expr, D._deq_token(*a), D._deq_block(*b)).to(d.dtype)),
+        raising=False,
+    )
+    c = D.WoACase(3, "cpu", 1)
+    assert c.d.shape == (3, D.WO_A_GROUPS, D.WO_A_OUT)
+    assert c.check([0, 2])[1] < D.GEMM_TOL
+    # a kernel that pairs each group's activations with group 0's weights fails the check
+    monkeypatch.setattr(
+        fake_dg,
+        "fp8_einsum",
+        lambda expr, a, b, d: d.copy_(
+            torch.einsum(expr, D._deq_token(*a), D._deq_block(*b)[:1].expand_as(b[0])).to(d.dtype)
+        ),
+    )
+    assert c.check([0, 2])[1] > D.GEMM_TOL
+
+
 @pytest.mark.parametrize("T", [5, 5000])
 def test_deepgemm_prenorm_partials_sum_to_the_product(fake_dg, T):
     """DgPrenorm's split partials (what mhc_pre_big_fuse_fwd sums with n_splits) hold x·fnᵀ and Σx²."""
@@ -271,8 +292,18 @@ def test_deepgemm_indexer_next_n_and_expanded_match_reference(next_n):
     pool = D.PagedPool(256, "cuda")
     for heads in (32, 64):
         c = D.PagedCase(pool, heads, 3, 2000, "cuda", seed=5, next_n=next_n)
-        assert c.check([0, 2])[1] < TOL
         assert D.expanded(c, heads, "cuda").check([0, 3 * next_n - 1])[1] < TOL
+        if next_n <= D.SM90_MAX_NEXT_N:
+            assert c.check([0, 2])[1] < TOL
+        else:  # the SM90 kernel's limit, which the production stack's verify rows are built around
+            with pytest.raises(RuntimeError, match="next_n == 1 or next_n == 2"):
+                c.run()
+
+
+@pytest.mark.gpu
+@gpu_deepgemm
+def test_deepgemm_wo_a_einsum_matches_reference():
+    assert D.WoACase(40, "cuda", 1).check([0, 39])[1] < D.GEMM_TOL
 
 
 @pytest.mark.gpu
