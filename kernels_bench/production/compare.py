@@ -142,11 +142,12 @@ def derived_csa2_rows(prod: list[dict], ours: list[dict]) -> list[dict]:
 
 def write_with_derived(hw: Path = HW, add_run: Path | None = None) -> int:
     """Rewrite production_results.{csv,json,md} with the derived rows appended (idempotent); ``add_run``: a
-    later run's production_results.json whose rows are appended (``note`` ends with ``[run N]``, its
-    provenance recorded as ``run N``)."""
+    later run's production_results.json whose rows replace those of the same identity (``merge.KEY``) or
+    are appended (``note`` ends with ``[run N]``, its provenance recorded as ``run N``)."""
     import json
 
     from kernels_bench import report
+    from kernels_bench.merge import row_key
     from kernels_bench.production.families import PROD_EXTRA
     from kernels_bench.production.run import production_markdown
 
@@ -157,9 +158,14 @@ def write_with_derived(hw: Path = HW, add_run: Path | None = None) -> int:
         new = json.loads(add_run.read_text())
         n = 2 + sum(1 for k in prov if k.startswith("run "))
         prov[f"run {n}"] = new["provenance"]
+        at = {row_key(r): i for i, r in enumerate(rows)}
         for r in new["rows"]:
             r["note"] = f"{r.get('note') or ''} [run {n}]".strip()
-        rows += new["rows"]
+            if row_key(r) in at:
+                rows[at[row_key(r)]] = r
+            else:
+                at[row_key(r)] = len(rows)
+                rows.append(r)
     as_str = [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in rows]
     derived = derived_csa2_rows(as_str, read_rows(hw / "kernels_bench_results.csv"))
     prov["derived_rows"] = (

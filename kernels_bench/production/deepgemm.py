@@ -379,7 +379,8 @@ def fam_indexer_decode_spec(ctx: Ctx) -> Iterator[dict]:
                             dict(
                                 common,
                                 impl="deepgemm_expanded",
-                                bytes=float(rows) * n * (KEY_BYTES + 4),
+                                # the same unique key bytes: a sequence's rows re-read its blocks from L2
+                                bytes=float(B) * n * KEY_BYTES + 4.0 * rows * n,
                                 note=f"fp8_paged_mqa_logits, {heads} heads, the B x next_n {next_n} rows as "
                                 "sequences of next_n 1 (SGLang's verify call), the rows of a "
                                 "sequence reading its blocks",

@@ -155,6 +155,14 @@ class RefKernels:
     def linear(self, x: torch.Tensor, w: BlockwiseWeight) -> torch.Tensor:
         return self.gemm(self.quant(x), w)
 
+    def wo_a_quant(self, o: torch.Tensor):
+        """wo_a's input [m, groups, r] as the kernel takes it (the reference: as it is)."""
+        return o
+
+    def wo_a(self, o, w: torch.Tensor) -> torch.Tensor:
+        """The grouped output projection: [m, groups, r] x [groups, r, d] -> [m, groups, d]."""
+        return torch.bmm(o.transpose(0, 1), w).transpose(0, 1)
+
     def grouped(self, x: torch.Tensor, w: GroupedWeight, counts: torch.Tensor) -> torch.Tensor:
         xq, xs = act_quant_rowwise(x)
         xd = (xq.float() * xs).to(self.acc_dtype)
@@ -208,8 +216,9 @@ class RefKernels:
 
 
 class GpuKernels(RefKernels):
-    """The production kernels: FlashMLA, TileKernels mHC, cuBLASLt FP8 blockwise, torch FP8 grouped GEMMs,
-    kernels_bench's Triton FP8 indexer and quantise-on-write (no installable production kernel for those)."""
+    """The production kernels: FlashMLA, TileKernels mHC with DeepGEMM's pre-norm GEMM, DeepGEMM's FP8
+    ``fp8_einsum`` for wo_a, cuBLASLt FP8 blockwise, torch FP8 grouped GEMMs, kernels_bench's Triton FP8
+    indexer and quantise-on-write (no installable production kernel for those)."""
 
     name = "production"
 
@@ -220,7 +229,26 @@ class GpuKernels(RefKernels):
         from kernels_bench.production import require
 
         require("tile_kernels")
+        self.deep_gemm = require("deep_gemm")
         self.flash_mla = flash_mla
+        self._wo_a_w: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # FP8 wo_a by id of the bf16 one
+
+    def wo_a_quant(self, o):
+        from kernels_bench.production.deepgemm import _per_token_fp8
+
+        return _per_token_fp8(o)  # 1x128 scales along r
+
+    def wo_a(self, o, w):
+        from kernels_bench.production.deepgemm import _per_block_fp8
+
+        if id(w) not in self._wo_a_w:  # [groups, r, d] -> FP8 [groups, d, r], 128x128 scales (once)
+            self._wo_a_w[id(w)] = _per_block_fp8(w.transpose(1, 2).contiguous())
+        b = self._wo_a_w[id(w)]
+        out = torch.empty(
+            o[0].shape[0], o[0].shape[1], b[0].shape[1], dtype=torch.bfloat16, device=o[0].device
+        )
+        self.deep_gemm.fp8_einsum("bhr,hdr->bhd", o, b, out)
+        return out
 
     def quant(self, x):
         xq, xs = act_quant_blockwise(x)
@@ -627,14 +655,8 @@ class Layer:
             )
         add("other", "o_rope", lambda: self._rope(self.o))
         g = d.o_groups
-        add(
-            "dense_gemm",
-            "wo_a",
-            lambda: L.__setitem__(
-                "oa",
-                torch.bmm(self.o.view(m, g, -1).transpose(0, 1), self.wo_a).transpose(0, 1).reshape(m, -1),
-            ),
-        )
+        add("act_quant", "wo_a_quant", lambda: L.__setitem__("o_q", k.wo_a_quant(self.o.view(m, g, -1))))
+        add("dense_gemm", "wo_a", lambda: L.__setitem__("oa", k.wo_a(L["o_q"], self.wo_a).reshape(m, -1)))
         quant("oa")
         add("dense_gemm", "wo_b", lambda: st.__setitem__("y", k.gemm(L["oa_q"], self.w["wo_b"])))
 
@@ -740,6 +762,7 @@ class Stack:
 COMPONENTS = {  # backend methods swapped together, per production component
     "gemm": ("quant", "gemm", "linear"),
     "grouped": ("grouped",),
+    "wo_a": ("wo_a_quant", "wo_a"),
     "mhc": ("make_mhc",),
     "attention": ("prep_attention_decode", "attention_decode", "attention_prefill"),
     "indexer": ("index_scores",),

@@ -5,9 +5,11 @@ A decode step of `batch` sequences on one instance (GPUs run their kernels one a
 so a step is a sum of kernel times on the busiest GPU):
 - attention side, per layer by kind (V4: SWA x 2, CSA x 21, HCA x 20; V4.1: SWA x 2, Full-enc
   x 3, Full-L20 x 1, Reindex x 4, Reuse x 30; model.md §4): the measured `decode_layer`
-  pipeline (indexer scoring + top-k + sparse MLA) at (sequences per DP group x rows per
-  sequence, mean context). The tables have one query row per sequence: a speculative step's
-  1 + drafted rows are timed as that many sequences, an upper bound (their KV is read once).
+  pipeline (indexer scoring + top-k + sparse MLA) at (sequences per DP group, mean context). A
+  speculative verify step of s_q rows per sequence reads the stack's `decode_layer_spec` pipeline
+  at its s_q (sim.timing.stacks rule 5: the production verify kernels, each sequence's index keys
+  read once for its rows where the kernel takes them so) at the sequences; a stack without one for
+  that s_q times the rows as that many sequences (the kernels_bench stack, an upper bound).
   V4.1's two SWA-only layers use V4's SWA kernel (584- instead of
   528-B rows; kernels.md §9 says it barely matters). Attention-TP ranks split the heads but each
   still dequantises every KV entry and reads every index key of its sequences (kernels.md §3.1:
@@ -118,6 +120,7 @@ from sim.timing.interp import (
 from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.rows_attention import PipelineRows, pipeline_rows
+from sim.timing.stacks import SPEC_PIPELINE, rows_per_sequence
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
@@ -196,6 +199,8 @@ class ModelTables:
     """The interpolated tables one model's composition reads (built once per timing)."""
 
     pipelines: dict[str, tuple[Grid, int]]  # layer kind -> (context x batch grid, layers of that kind)
+    # verify-step pipelines: rows per sequence -> layer kind -> (context x sequences grid, layers)
+    spec_pipelines: dict[int, dict[str, tuple[Grid, int]]]
     every: LayerClass  # layers on every prompt token
     tail: LayerClass  # layers on the decoder tail only (none outside V4.1's CED / engine modes)
     tail_tokens: int  # prompt rows the tail layers see in a request's last chunk (0: no tail class)
@@ -226,6 +231,7 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
     path = tables.path
     kinds = Counter(pipeline_kind(layer) for layer in spec.layers)
     pipelines = {}
+    by_s_q: dict[int, dict[str, tuple[Grid, int]]] = {}
     for kind, count in sorted(kinds.items()):
         model = "V4" if kind == "SWA" else key  # V4.1 SWA-only layers: V4's SWA kernel (module doc)
         rows = tables.need(
@@ -235,6 +241,13 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
             grid_of(rows, "context_tokens", "batch", outer_mode=LINEAR, inner_mode=LOGLOG, path=path),
             count,
         )
+        spec_rows = tables.select(family="pipeline", kernel=SPEC_PIPELINE, model=model, layer_kind=kind)
+        for s_q in sorted({rows_per_sequence(r) for r in spec_rows}):
+            mine = [r for r in spec_rows if rows_per_sequence(r) == s_q]
+            grid = grid_of(mine, "context_tokens", "batch", outer_mode=LINEAR, inner_mode=LOGLOG, path=path)
+            by_s_q.setdefault(s_q, {})[kind] = (grid, count)
+    # a verify step reads its s_q's pipelines only where every kind of the model has one
+    spec_pipelines = {s_q: p for s_q, p in by_s_q.items() if p.keys() == pipelines.keys()}
 
     proj_rows: dict[str, list[KernelRow]] = {}
 
@@ -307,6 +320,7 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
 
     return ModelTables(
         pipelines=pipelines,
+        spec_pipelines=spec_pipelines,
         every=layer_class(True),
         tail=tail,
         tail_tokens=spec.ced.tail_tokens if tail.layers and spec.ced else 0,
@@ -600,8 +614,11 @@ class CalibratedTiming(RooflineTiming):
                 return v
         else:
             cache.extend([None] * (batch_size + 1 - len(cache)))
-        b = math.ceil(batch_size / self.par.dp) * self.verified_tokens_per_step
-        grids = self.mt.pipelines.values()
+        verify = self.verified_tokens_per_step
+        spec = self.mt.spec_pipelines.get(verify) if verify > 1 else None
+        # a verify step: its own pipelines at the sequences, else the plain ones at every row
+        b = math.ceil(batch_size / self.par.dp) * (1 if spec else verify)
+        grids = (spec or self.mt.pipelines).values()
         knots = sorted({x for grid, _n in grids for x in grid.outer})
         v = Curve(tuple(knots), tuple(sum((n * g.at(x, b) for g, n in grids), 0.0) for x in knots), LINEAR)
         cache[batch_size] = v

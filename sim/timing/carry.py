@@ -42,7 +42,7 @@ import functools
 import statistics
 from dataclasses import dataclass, replace
 
-from sim.timing.stacks import OpTimes, load_stack
+from sim.timing.stacks import OpTimes, load_stack, rows_per_sequence
 from sim.timing.tables import KernelRow, KernelTables, gpu_key, table_path
 
 REFERENCE_GPU = "h200"
@@ -257,8 +257,8 @@ def carry_tables(ref: KernelTables, gpu: GpuPeaks) -> KernelTables:
         t = carried_time_s(r, gpu, best)
         kind = r.layer_kind if r.model == "V4" else "CSA2"
         key = (r.model if r.layer_kind != "SWA" else "V4", kind)
-        if key in plain:
-            ctx, b = float(r.context_tokens or 0.0), float(r.batch or 1.0)
+        if key in plain:  # verify-step pipelines (stacks rule 5) hold batch x s_q query rows
+            ctx, b = float(r.context_tokens or 0.0), float(r.batch or 1.0) * rows_per_sequence(r)
             t += anchored[key].at(ctx, b) - plain[key].at(ctx, b)
         rows.append(replace(r, median_s=t, package=_note(r, gpu)))
     return replace(ref, rows=tuple(rows), sources=ref.sources, path=ref.path)

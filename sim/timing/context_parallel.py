@@ -65,7 +65,9 @@ class ContextParallel:
         if self.mode not in CP_MODES:
             raise ValueError(f"prefill context parallel mode {self.mode!r}, not one of {CP_MODES}")
         if self.mode != "off" and self.ranks < 2:
-            raise ValueError(f"prefill context parallelism needs an attention group of 2+ GPUs, got {self.ranks}")
+            raise ValueError(
+                f"prefill context parallelism needs an attention group of 2+ GPUs, got {self.ranks}"
+            )
 
     @property
     def on(self) -> bool:
@@ -109,6 +111,8 @@ def cp_gather_s(
     if ranks <= 1:
         return 0.0
     collectives = layers * KV_GATHERS_PER_LAYER + index_layers * INDEX_GATHERS_PER_LAYER
-    kv = allgather_s(kv_bytes, ranks, bw_bytes_per_s, 0.0) + collectives * latency_s if kv_bytes > 0.0 else 0.0
+    kv = (
+        allgather_s(kv_bytes, ranks, bw_bytes_per_s, 0.0) + collectives * latency_s if kv_bytes > 0.0 else 0.0
+    )
     hidden_bytes = rows * hidden * HIDDEN_BYTES_PER_ELEM
     return kv + allgather_s(hidden_bytes, ranks, bw_bytes_per_s, latency_s)

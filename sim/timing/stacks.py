@@ -18,18 +18,22 @@
      unit) are recomposed at each of their measured (context, batch) points: our pipeline time,
      minus our sparse MLA decode and indexer times at that point, plus the production (or
      derived) ones; top-k and the glue between them stay ours (flagged in the note).
-  5. speculative verify steps (sequences of s_q = 1 + drafted query rows): a `decode_layer_spec`
-     pipeline per kind and s_q that the production table times verify kernels for (`*_spec` rows,
-     `k` = s_q): our pipeline at B·s_q rows (top-k and glue run per row), minus our sparse MLA
-     decode and indexer at B·s_q, plus the production verify kernels at B sequences of s_q rows
-     (vLLM's calls: `fp8_paged_mqa_logits` with next_n = s_q, FlashMLA with s_q rows), V4.1's
-     derived as in rule 3 from V4 CSA's verify row over our row at B·s_q. Without them a verify
-     step reads the plain pipeline at B·s_q sequences (SGLang's calls: every verify row one
-     sequence; sim.timing.calibrated).
+  5. speculative verify steps (B sequences of s_q = rows / batch query rows each): a
+     `decode_layer_spec` pipeline per kind and s_q that the production table times verify kernels
+     for (`*_spec` rows): our pipeline at B·s_q rows (top-k and glue run per row), minus our sparse
+     MLA decode and indexer at B·s_q (past our pipeline's measured batches this rest is held at
+     its last measured batch, as sim.timing.rows_attention holds it), plus the production verify
+     kernels at B sequences of s_q rows (vLLM's calls: FlashMLA with s_q rows, `fp8_paged_mqa_logits` with next_n = s_q where
+     the SM90 kernel takes it, next_n <= 2; above that the rows as sequences of one row, SGLang's
+     call, the only one that runs), V4.1's derived as in rule 3 from V4 CSA's verify row over our
+     row at B·s_q. The rows keep the pipeline row's FLOPs and bytes times s_q and 1 (index keys
+     read once a sequence) for carrying to other GPUs [D]. Without them a verify step reads the
+     plain pipeline at B·s_q sequences (sim.timing.calibrated).
 Where the production table times one kernel of an operation with several libraries, the one the
 engines run on SM90 is kept (`PREFERRED_IMPLS`: DeepGEMM's FP8 GEMMs and MQA logits, which SGLang and
 vLLM call on Hopper, over the cuBLASLt blockwise rows measured before DeepGEMM was built; the verify
-rows' native next_n / s_q calls over their `_expanded` controls, SGLang's one-row-per-sequence calls).
+rows' native next_n / s_q calls over their `_expanded` controls, SGLang's one-row-per-sequence calls,
+which stand in where no native row exists).
 A GPU without a production table gets the kernels_bench rows under the production name, every
 operation flagged as such (`calibrate show` says so).
 """
@@ -54,12 +58,21 @@ REFERENCE_SHAPE = ("V4", "CSA")
 # pipeline components that production may replace: (family, kernel), and the layer kind of the
 # component per pipeline kind (V4.1's compressed layers all run the CSA2 sparse MLA kernel)
 PIPELINE_COMPONENTS = (("attention", "sparse_mla_decode"), ("indexer", "indexer_decode"))
-SPEC_SUFFIX = "_spec"  # verify-step rows of a pipeline component: kernel + SPEC_SUFFIX, k = rows per sequence
+SPEC_SUFFIX = "_spec"  # verify-step rows of a pipeline component: kernel + SPEC_SUFFIX, rows = batch x s_q
 SPEC_PIPELINE = "decode_layer_spec"
+
+
+def rows_per_sequence(row: KernelRow) -> int:
+    """s_q of a verify-step row (kernel `*_spec`, rows = sequences x s_q); 1 for any other row."""
+    if not row.kernel.endswith(SPEC_SUFFIX):
+        return 1
+    return round((row.rows or row.batch or 1.0) / (row.batch or 1.0))
+
+
 # libraries preferred, in order, where the production table times the same kernel with several
 # (kernels_bench/production/deepgemm.py: SGLang's and vLLM's SM90 FP8 GEMM and indexer kernels;
 # families.fam_attention_spec: FlashMLA's s_q rows over the expanded control)
-PREFERRED_IMPLS = ("deepgemm", "flashmla")
+PREFERRED_IMPLS = ("deepgemm", "flashmla", "deepgemm_expanded")
 
 
 @dataclass(frozen=True)
@@ -121,10 +134,11 @@ def _by_op(rows: Iterable[KernelRow]) -> dict[Op, list[KernelRow]]:
 
 
 def preferred(rows: list[KernelRow]) -> list[KernelRow]:
-    """Per kernel, the rows of the first `PREFERRED_IMPLS` library that has any, else all of them."""
-    by_kernel: dict[str, list[KernelRow]] = {}
+    """Per kernel (and rows per sequence), the rows of the first `PREFERRED_IMPLS` library that has
+    any, else all of them."""
+    by_kernel: dict[tuple[str, int], list[KernelRow]] = {}
     for r in rows:
-        by_kernel.setdefault(r.kernel, []).append(r)
+        by_kernel.setdefault((r.kernel, rows_per_sequence(r)), []).append(r)
     out: list[KernelRow] = []
     for krows in by_kernel.values():
         impls = {r.impl for r in krows}
@@ -251,7 +265,7 @@ def _spec_pipelines(
 
     def spec_op(op: Op, s_q: int) -> OpTimes | None:
         if (op, s_q) not in spec_times:
-            rows = [r for r in theirs.get(op, []) if r.k == s_q]
+            rows = [r for r in theirs.get(op, []) if rows_per_sequence(r) == s_q]
             if not rows:
                 return None
             spec_times[op, s_q] = OpTimes(rows)
@@ -275,13 +289,16 @@ def _spec_pipelines(
 
         return derived, "derived"
 
-    s_qs = sorted({int(r.k) for op, rs in theirs.items() if op[1].endswith(SPEC_SUFFIX) for r in rs if r.k})
+    s_qs = sorted(
+        {rows_per_sequence(r) for op, rs in theirs.items() if op[1].endswith(SPEC_SUFFIX) for r in rs}
+    )
     rows: list[KernelRow] = []
     sources: list[Source] = []
     for op, prows in sorted(mine.items()):
         if op[0] != "pipeline":
             continue
         _family, _kernel, model, kind = op
+        notes = []
         for s_q in s_qs:
             parts = []
             for cfam, ckernel in PIPELINE_COMPONENTS:
@@ -296,25 +313,32 @@ def _spec_pipelines(
             if not any(c[0][0] == "attention" for c in parts):
                 continue  # no verify-step sparse MLA: the step keeps the plain pipeline (rule 5)
             pipe = op_times("ours", op)
+            b_max: dict[float, float] = {}  # the largest measured batch per context
+            for r in prows:
+                ctx = float(r.context_tokens or 0.0)
+                b_max[ctx] = max(b_max.get(ctx, 0.0), _size(r))
             for r in prows:
                 ctx, b = float(r.context_tokens or 0.0), _size(r)
-                old = [o.at(ctx, b * s_q) for _c, o, _f, _origin in parts]
-                new = [f(ctx, b) for _c, _o, f, _origin in parts]
-                t = max(pipe.at(ctx, b * s_q) - sum(old) + sum(new), sum(new))
+                # top-k and glue at B x s_q rows; past the measured batches held at the last one (launch-
+                # bound, as sim.timing.rows_attention holds them)
+                m = min(b * s_q, b_max[ctx])
+                rest = max(0.0, pipe.at(ctx, m) - sum(o.at(ctx, m) for _c, o, _f, _origin in parts))
+                t = rest + sum(f(ctx, b) for _c, _o, f, _origin in parts)
                 rows.append(
                     replace(
                         r,
                         kernel=SPEC_PIPELINE,
-                        k=float(s_q),
+                        rows=b * s_q,
+                        flops=r.flops * s_q,
                         median_s=t,
                         impl="derived",
                         package="recomposed verify pipeline",
                     )
                 )
             names = ", ".join(f"{c[1]}{SPEC_SUFFIX} {c[3]} ({origin})" for c, _o, _f, origin in parts)
-            note = (
-                f"s_q {s_q}: ours at B x s_q rows with {names} at B sequences swapped in; top-k and glue ours"
-            )
+            notes.append(f"s_q {s_q}: {names}")
+        if notes:
+            note = "; ".join(notes) + " at B sequences swapped into ours at B x s_q rows; top-k and glue ours"
             sources.append(Source("pipeline", SPEC_PIPELINE, model, kind, "derived", "derived", note))
     return rows, sources
 

@@ -53,16 +53,32 @@ def test_fewer_verified_rows_cost_less_at_a_compute_bound_batch(context):
     assert six.step_s(batch, terms, ()) > 1.3 * four.step_s(batch, terms, ())
 
 
-def test_calibrated_verify_step_counts_rows_and_drafter(context, h200_tables):
+@pytest.mark.parametrize("kernels", ["production", "kernels_bench"])
+def test_calibrated_verify_step_counts_rows_and_drafter(context, h200_tables, kernels):
+    """The verify step's GEMMs, communication and logits see every row; its attention is the stack's
+    verify pipelines at the sequences (production: sim.timing.stacks rule 5) or, in a stack without them,
+    the plain pipelines with the rows timed as sequences (an upper bound)."""
     batch, rows, draft = 16, 4, 5
-    spec = build_calibrated(context(V41, accepted_tokens_per_step=2.5, draft_tokens=draft, verify_rows=rows))
-    plain = build_calibrated(context(V41))
+    spec = build_calibrated(
+        context(V41, accepted_tokens_per_step=2.5, draft_tokens=draft, verify_rows=rows, kernels=kernels)
+    )
+    plain = build_calibrated(context(V41, kernels=kernels))
     share = draft * spec.arith.draft_flops_per_token / (rows * spec.arith.dense_flops_per_token)
+    ctx = 65_536.0
+    verify = spec.mt.spec_pipelines.get(rows)
+    assert (verify is not None) == (kernels == "production")
+    attention = (
+        sum(n * g.at(ctx, batch / 8) for g, n in verify.values())  # 16 sequences over dp 8
+        if verify
+        else plain._attn_curve(batch * rows).at(ctx)
+    )
     expected = (
         plain._pass_s(batch * rows, batch * rows) * (1.0 + share)
         + plain._comm_s(batch * rows)
         + plain.head_s(batch * rows)  # logits of every verified row
-        + plain._attn_curve(batch * rows).at(65_536.0)  # rows timed as sequences: an upper bound
+        + attention
     )
-    terms = DecodeTerms(context_tokens=batch * 65_536.0)
+    terms = DecodeTerms(context_tokens=batch * ctx)
     assert spec.step_s(batch, terms, ()) == pytest.approx(expected, rel=1e-12)
+    if verify:  # 4 rows: FlashMLA's s_q rows and the indexer as sequences (SM90: next_n <= 2), near the old
+        assert attention == pytest.approx(plain._attn_curve(batch * rows).at(ctx), rel=0.1)

@@ -202,3 +202,60 @@ def test_calibrated_prefill_indexer_reads_the_deepgemm_rows(context):
     ]
     assert row.impl == "deepgemm"
     assert cal.mt.index_prefill.at(2048.0, 128 * K + 2048.0) == pytest.approx(row.median_s, rel=1e-12)
+
+
+# ---- speculative verify steps (rule 5) on the committed H200 tables ---------------------------------------
+
+
+def test_verify_pipelines_swap_in_the_verify_kernels_at_the_sequences(committed):
+    """At a measured point inside our pipeline's batches: our pipeline at B x s_q rows less our two kernels
+    there, plus FlashMLA's and DeepGEMM's verify rows at B sequences of s_q rows (grid-exact)."""
+    prod_stack, ours = committed
+    B, L, s_q = 32, 128 * K, 2
+
+    def at(tables, **equal):
+        return OpTimes(_rows(tables, **equal))
+
+    pipe = at(ours, family="pipeline", kernel="decode_layer", model="V4", layer_kind="CSA")
+    mla = at(ours, family="attention", kernel="sparse_mla_decode", model="V4", layer_kind="CSA")
+    idx = at(ours, family="indexer", kernel="indexer_decode", model="V4", layer_kind="CSA")
+    table = load_tables(prod_stack.path)
+    (mla_v,) = [
+        r
+        for r in _rows(table, kernel="sparse_mla_decode_spec", impl="flashmla", layer_kind="CSA")
+        if (r.batch, r.rows) == (B, B * s_q)
+    ]
+    (idx_v,) = [
+        r
+        for r in _rows(table, kernel="indexer_decode_spec", impl="deepgemm", model="V4")
+        if (r.batch, r.rows, r.context_tokens) == (B, B * s_q, L)
+    ]
+    rest = pipe.at(L, B * s_q) - mla.at(L, B * s_q) - idx.at(L, B * s_q)
+    (row,) = [
+        r
+        for r in _rows(prod_stack, kernel="decode_layer_spec", model="V4", layer_kind="CSA")
+        if (r.batch, r.rows, r.context_tokens) == (B, B * s_q, L)
+    ]
+    assert row.median_s == pytest.approx(rest + mla_v.median_s + idx_v.median_s, rel=1e-9)
+    # each sequence's index keys read once for its two rows: cheaper than two sequences of one row
+    plain = at(prod_stack, family="pipeline", kernel="decode_layer", model="V4", layer_kind="CSA")
+    assert row.median_s < 0.9 * plain.at(L, B * s_q)
+    note = _source(prod_stack, "pipeline", "decode_layer_spec", "V4", "CSA").note
+    assert "indexer_decode_spec CSA (production)" in note and "s_q 4" in note
+
+
+def test_four_verify_rows_score_as_sequences_of_one_row_on_sm90(committed):
+    """DeepGEMM's SM90 paged MQA logits take next_n <= 2: 4 verify rows read the expanded rows."""
+    prod_stack, _ = committed
+    rows = [r for r in _rows(prod_stack, kernel="indexer_decode_spec", model="V4.1") if r.rows == 4 * r.batch]
+    assert rows and {r.impl for r in rows} == {"deepgemm_expanded"}
+    two = [r for r in _rows(prod_stack, kernel="indexer_decode_spec", model="V4.1") if r.rows == 2 * r.batch]
+    assert {r.impl for r in two} == {"deepgemm"}  # the native call, its expanded control left in the table
+    assert _source(prod_stack, "pipeline", "decode_layer_spec", "V4.1", "Reindex").origin == "derived"
+
+
+def test_every_operation_of_the_committed_stack_has_one_source(committed):
+    prod_stack, _ = committed
+    ops = {op_of(r) for r in prod_stack.rows}
+    keys = [(s.family, s.kernel, s.model, s.layer_kind) for s in prod_stack.sources]
+    assert len(keys) == len(set(keys)) and set(keys) == ops
