@@ -207,8 +207,17 @@ class Recorder:
 
 
 def _joined(chunks: list[np.ndarray]) -> np.ndarray:
-    """The chunks as one array, which replaces them: the values are held once, not twice (a copy
-    beside its chunks is 3 x 8 B per request more at the end of a run: 229 MB at 9.56M requests)."""
+    """The chunks as one array, which replaces them. Each chunk is copied into place and released
+    at once, so the values are held about once, not twice, while they are joined (3 x 8 B per
+    request: 229 MB at 9.56M requests)."""
     if len(chunks) != 1:
-        chunks[:] = [np.concatenate(chunks) if chunks else np.zeros(0)]
+        joined = np.empty(sum(len(c) for c in chunks))
+        pos = 0
+        chunks.reverse()  # pop from the end: each pop is O(1)
+        while chunks:
+            chunk = chunks.pop()
+            joined[pos : pos + len(chunk)] = chunk
+            pos += len(chunk)
+            del chunk
+        chunks.append(joined)
     return chunks[0]

@@ -28,8 +28,13 @@ from sim.metrics.capacity import capacity_block
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 
 
-def _pct(values: np.ndarray, q: float):
-    return float(np.percentile(values, q)) if len(values) else None
+def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+    """PERCENTILES of `values`, which are partitioned in place (no copy of an array that holds
+    8 B per measured request); read whatever depends on their order first."""
+    if not len(values):
+        return dict.fromkeys(PERCENTILES)
+    qs = np.percentile(values, list(PERCENTILES.values()), overwrite_input=True)
+    return {name: float(v) for name, v in zip(PERCENTILES, qs)}
 
 
 def _div(a: float, b: float):
@@ -93,14 +98,11 @@ def summarize_model(
         "warmup_s": warmup_s,
         "window_s": window_s,
     }
-    ttft, tpot, e2e = rec.ttft, rec.tpot, rec.e2e
-    for name, q in PERCENTILES.items():
-        out[f"ttft_{name}_s"] = _pct(ttft, q)
-    out["ttft_mean_s"] = float(np.mean(ttft)) if len(ttft) else None
-    for name, q in PERCENTILES.items():
-        out[f"tpot_{name}_s"] = _pct(tpot, q)
-    for name, q in PERCENTILES.items():
-        out[f"e2e_{name}_s"] = _pct(e2e, q)
+    ttft_mean_s = float(np.mean(rec.ttft)) if len(rec.ttft) else None  # before the partition below
+    out |= {f"ttft_{name}_s": v for name, v in _percentiles(rec.ttft).items()}
+    out["ttft_mean_s"] = ttft_mean_s
+    out |= {f"tpot_{name}_s": v for name, v in _percentiles(rec.tpot).items()}
+    out |= {f"e2e_{name}_s": v for name, v in _percentiles(rec.e2e).items()}
     out["output_tokens_per_s"] = _div(t.output_tokens, window_s)
     out["input_tokens_per_s"] = _div(t.input_tokens, window_s)
     gpus = sum(p.gpus for p in sim.pools)
