@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import resource
 import signal
 import sys
 import threading
@@ -26,6 +27,16 @@ from typing import Any
 
 Send = Callable[[Any], None]
 POLL_S = 0.5  # how often the parent looks for a worker that died without a word
+
+
+def peak_rss_bytes(*, include_self: bool = True) -> int:
+    """The peak resident set size of the largest of this process's ended children (workers are
+    joined when they end), and of this process unless `include_self` is False: a maximum over
+    processes, not a sum (getrusage's ru_maxrss, KiB on Linux)."""
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if include_self:
+        peak_kib = max(peak_kib, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return peak_kib * 1024
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import resource
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from rich.table import Table
 from sim import native
 from sim.api import run_scenario
 from sim.config.scenario import load_scenario
+from sim.processes import peak_rss_bytes
 from sim.timing.arith import build_arith
 from sim.workload.io import TraceWriter
 from sim.workload.rows import request_table
@@ -154,7 +154,7 @@ def run_bench(
                     _timed_run, str(folder / "bench.yaml"), str(folder / f"out{run}"), model
                 ).result()
                 walls.append(wall)
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest run; KiB on Linux
+    rss = peak_rss_bytes(include_self=False)  # the largest run (this process only wrote the trace)
     done = summary["requests_arrived_incl_warmup"]
     wall = statistics.median(walls)
     return {

@@ -27,6 +27,7 @@ from sim.api import run_scenario
 from sim.cli.capacity_view import capacity_lines, capacity_table
 from sim.cli.options import CORES, Jobs
 from sim.config.scenario import load_scenario
+from sim.processes import peak_rss_bytes
 from sim.workload.io import arrow_without_pandas
 
 
@@ -86,7 +87,8 @@ def run(
     console.print(
         f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet), "
         f"run id {result.summary['run_id']}; the seed ({result.seed}) affects {result.summary['seed_affects']}; "
-        f"wall {time.perf_counter() - started:.1f} s, simulator core {native.describe()}",
+        f"wall {time.perf_counter() - started:.1f} s, peak memory {peak_rss_bytes() / 1e6:,.0f} MB "
+        f"(resident, the largest process), simulator core {native.describe()}",
         markup=False,
     )
 

@@ -28,6 +28,8 @@ def test_sim_run_prints_the_side_by_side_table(tmp_path):
     assert "V4.1-Flash / V4-Flash" in result.stdout and "API hit" in result.stdout
     words = " ".join(result.stdout.split())  # the footer wraps where its wall time has one digit more
     assert "simulator core compiled" in words or "simulator core source" in words
+    peak_mb = float(words.split("peak memory ")[1].split(" MB")[0].replace(",", ""))
+    assert 30 < peak_mb < 4_000  # resident MB of the largest process: Python + numpy + a smoke run
 
 
 def test_sim_bench_reports_requests_per_second():

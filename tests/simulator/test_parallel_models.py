@@ -9,7 +9,7 @@ import pytest
 
 from sim.api import run_scenario
 from sim.errors import InputError
-from sim.processes import run_jobs
+from sim.processes import peak_rss_bytes, run_jobs
 
 from .helpers import DISAGG, scenario
 from .traces import agent_trace
@@ -69,3 +69,15 @@ def test_run_jobs_returns_results_in_job_order_and_relays_messages():
     assert sorted(messages) == [(0, 3), (1, 1), (2, 2)]
     with pytest.raises(ValueError, match="negative -1"):
         run_jobs(_square, [2, -1], 2)
+
+
+def _touch_mb(mb: int, send) -> int:
+    block = bytearray(mb * 1_000_000)  # zero-filled: every page written, so resident
+    return len(block)
+
+
+def test_peak_rss_counts_the_largest_worker():
+    assert run_jobs(_touch_mb, [150], 1) == [150_000_000]
+    # the worker ended and was joined: its peak is its own (Python + 150 MB), not this process's
+    assert peak_rss_bytes(include_self=False) > 150_000_000
+    assert peak_rss_bytes() >= peak_rss_bytes(include_self=False)
