@@ -25,7 +25,7 @@ from sim.api import run_scenario
 from sim.config.scenario import load_scenario
 from sim.processes import peak_rss_bytes
 from sim.timing.arith import build_arith
-from sim.workload.io import TraceWriter
+from sim.workload.io import TraceWriter, arrow_without_pandas
 from sim.workload.rows import request_table
 from sim.workload.schema import ARRIVAL_ABSOLUTE, ARRIVAL_THINK
 
@@ -126,7 +126,8 @@ def _timed_run(scenario_path: str, out_dir: str, model: str) -> tuple[float, dic
     scn = load_scenario(scenario_path)
     build_arith(model)  # model tables: a fixed start-up cost (memoised), not per request
     started = time.perf_counter()
-    result = run_scenario(scn, out_dir=out_dir)
+    with arrow_without_pandas():  # as `sim run` runs it (sim.cli.run_cmd): pyarrow would import pandas
+        result = run_scenario(scn, out_dir=out_dir)
     wall = time.perf_counter() - started
     return wall, result.summary["models"][model], native.describe()
 

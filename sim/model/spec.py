@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from sim.config.yamlio import parse_yaml
 from sim.errors import InputError
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -441,7 +441,7 @@ def load_model(name: str) -> ModelSpec:
     if name not in names:
         raise InputError("unknown model", where="model", value=name, allowed=names)
     path = SPECS_DIR / f"{name}.yaml"
-    return parse_model(yaml.safe_load(path.read_text()), file=str(path))
+    return parse_model(parse_yaml(path.read_text(), file=str(path)), file=str(path))
 
 
 def parse_model(raw: object, *, file: str | None = None) -> ModelSpec:

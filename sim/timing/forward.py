@@ -45,10 +45,9 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from kernels_bench import columns
 from sim import units
+from sim.config.yamlio import parse_yaml
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
 from sim.timing.carry import REFERENCE_GPU
@@ -188,7 +187,7 @@ def reduced_spec(spec_name: str, kinds: tuple[str, ...], routed_experts: int, to
             "unknown model spec in the forward-pass table", where="spec", value=spec_name, allowed=names
         )
     path = model_spec.SPECS_DIR / f"{spec_name}.yaml"
-    raw = yaml.safe_load(path.read_text())
+    raw = parse_yaml(path.read_text(), file=str(path))
     groups = []
     for i, kind in enumerate(kinds):
         same = [g for g in raw["layer_groups"] if g.get("attention") == kind]
