@@ -57,7 +57,6 @@ from sim.kvcache.paths import PathCost, kv_segments
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.tiers import ByteTier, Slot
 
-
 _CACHE_MASK: Final = 4095  # the entry cache's size less one (sessions in flight: thousands)
 
 

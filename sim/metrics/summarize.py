@@ -34,7 +34,7 @@ def _percentiles(values: np.ndarray) -> dict[str, float | None]:
     if not len(values):
         return dict.fromkeys(PERCENTILES)
     qs = np.percentile(values, list(PERCENTILES.values()), overwrite_input=True)
-    return {name: float(v) for name, v in zip(PERCENTILES, qs)}
+    return {name: float(v) for name, v in zip(PERCENTILES, qs, strict=True)}
 
 
 def _div(a: float, b: float):

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sim.workload.generator import generate_trace
 from sim.errors import InputError
+from sim.workload.generator import generate_trace
 from sim.workload.io import TraceWriter, iter_session_batches, iter_sessions, read_trace_table, trace_info
 from sim.workload.rows import request_table
 from sim.workload.spec import parse_spec
