@@ -84,6 +84,13 @@ def run(
     console.print(capacity_table(result.summary))
     for line in capacity_lines(result.summary):
         console.print(line, markup=False)
+    for model, s in result.summary["models"].items():
+        if s.get("engine_refusal"):
+            console.print(
+                f"{model}: {s['engine_refusal']} (sim.config.engine_rules); its figures here are what the "
+                "engine would serve if it started",
+                markup=False,
+            )
     console.print(
         f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet), "
         f"run id {result.summary['run_id']}; the seed ({result.seed}) affects {result.summary['seed_affects']}; "

@@ -14,7 +14,7 @@ A layout is an instance shape (`LAYOUTS`): `tp4` (4 GPUs, TP4 / EP4: the Dynamo 
 two whole nodes: SGLang's large-EP serving), `cp4` / `cp8` (TP4 / TP8 with round-robin prefill context
 parallelism, SGLang's DeepSeek-V4 "Context-Parallel" recipe; decode as tp4 / tp8; prefill and
 colocated roles only, sim.timing.context_parallel). A deployment whose weights leave no KV room is listed as
-pruned, not simulated, and so is one the engine refuses to start (`engine_refusal`: SGLang serves V4.1
+pruned, not simulated, and so is one the engine refuses to start (sim.config.engine_rules: SGLang serves V4.1
 with DSpark disaggregated only on DP 1 / CP 1 pools). The scheduler's limits are per instance (`max_decode_batch`,
 `prefill_budget_tokens`); engines with DP attention schedule per DP group, so a `wide` instance of n
 nodes gets n times the template's limits (`scheduler_overrides`: the template's per-node limits kept,
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config.families import model_family
+from sim.config.engine_rules import engine_refusal
 from sim.errors import InputError
 from sim.model import load_model, resolve_prefill_mode
 from sim.plan.backend import SimBackend
@@ -133,21 +133,6 @@ def prefill_modes(dep: Deployment, template: dict[str, Any], model: str) -> dict
         for p in dep.pools
         if p["role"] != "decode"
     }
-
-
-def engine_refusal(dep: Deployment, template: dict[str, Any], model: str) -> str | None:
-    """Why the engine would refuse to serve `model` as `dep`, or None. SGLang's
-    `validate_deepseek_v41_features` (python/sglang/srt/arg_groups/deepseek_v4_hook.py) raises "DeepSeek-V4.1
-    DSpark PD requires static verify, Mooncake, DP=1 and CP=1" for a disaggregated server with speculative
-    decoding unless dp_size is 1, DP attention off and the attention / prefill CP sizes 1, and it admits no
-    other drafter for V4.1; so with spec_decode on, a V4.1 deployment split into prefill and decode pools
-    runs only with plain attention TP on both sides (tp4, tp8)."""
-    spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
-    if dep.kind != "disaggregated" or not spec_on or model_family(model) != "v41":
-        return None
-    if any(p["dp"] > 1 or p.get("prefill_context_parallel", "off") != "off" for p in dep.pools):
-        return "engine refuses: SGLang serves V4.1 with DSpark disaggregated only with DP 1 and CP 1 pools"
-    return None
 
 
 def parse_layouts(text: str | None, role: str) -> tuple[str, ...]:
@@ -365,7 +350,8 @@ def run_space(
         for model in model_names(template):
             doc = apply_overrides(scenario, backend.model_overrides(scenario, model))
             reason = backend.inspect(doc, model, file=f"deployment {dep.label}").prune_reason
-            reason = reason or engine_refusal(dep, template, model)
+            spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
+            reason = reason or engine_refusal(model, dep.pools, spec_on)
             if reason:
                 pruned[model] = reason
             else:

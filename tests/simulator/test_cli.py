@@ -2,6 +2,7 @@
 
 import json
 
+import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -30,6 +31,27 @@ def test_sim_run_prints_the_side_by_side_table(tmp_path):
     assert "simulator core compiled" in words or "simulator core source" in words
     peak_mb = float(words.split("peak memory ")[1].split(" MB")[0].replace(",", ""))
     assert 30 < peak_mb < 4_000  # resident MB of the largest process: Python + numpy + a smoke run
+
+
+def test_sim_run_says_when_the_engine_would_not_start_the_deployment(tmp_path):
+    smoke = yaml.safe_load((project_root() / "scenarios" / "smoke.yaml").read_text())
+    smoke["workload"] = {**smoke["workload"], "max_requests": 40,
+                         "trace": str(project_root() / "traces" / "agent_1M_sample.parquet")}  # fmt: skip
+    smoke["cluster"]["pools"] = [  # DP-attention pools on both sides, as agent_1M's decode pool
+        {"name": "p", "role": "prefill", "nodes": 1, "gpus_per_instance": 8, "tp": 1, "ep": 8, "dp": 8},
+        {"name": "d", "role": "decode", "nodes": 1, "gpus_per_instance": 8, "tp": 1, "ep": 8, "dp": 8},
+    ]
+    smoke["spec_decode"] = {"enabled": True}
+    path = tmp_path / "dspark_pd.yaml"
+    path.write_text(yaml.safe_dump(smoke))
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.stdout.split())
+    assert "deepseek-v4.1-flash: SGLang would not start this deployment" in words
+    assert "deepseek-v4-flash: SGLang" not in words
+    models = json.loads((tmp_path / "out" / "summary.json").read_text())["models"]
+    assert models["deepseek-v4-flash"]["engine_refusal"] is None
+    assert "DP 1 and prefill CP off" in models["deepseek-v4.1-flash"]["engine_refusal"]
 
 
 def test_sim_bench_reports_requests_per_second():

@@ -8,12 +8,13 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
+from sim.config.engine_rules import engine_refusal
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario
 from sim.errors import InputError
 from sim.plan.backend import SimBackend
 from sim.plan.overrides import apply_overrides
-from sim.sweep.space import deployments, engine_refusal, operating_point, parse_layouts, prefill_modes
+from sim.sweep.space import deployments, operating_point, parse_layouts, prefill_modes
 
 TINY = Path(__file__).with_name("bench_tiny.yaml")
 
@@ -134,12 +135,10 @@ def test_a_wide_instance_gets_the_scheduler_limits_of_its_nodes():
 
 def test_v41_dspark_disaggregated_only_on_dp1_cp1_pools():
     # SGLang's validate_deepseek_v41_features: "DeepSeek-V4.1 DSpark PD requires ... DP=1 and CP=1"
-    refused = {d.label for d in deployments(16, 8) if engine_refusal(d, {"spec_decode": {"enabled": True}},
-                                                                      "deepseek-v4.1-flash")}  # fmt: skip
+    refused = {d.label for d in deployments(16, 8) if engine_refusal("deepseek-v4.1-flash", d.pools, True)}
     assert "P8 dp8x1 : D8 dp8x1" in refused and "P8 tp4x2 : D8 dp8x1" in refused
     assert "P4 cp4x1 : D12 tp4x3" in refused
     assert not {"agg dp8x2", "agg cp4x4", "P8 tp4x2 : D8 tp4x2", "P12 tp4x3 : D4 tp4x1"} & refused
     dep = next(d for d in deployments(16, 8) if d.label == "P8 dp8x1 : D8 dp8x1")
-    off, on = {"spec_decode": {"enabled": False}}, {"spec_decode": {"enabled": True}}
-    assert engine_refusal(dep, off, "deepseek-v4.1-flash") is None  # no DSpark
-    assert engine_refusal(dep, on, "deepseek-v4-flash") is None  # V4's MTP
+    assert engine_refusal("deepseek-v4.1-flash", dep.pools, False) is None  # no DSpark
+    assert engine_refusal("deepseek-v4-flash", dep.pools, True) is None  # V4's MTP
