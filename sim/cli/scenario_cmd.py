@@ -16,6 +16,7 @@ from rich.table import Table
 
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
+from sim.config.engine_rules import engine_refusal
 from sim.errors import InputError
 from sim.preflight import preflight
 
@@ -49,12 +50,19 @@ def _pool_summary(scn: Scenario, pool: Pool) -> dict:
 
 def _summary(scn: Scenario) -> dict:
     pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
+    pool_fields = [p.model_dump() for p in scn.cluster.pools]
     w = scn.workload
     return {
         "name": scn.name,
         "seed": scn.seed,
         "models": [
-            {"name": m.name, "family": m.family, "prefill_mode": m.prefill_mode, "kv_layout": m.kv_layout}
+            {
+                "name": m.name,
+                "family": m.family,
+                "prefill_mode": m.prefill_mode,
+                "kv_layout": m.kv_layout,
+                "engine_refusal": engine_refusal(m.name, pool_fields, scn.spec_decode.enabled),
+            }
             for m in scn.models
         ],
         "hardware": scn.hardware,
@@ -117,6 +125,9 @@ def check_cmd(
         markup=False,
     )
     console.print(f"  seed {scn.seed} affects {wl['seed_affects']}", markup=False)
+    for m in summary["models"]:
+        if m["engine_refusal"]:
+            console.print(f"  note: {m['name']}: {m['engine_refusal']} (sim.config.engine_rules)", markup=False)
 
 
 def _field_rows(model: type[BaseModel], prefix: str = "", defaults: BaseModel | None = None):

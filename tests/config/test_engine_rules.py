@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
 from sim.config.engine_rules import DSPARK_PD_REFUSAL, engine_refusal
 from sim.config.scenario import load_scenario
 from sim.paths import project_root
@@ -36,3 +40,14 @@ def test_the_main_job_runs_v41_on_a_deployment_sglang_refuses():
 )
 def test_dspark_pd_needs_dp1_cp1_pools(pools, spec_decode, refused):
     assert (engine_refusal(V41, pools, spec_decode) is not None) is refused
+
+
+def test_scenario_check_notes_the_refusal():
+    path = project_root() / "scenarios" / "agent_1M.yaml"
+    result = CliRunner().invoke(app, ["scenario", "check", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "note: deepseek-v4.1-flash: SGLang would not start this deployment" in result.stdout
+    assert "note: deepseek-v4-flash" not in result.stdout
+    data = CliRunner().invoke(app, ["scenario", "check", str(path), "--json"]).stdout
+    models = {m["name"]: m["engine_refusal"] for m in json.loads(data)["summary"]["models"]}
+    assert models["deepseek-v4-flash"] is None and models["deepseek-v4.1-flash"] == DSPARK_PD_REFUSAL
