@@ -75,12 +75,26 @@ def cards_html(series: list[Series]) -> str:
 
 
 def headline_panels(series: list[Series]) -> list[Panel]:
-    """Verdict (when the page holds a model and its predecessor) then the cards."""
+    """Verdict (when the page holds a model and its predecessor), any engine refusal, then the cards."""
     panels = []
     for p in successor_pairs(series):
         panels.append(Panel("", html=verdict_html(p, reasons(p)), wide=True))
+    if refusals := refusal_html(series):
+        panels.append(Panel("", html=refusals, wide=True))
     panels.append(Panel("", html=cards_html(series), wide=True))
     return panels
+
+
+def refusal_html(series: list[Series]) -> str:
+    """Models the run served on a deployment their engine would not start (summary `engine_refusal`,
+    sim.config.engine_rules): their figures are a what-if, said beside the verdict they feed."""
+    lines = [
+        f"<li>{html.escape(s.name)}: {html.escape(s.summary['engine_refusal'])}. Its figures are what the "
+        "engine would serve if it started.</li>"
+        for s in series
+        if s.summary.get("engine_refusal")
+    ]
+    return f'<div class="verdict"><p>Caveat:</p><ul>{"".join(lines)}</ul></div>' if lines else ""
 
 
 def verdict_html(p: Pair, reasons: list[str]) -> str:

@@ -19,6 +19,7 @@ MODEL_INPUT_KEYS = (
     "spec_decode",
     "engram_in_host_dram",
     "drain_limited",
+    "engine_refusal",
 )
 
 

@@ -225,3 +225,21 @@ def test_a_long_legend_pushes_the_plot_down_instead_of_covering_the_title():
     fig.update_layout(margin_t=80, height=380)
     fit_legend(fig, 620)
     assert fig.layout.margin.t > 80 and fig.layout.height - 380 == fig.layout.margin.t - 80
+
+
+def test_an_engine_refusal_is_a_caveat_beside_the_verdict(tmp_path):
+    import json
+
+    folder = write_run(tmp_path / "refused")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["models"][V41]["engine_refusal"] = "SGLang would not start this deployment: a reason"
+    summary["models"][V4]["engine_refusal"] = None
+    (folder / "summary.json").write_text(json.dumps(summary))
+    panels = headline.headline_panels(build_series([load_run(folder)]))
+    assert len(panels) == 3  # verdict, caveat, cards
+    text = re.sub("<[^>]+>", "", panels[1].html)
+    assert (
+        text
+        == f"Caveat:{V41}: SGLang would not start this deployment: a reason. Its figures are what the engine would serve if it started."
+    )
+    assert headline.refusal_html(build_series([load_run(write_run(tmp_path / "fine"))])) == ""
