@@ -41,16 +41,24 @@ def sweep(
         str | None, typer.Option("--concurrency", help="comma-separated concurrencies, e.g. 1,2,4,8,16")
     ] = None,
     auto: Annotated[
-        bool, typer.Option("--auto", help="double the concurrency from 1 until TPOT p50 passes the target")
+        bool, typer.Option("--auto", help="double the concurrency from 1 until TPOT passes the target")
     ] = False,
     at_tpot_ms: Annotated[
         float | None,
         typer.Option(
             "--at-tpot-ms",
             callback=finite,
-            help="interpolate the point where TPOT p50 equals this (default: SLO TPOT)",
+            help="interpolate the point where TPOT equals this (default: SLO TPOT)",
         ),
     ] = None,
+    at_tpot_percentile: Annotated[
+        str,
+        typer.Option(
+            "--at-tpot-percentile",
+            help="the runs' TPOT percentile the target is read on: p50 (tokens/s per user = 1 / TPOT p50), "
+            "p90 or p99 (a tail target)",
+        ),
+    ] = "p50",
     workers: Workers = CORES,
     ray: RayAddress = None,
     seed: Annotated[
@@ -87,6 +95,7 @@ def sweep(
 ) -> None:
     """Run a benchmark scenario at each concurrency for each model and draw the frontier."""
     from sim.outputs import probe_output_dir, staged_output_dir
+    from sim.sweep.points import TPOT_PERCENTILES, tpot_key
     from sim.sweep.runner import load_benchmark, run_sweep, scenario_digest, write_outputs
 
     target = probe_output_dir(out, force=force)
@@ -95,6 +104,10 @@ def sweep(
                          value=concurrency, allowed="--concurrency 1,2,4,... | --auto")  # fmt: skip
     if at_tpot_ms is not None and at_tpot_ms <= 0:
         raise InputError("must be > 0", where="--at-tpot-ms", value=at_tpot_ms)
+    if at_tpot_percentile not in TPOT_PERCENTILES:
+        raise InputError("unknown TPOT percentile", where="--at-tpot-percentile", value=at_tpot_percentile,
+                         allowed=", ".join(TPOT_PERCENTILES))  # fmt: skip
+    pct = at_tpot_percentile
     levels = parse_concurrencies(concurrency) if concurrency is not None else None
     template, scn = load_benchmark(scenario)  # every problem of the file, reported the usual way
     target_s = at_tpot_ms / 1e3 if at_tpot_ms is not None else scn.slo.tpot_s
@@ -107,7 +120,7 @@ def sweep(
         ) as stage:
             sweep_space.run(template, scn, gpus=gpus, layouts=layouts, concurrencies=levels, target_s=target_s,
                             workers=workers, ray=ray, seed=seed, out=stage, json_output=json_output,
-                            shown_out=out, decoder_tail=decoder_tail)  # fmt: skip
+                            shown_out=out, decoder_tail=decoder_tail, percentile=pct)  # fmt: skip
         return
 
     err = Console(stderr=True)
@@ -119,7 +132,7 @@ def sweep(
             bar.update(task, completed=done, total=planned)
 
         result = run_sweep(template, concurrencies=levels, target_tpot_s=target_s, workers=workers, ray=ray,
-                           seed=seed, progress=on_progress)  # fmt: skip
+                           seed=seed, progress=on_progress, percentile=pct)  # fmt: skip
     with staged_output_dir(target, run_id=scenario_digest(template, levels), command="sim sweep") as stage:
         written = write_outputs(result, stage)
     files = [out / path.relative_to(stage) for path in written]
@@ -144,18 +157,18 @@ def sweep(
         point = data["at_tpot"]
         if point is not None:
             console.print(
-                f"{model} at TPOT p50 = {target_s * 1e3:g} ms: {point['output_tokens_per_s_per_gpu']:.1f} output "
+                f"{model} at TPOT {pct} = {target_s * 1e3:g} ms: {point['output_tokens_per_s_per_gpu']:.1f} output "
                 f"tok/s/GPU at concurrency {point['concurrency']:.1f} (interpolated between "
                 f"{point['between_concurrency'][0]} and {point['between_concurrency'][1]})"
             )
         else:
-            console.print(f"{model} at TPOT p50 = {target_s * 1e3:g} ms: not found: {data['note']}")
+            console.print(f"{model} at TPOT {pct} = {target_s * 1e3:g} ms: not found: {data['note']}")
         best = data["floor_pick"]
         if best is not None:
             console.print(
-                f"{model} best point run with TPOT p50 <= {target_s * 1e3:g} ms: "
+                f"{model} best point run with TPOT {pct} <= {target_s * 1e3:g} ms: "
                 f"{best['output_tokens_per_s_per_gpu']:.1f} output tok/s/GPU at concurrency {best['concurrency']} "
-                f"(TPOT p50 {best['tpot_p50_s'] * 1e3:.1f} ms, TTFT p50 {best['ttft_p50_s']:.2f} s)"
+                f"(TPOT {pct} {best[tpot_key(pct)] * 1e3:.1f} ms, TTFT p50 {best['ttft_p50_s']:.2f} s)"
             )
     console.print(f"outputs: {', '.join(str(f) for f in files)}")
 

@@ -20,7 +20,7 @@ SPACE_JSON = "space.json"
 
 def run(template: dict[str, Any], scn, *, gpus: int, layouts: dict[str, str | None], concurrencies: list[int] | None,
         target_s: float, workers: int, ray: str | None, seed: int | None, out: Path, json_output: bool,
-        shown_out: Path | None = None, decoder_tail: str = "auto") -> None:  # fmt: skip
+        shown_out: Path | None = None, decoder_tail: str = "auto", percentile: str = "p50") -> None:  # fmt: skip
     """Enumerate, sweep, write `space.json` and each deployment's sweep under `deployments/` of
     `out` (a staged folder that becomes `shown_out`: sim.outputs), print."""
     from sim.sweep.runner import write_outputs
@@ -37,7 +37,7 @@ def run(template: dict[str, Any], scn, *, gpus: int, layouts: dict[str, str | No
 
     result = run_space(template, deps, gpus=gpus, gpus_per_node=hw.gpus_per_node, concurrencies=concurrencies, target_tpot_s=target_s,
                        ttft_limit_s=scn.slo.ttft_s, workers=workers, ray=ray, seed=seed,
-                       progress=on_progress)  # fmt: skip
+                       progress=on_progress, tpot_percentile=percentile)  # fmt: skip
     for label, sweep in result.sweeps.items():
         write_outputs(sweep, out / "deployments" / _slug(label))
     path = out / SPACE_JSON
@@ -58,7 +58,7 @@ def _print(result: SpaceResult, name: str, path: Path) -> None:
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     target_ms = result.target_tpot_s * 1e3
     table = Table(
-        title=f"{name}: {result.gpus} GPUs, output tok/s/GPU at TPOT p50 = {target_ms:g} ms "
+        title=f"{name}: {result.gpus} GPUs, output tok/s/GPU at TPOT {result.tpot_percentile} = {target_ms:g} ms "
         f"and TTFT p90 <= {result.ttft_limit_s:g} s; aggregated steps {result.step_composition}"
     )
     for column in ("model", "deployment", "tok/s/GPU", "at", "concurrency", "TTFT p50 s", "load per pool"):

@@ -31,10 +31,11 @@ def _frontier(result, colors: dict[str, str]) -> go.Figure:
         if point and point.get("output_tokens_per_s_per_gpu") is not None:
             fig.add_trace(go.Scatter(
                 x=[point["tokens_per_s_per_user"]], y=[point["output_tokens_per_s_per_gpu"]], mode="markers",
-                name=f"{model} at TPOT p50 {result.target_tpot_s * 1e3:g} ms",
+                name=f"{model} at TPOT {result.tpot_percentile} {result.target_tpot_s * 1e3:g} ms",
                 marker=dict(color=colors[model], size=16, symbol="star", line=dict(width=1, color="black")),
             ))  # fmt: skip
-    fig.add_vline(x=1.0 / result.target_tpot_s, line_dash="dot")
+    if result.tpot_percentile == "p50":  # the x axis is 1 / TPOT p50: a p50 target is a vertical line
+        fig.add_vline(x=1.0 / result.target_tpot_s, line_dash="dot")
     fig.update_layout(**layout("Output tokens/s per GPU vs tokens/s per user", "tokens/s per user (1 / TPOT p50)",
                                "output tokens/s per GPU"))  # fmt: skip
     return fig
@@ -88,7 +89,8 @@ def _table(result) -> str:
         )
         rows.append(f"<tr><td>{html.escape(model)}</td><td>{value}</td></tr>")
     return (
-        f'<table class="data"><tr><th>model</th><th>at TPOT p50 = {result.target_tpot_s * 1e3:g} ms</th></tr>'
+        f'<table class="data"><tr><th>model</th><th>at TPOT {result.tpot_percentile} = '
+        f"{result.target_tpot_s * 1e3:g} ms</th></tr>"
         + "".join(rows)
         + "</table>"
     )
@@ -98,7 +100,8 @@ def sweep_page(result) -> str:
     colors = model_colors(result.models)
     caption = (
         "Each point: the scenario's benchmark client holding that many requests in flight (labels); "
-        "star: linear interpolation at the TPOT p50 target between the two concurrencies that bracket it."
+        f"star: linear interpolation at the TPOT {result.tpot_percentile} target between the two concurrencies "
+        "that bracket it."
     )
     sections = [
         Section("Frontier", [

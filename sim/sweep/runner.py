@@ -1,14 +1,15 @@
 """`run_sweep`: a benchmark scenario at each concurrency for each model, through the planner's
 executors (local processes or Ray, sim.plan.executors), and the outputs of `sim sweep`.
 
-`--auto` doubles the concurrency from 1, a round of `AUTO_ROUND` points at a time, until TPOT p50
-passes the target (`--at-tpot-ms`, else the scenario's SLO TPOT), requests are rejected, or
+`--auto` doubles the concurrency from 1, a round of `AUTO_ROUND` points at a time, until the TPOT
+percentile read (`--at-tpot-percentile`, p50 by default) passes the target (`--at-tpot-ms`, else the
+scenario's SLO TPOT), requests are rejected, or
 `AUTO_MAX` is reached; then it runs `REFINE_POINTS` concurrencies evenly inside the pair that
 brackets the target, so the interpolation spans a short stretch of the curve. Points are collected in whatever order they finish and then sorted by
 (model, concurrency), so every executor writes the same files.
 
 Outputs in `out_dir`: `sweep.json` (`models.<name>.points[]`, `models.<name>.at_tpot` and
-`models.<name>.floor_pick`: the best point run whose TPOT p50 meets the target) and
+`models.<name>.floor_pick`: the best point run whose TPOT meets the target) and
 `sweep.html` (the frontier, TTFT and TPOT against load, load per pool), each written whole.
 """
 
@@ -27,7 +28,15 @@ from sim.errors import InputError
 from sim.plan.backend import SimBackend
 from sim.plan.executors import make_executor
 from sim.plan.overrides import apply_overrides
-from sim.sweep.points import SweepTask, at_tpot, evaluate, floor_pick, point_record, unbracketed_reason
+from sim.sweep.points import (
+    SweepTask,
+    at_tpot,
+    evaluate,
+    floor_pick,
+    point_record,
+    tpot_key,
+    unbracketed_reason,
+)
 
 AUTO_ROUND = 6  # concurrencies per round of --auto (1, 2, 4, ... 32 first)
 AUTO_MAX = 4096
@@ -51,12 +60,14 @@ class SweepResult:
     target_tpot_s: float
     models: dict[str, dict[str, Any]]  # name -> {"points": [...], "at_tpot": {...} | None, "note": str}
     summaries: dict[str, dict[int, dict[str, Any]]]  # name -> concurrency -> full run summary
+    tpot_percentile: str = "p50"  # the runs' TPOT percentile the target is read on
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": "sim.sweep/v1",
             "scenario": self.scenario,
             "at_tpot_ms": self.target_tpot_s * 1e3,
+            "at_tpot_percentile": self.tpot_percentile,
             "models": self.models,
         }
 
@@ -96,6 +107,7 @@ def run_sweep(
     seed: int | None = None,
     models: list[str] | None = None,
     progress: Progress | None = None,
+    percentile: str = "p50",
 ) -> SweepResult:
     """Every model of `models` (default: the scenario's) at each of `concurrencies`, or `--auto`
     (concurrencies None)."""
@@ -138,9 +150,11 @@ def run_sweep(
                             submit(model, nxt[model])
                             nxt[model] *= 2
                 drain()
-                active = {m for m in active if nxt[m] <= AUTO_MAX and not _saturated(done[m], target_tpot_s)}
+                active = {
+                    m for m in active if nxt[m] <= AUTO_MAX and not _saturated(done[m], target_tpot_s, percentile)
+                }
             for model in names:
-                for c in _refinement(done[model], target_tpot_s):
+                for c in _refinement(done[model], target_tpot_s, percentile):
                     submit(model, c)
             drain()
     finally:
@@ -149,22 +163,29 @@ def run_sweep(
     out: dict[str, dict[str, Any]] = {}
     for model in names:
         points = [point_record(c, r["summary"], r["wall_s"]) for c, r in sorted(done[model].items())]
-        point = at_tpot(points, target_tpot_s)
-        best = floor_pick(points, target_tpot_s)
+        point = at_tpot(points, target_tpot_s, percentile=percentile)
+        best = floor_pick(points, target_tpot_s, percentile)
         out[model] = {
             "points": points,
             "at_tpot": point,
-            "floor_pick": None if best is None else {k: best.get(k) for k in FLOOR_KEYS},
-            "note": None if point is not None else unbracketed_reason(points, target_tpot_s),
+            "floor_pick": None if best is None else {k: best.get(k) for k in floor_keys(percentile)},
+            "note": None if point is not None else unbracketed_reason(points, target_tpot_s, percentile),
         }
     summaries = {m: {c: r["summary"] for c, r in done[m].items()} for m in names}
-    return SweepResult(str(template.get("name", "")), target_tpot_s, out, summaries)
+    return SweepResult(str(template.get("name", "")), target_tpot_s, out, summaries, percentile)
 
 
-def _refinement(results: dict[int, dict[str, Any]], target_tpot_s: float) -> list[int]:
-    """Concurrencies not yet run, evenly inside the pair whose TPOT p50 brackets the target."""
-    points = [{"concurrency": c, "tpot_p50_s": r["summary"].get("tpot_p50_s")} for c, r in results.items()]
-    point = at_tpot(points, target_tpot_s, ("concurrency",))
+def floor_keys(percentile: str) -> tuple[str, ...]:
+    """What a floor pick keeps: FLOOR_KEYS, and the TPOT its target was read on."""
+    key = tpot_key(percentile)
+    return FLOOR_KEYS if key in FLOOR_KEYS else (*FLOOR_KEYS, key)
+
+
+def _refinement(results: dict[int, dict[str, Any]], target_tpot_s: float, percentile: str) -> list[int]:
+    """Concurrencies not yet run, evenly inside the pair whose TPOT brackets the target."""
+    key = tpot_key(percentile)
+    points = [{"concurrency": c, key: r["summary"].get(key)} for c, r in results.items()]
+    point = at_tpot(points, target_tpot_s, ("concurrency",), percentile)
     if point is None:
         return []
     lo, hi = point["between_concurrency"]
@@ -172,12 +193,12 @@ def _refinement(results: dict[int, dict[str, Any]], target_tpot_s: float) -> lis
     return sorted(c for c in inside if c not in results)
 
 
-def _saturated(results: dict[int, dict[str, Any]], target_tpot_s: float) -> bool:
-    """--auto stops raising the load once TPOT p50 passed the target or requests were rejected."""
+def _saturated(results: dict[int, dict[str, Any]], target_tpot_s: float, percentile: str) -> bool:
+    """--auto stops raising the load once the TPOT read passed the target or requests were rejected."""
     if not results:
         return False
     top = results[max(results)]["summary"]
-    tpot = top.get("tpot_p50_s")
+    tpot = top.get(tpot_key(percentile))
     return (tpot is not None and tpot >= target_tpot_s) or bool(top.get("requests_rejected"))
 
 

@@ -19,12 +19,14 @@ with DSpark disaggregated only on DP 1 / CP 1 pools). The scheduler's limits are
 `prefill_budget_tokens`); engines with DP attention schedule per DP group, so a `wide` instance of n
 nodes gets n times the template's limits (`scheduler_overrides`: the template's per-node limits kept,
 an assumption [D]). Each remaining deployment runs `run_sweep` at the given concurrencies, or
-with `--auto` at concurrencies from GPUs / 2 doubling until TPOT p50 passes the target, TTFT p90 the
+with `--auto` at concurrencies from GPUs / 2 doubling until TPOT passes the target, TTFT p90 the
 scenario's SLO TTFT, a request is rejected, or the throughput stops growing (a prefill-bound deployment
 never brings TPOT up to the target: its queue and TTFT grow instead), then two more inside the bracket.
-A deployment's figure (`operating_point`) is the most output tokens/s per GPU with TPOT p50 at the
+A deployment's figure (`operating_point`) is the most output tokens/s per GPU with TPOT at the
 target and TTFT p90 within the SLO: the interpolated crossing, else the best point run meeting both;
-the best deployment per model and kind is the one with the highest figure.
+the best deployment per model and kind is the one with the highest figure. TPOT is the runs' p50 (the
+convention of the Dynamo recipes' floor pick), or their p90 / p99 with `--at-tpot-percentile`: the
+same milliseconds as a tail target, met at a lower load.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from sim.errors import InputError
 from sim.model import load_model, resolve_prefill_mode
 from sim.plan.backend import SimBackend
 from sim.plan.overrides import apply_overrides
-from sim.sweep.points import at_tpot, floor_pick, unbracketed_reason
-from sim.sweep.runner import FLOOR_KEYS, SweepResult, model_names, run_sweep
+from sim.sweep.points import at_tpot, floor_pick, tpot_key, unbracketed_reason
+from sim.sweep.runner import SweepResult, floor_keys, model_names, run_sweep
 from sim.timing.decoder_tail import TAIL_SETTINGS, pool_prefill_mode
 
 
@@ -194,6 +196,7 @@ class SpaceResult:
     rows: list[dict[str, Any]]  # one per deployment and model
     sweeps: dict[str, SweepResult]  # deployment label -> its points (all rounds)
     step_composition: str  # the template's scheduler.step_composition: how aggregated steps are made
+    tpot_percentile: str = "p50"  # the runs' TPOT percentile the target is read on
 
     def best(self, model: str, kind: str) -> dict[str, Any] | None:
         ok = [
@@ -207,6 +210,7 @@ class SpaceResult:
             "format": "sim.sweep.space/v1",
             "gpus": self.gpus,
             "at_tpot_ms": self.target_tpot_s * 1e3,
+            "at_tpot_percentile": self.tpot_percentile,
             "ttft_p90_limit_s": self.ttft_limit_s,
             "step_composition": self.step_composition,
             "deployments": self.rows,
@@ -215,15 +219,15 @@ class SpaceResult:
 
 
 def operating_point(
-    points: list[dict[str, Any]], target_s: float, ttft_limit_s: float
+    points: list[dict[str, Any]], target_s: float, ttft_limit_s: float, percentile: str = "p50"
 ) -> dict[str, Any] | None:
-    """The most output tokens/s per GPU with TPOT p50 at the target and TTFT p90 within the limit: the
+    """The most output tokens/s per GPU with TPOT (`percentile`) at the target and TTFT p90 within the limit: the
     interpolated crossing of the target where both points around it keep TTFT p90 within the limit,
     else the best point run meeting both (a prefill-bound deployment never brings TPOT up to the
     target: its throughput stops growing while its queue, and TTFT, do)."""
     ok = [p for p in points if (p.get("ttft_p90_s") or 0.0) <= ttft_limit_s]
-    best = floor_pick(ok, target_s)
-    cross = at_tpot(points, target_s)
+    best = floor_pick(ok, target_s, percentile)
+    cross = at_tpot(points, target_s, percentile=percentile)
     if cross is not None:
         around = [p for p in points if p["concurrency"] in cross["between_concurrency"]]
         better = (
@@ -236,16 +240,16 @@ def operating_point(
 
 
 def _row(dep: Deployment, model: str, points: list[dict[str, Any]] | None, pruned: str | None,
-         target_s: float, ttft_limit_s: float) -> dict[str, Any]:  # fmt: skip
+         target_s: float, ttft_limit_s: float, percentile: str) -> dict[str, Any]:  # fmt: skip
     row: dict[str, Any] = {"deployment": dep.label, "kind": dep.kind, "prefill_gpus": dep.prefill_gpus,
                            "model": model, "pools": list(dep.pools), "pruned": pruned,
                            "tok_s_gpu": None, "how": None, "concurrency": None, "ttft_p50_s": None,
                            "loads": {}, "note": None}  # fmt: skip
     if not points:
         return row
-    point = operating_point(points, target_s, ttft_limit_s)
+    point = operating_point(points, target_s, ttft_limit_s, percentile)
     if point is None:
-        row["note"] = unbracketed_reason(points, target_s)
+        row["note"] = unbracketed_reason(points, target_s, percentile)
         return row
     row.update(tok_s_gpu=point.get("output_tokens_per_s_per_gpu"), how=point["how"],
                concurrency=point.get("concurrency"), ttft_p50_s=point.get("ttft_p50_s"))  # fmt: skip
@@ -255,7 +259,7 @@ def _row(dep: Deployment, model: str, points: list[dict[str, Any]] | None, prune
 
 
 # --auto in the deployment search: concurrencies from GPUS / 2, doubling, AUTO_ROUND at a time, until
-# TPOT p50 passes the target, TTFT p90 the limit, a request is rejected or the throughput stops
+# TPOT passes the target, TTFT p90 the limit, a request is rejected or the throughput stops
 # growing (PLATEAU: the last doubling gained less than this share); then REFINE inside the bracket
 AUTO_ROUND = 3
 AUTO_ROUNDS = 4
@@ -263,10 +267,10 @@ PLATEAU = 0.05
 REFINE = 2
 
 
-def _done(points: list[dict[str, Any]], target_s: float, ttft_limit_s: float) -> bool:
+def _done(points: list[dict[str, Any]], target_s: float, ttft_limit_s: float, percentile: str) -> bool:
     pts = sorted(points, key=lambda p: p["concurrency"])
     top = pts[-1]
-    if (top.get("tpot_p50_s") or 0.0) >= target_s or (top.get("ttft_p90_s") or 0.0) > ttft_limit_s:
+    if (top.get(tpot_key(percentile)) or 0.0) >= target_s or (top.get("ttft_p90_s") or 0.0) > ttft_limit_s:
         return True
     if top.get("requests_rejected"):
         return True
@@ -280,10 +284,11 @@ def _done(points: list[dict[str, Any]], target_s: float, ttft_limit_s: float) ->
 
 
 def _sweep(scenario: dict[str, Any], models: list[str], gpus: int, concurrencies: list[int] | None,
-           target_s: float, ttft_limit_s: float, **run: Any) -> SweepResult:  # fmt: skip
+           target_s: float, ttft_limit_s: float, percentile: str, **run: Any) -> SweepResult:  # fmt: skip
     """One deployment's points for each model: the given concurrencies, or the search above."""
     if concurrencies is not None:
-        return run_sweep(scenario, concurrencies=concurrencies, target_tpot_s=target_s, models=models, **run)
+        return run_sweep(scenario, concurrencies=concurrencies, target_tpot_s=target_s, models=models,
+                         percentile=percentile, **run)  # fmt: skip
     points: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in models}
     result = None
 
@@ -291,7 +296,8 @@ def _sweep(scenario: dict[str, Any], models: list[str], gpus: int, concurrencies
         nonlocal result
         for model, cs in levels.items():
             if cs:
-                result = run_sweep(scenario, concurrencies=cs, target_tpot_s=target_s, models=[model], **run)
+                result = run_sweep(scenario, concurrencies=cs, target_tpot_s=target_s, models=[model],
+                                   percentile=percentile, **run)  # fmt: skip
                 for p in result.models[model]["points"]:
                     points[model][p["concurrency"]] = p
 
@@ -305,10 +311,10 @@ def _sweep(scenario: dict[str, Any], models: list[str], gpus: int, concurrencies
             levels[m] = [nxt[m] * 2**i for i in range(AUTO_ROUND)]
             nxt[m] *= 2**AUTO_ROUND
         add(levels)
-        active = {m for m in active if not _done(list(points[m].values()), target_s, ttft_limit_s)}
+        active = {m for m in active if not _done(list(points[m].values()), target_s, ttft_limit_s, percentile)}
     refine = {}
     for m in models:
-        cross = at_tpot(list(points[m].values()), target_s, ("concurrency",))
+        cross = at_tpot(list(points[m].values()), target_s, ("concurrency",), percentile)
         if cross is not None:
             lo, hi = cross["between_concurrency"]
             inside = {lo + round((hi - lo) * k / (REFINE + 1)) for k in range(1, REFINE + 1)}
@@ -317,11 +323,11 @@ def _sweep(scenario: dict[str, Any], models: list[str], gpus: int, concurrencies
     models_out = {}
     for m in models:
         pts = [points[m][c] for c in sorted(points[m])]
-        cross, best = at_tpot(pts, target_s), floor_pick(pts, target_s)
+        cross, best = at_tpot(pts, target_s, percentile=percentile), floor_pick(pts, target_s, percentile)
         models_out[m] = {"points": pts, "at_tpot": cross,
-                         "floor_pick": None if best is None else {k: best.get(k) for k in FLOOR_KEYS},
-                         "note": None if cross is not None else unbracketed_reason(pts, target_s)}  # fmt: skip
-    return SweepResult(str(scenario.get("name", "")), target_s, models_out, {})
+                         "floor_pick": None if best is None else {k: best.get(k) for k in floor_keys(percentile)},
+                         "note": None if cross is not None else unbracketed_reason(pts, target_s, percentile)}  # fmt: skip
+    return SweepResult(str(scenario.get("name", "")), target_s, models_out, {}, percentile)
 
 
 def run_space(
@@ -337,6 +343,7 @@ def run_space(
     ray: str | None = None,
     seed: int | None = None,
     progress: Callable[[str], None] | None = None,
+    tpot_percentile: str = "p50",
 ) -> SpaceResult:
     """Sweep every deployment of `deps` for every model of the template (module doc)."""
     from sim.config.scheduler import Scheduler
@@ -361,13 +368,12 @@ def run_space(
         result = None
         if runnable:
             result = _sweep(scenario, runnable, gpus, concurrencies, target_tpot_s, ttft_limit_s,
-                            workers=workers, ray=ray, seed=seed)  # fmt: skip
+                            tpot_percentile, workers=workers, ray=ray, seed=seed)  # fmt: skip
             sweeps[dep.label] = result
         for model in model_names(template):
             data = result.models.get(model) if result is not None else None
-            row = _row(
-                dep, model, data["points"] if data else None, pruned.get(model), target_tpot_s, ttft_limit_s
-            )
+            row = _row(dep, model, data["points"] if data else None, pruned.get(model), target_tpot_s,
+                       ttft_limit_s, tpot_percentile)  # fmt: skip
             rows.append({**row, "prefill_modes": prefill_modes(dep, template, model), "scheduler": limits})
     composition = Scheduler.model_validate(template.get("scheduler") or {}).step_composition
-    return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps, composition)
+    return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps, composition, tpot_percentile)

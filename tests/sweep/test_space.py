@@ -74,6 +74,15 @@ def test_operating_point_interpolates_or_takes_the_best_point_within_the_ttft_li
     assert operating_point([_p(8, 25, 100.0, 1.0)], 0.020, 10.0) is None
 
 
+def test_operating_point_at_a_tpot_p90_target_comes_at_a_lower_load():
+    points = [{**_p(8, 12, 100.0, 1.0), "tpot_p90_s": 0.016}, {**_p(16, 18, 180.0, 2.0), "tpot_p90_s": 0.024},
+              {**_p(32, 26, 240.0, 3.0), "tpot_p90_s": 0.040}]  # fmt: skip
+    p50, p90 = operating_point(points, 0.020, 10.0), operating_point(points, 0.020, 10.0, "p90")
+    assert p50["concurrency"] == pytest.approx(16 + 16 * 2 / 8)  # TPOT p50 18 -> 26 ms
+    assert p90["concurrency"] == pytest.approx(12.0) and p90["tpot_p90_s"] == 0.020
+    assert p90["output_tokens_per_s_per_gpu"] < p50["output_tokens_per_s_per_gpu"]
+
+
 def test_the_cli_searches_the_deployments_and_writes_space_json(tmp_path):
     out = tmp_path / "space"
     args = ["sweep", str(TINY), "--out", str(out), "--gpus", "8", "--concurrency", "2,8", "--workers", "1",

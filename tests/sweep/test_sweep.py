@@ -61,6 +61,7 @@ def test_sweep_json_shape(tmp_path):
         (["--concurrency", "1,x"], "--concurrency"),
         ([], "give --concurrency LIST or --auto"),
         (["--auto", "--at-tpot-ms", "-1"], "--at-tpot-ms"),
+        (["--auto", "--at-tpot-percentile", "p75"], "--at-tpot-percentile"),
     ],
 )
 def test_sweep_bad_arguments(tmp_path, args, message):
@@ -88,3 +89,44 @@ def test_floor_pick_is_the_best_point_meeting_the_target():
     ]
     assert floor_pick(points, 0.020)["concurrency"] == 16
     assert floor_pick(points, 0.005) is None
+
+
+def test_a_tail_target_reads_tpot_p90_and_interpolates_what_a_user_sees_there():
+    from sim.sweep.points import floor_pick, tpot_key, unbracketed_reason
+
+    points = [
+        {"concurrency": 1, "tpot_p50_s": 0.008, "tpot_p90_s": 0.010, "tokens_per_s_per_user": 125.0,
+         "output_tokens_per_s_per_gpu": 10.0},
+        {"concurrency": 4, "tpot_p50_s": 0.010, "tpot_p90_s": 0.016, "tokens_per_s_per_user": 100.0,
+         "output_tokens_per_s_per_gpu": 30.0},
+        {"concurrency": 8, "tpot_p50_s": 0.014, "tpot_p90_s": 0.024, "tokens_per_s_per_user": 71.4,
+         "output_tokens_per_s_per_gpu": 50.0},
+    ]  # fmt: skip
+    p50, p90 = at_tpot(points, 0.020), at_tpot(points, 0.020, percentile="p90")
+    assert p50 is None  # TPOT p50 never reaches 20 ms here
+    assert p90["tpot_p90_s"] == 0.020 and p90["concurrency"] == pytest.approx(6.0)
+    assert p90["output_tokens_per_s_per_gpu"] == pytest.approx(40.0)
+    assert p90["tpot_p50_s"] == pytest.approx(0.012)  # read between the points, not set to the target
+    assert p90["tokens_per_s_per_user"] == pytest.approx((100.0 + 71.4) / 2)
+    assert floor_pick(points, 0.020, "p90")["concurrency"] == 4
+    assert floor_pick(points, 0.020)["concurrency"] == 8
+    assert "TPOT p90 is over 5 ms" in unbracketed_reason(points, 0.005, "p90")
+    with pytest.raises(ValueError, match="p75"):
+        tpot_key("p75")
+
+
+def test_sweep_at_a_p90_target_says_so_in_its_json(tmp_path):
+    out = tmp_path / "sweep"
+    args = ["sweep", str(TINY), "--out", str(out), "--concurrency", "1,8", "--workers", "1",
+            "--at-tpot-ms", "15", "--at-tpot-percentile", "p90", "--json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["at_tpot_percentile"] == "p90" and data["at_tpot_ms"] == 15.0
+    model = data["models"]["deepseek-v4-flash"]
+    assert all(isinstance(p["tpot_p99_s"], float) for p in model["points"])
+    if model["at_tpot"] is not None:
+        assert model["at_tpot"]["tpot_p90_s"] == pytest.approx(0.015)
+    if model["floor_pick"] is not None:
+        assert model["floor_pick"]["tpot_p90_s"] <= 0.015
+    assert "at TPOT p90 = 15 ms" in (out / "sweep.html").read_text()
