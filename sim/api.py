@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from sim.cluster.build import build_simulation
-from sim.config.engine_rules import engine_refusal
+from sim.config.engine_rules import scenario_refusal
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
@@ -332,6 +332,5 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
         ttft_slo_s=scn.slo.ttft_s,
         tpot_slo_s=scn.slo.tpot_s,
     )
-    pools = [p.model_dump() for p in scn.cluster.pools]
-    summary["engine_refusal"] = engine_refusal(ref.name, pools, scn.spec_decode.enabled)
+    summary["engine_refusal"] = scenario_refusal(scn, ref.name)
     return summary, written

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
-from sim.config.engine_rules import engine_refusal
+from sim.config.engine_rules import scenario_refusal
 from sim.errors import InputError
 from sim.preflight import preflight
 
@@ -50,7 +50,6 @@ def _pool_summary(scn: Scenario, pool: Pool) -> dict:
 
 def _summary(scn: Scenario) -> dict:
     pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
-    pool_fields = [p.model_dump() for p in scn.cluster.pools]
     w = scn.workload
     return {
         "name": scn.name,
@@ -61,7 +60,7 @@ def _summary(scn: Scenario) -> dict:
                 "family": m.family,
                 "prefill_mode": m.prefill_mode,
                 "kv_layout": m.kv_layout,
-                "engine_refusal": engine_refusal(m.name, pool_fields, scn.spec_decode.enabled),
+                "engine_refusal": scenario_refusal(scn, m.name),
             }
             for m in scn.models
         ],

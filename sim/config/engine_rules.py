@@ -6,9 +6,12 @@ serve if it allowed it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.config.families import model_family
+
+if TYPE_CHECKING:
+    from sim.config.scenario import Scenario
 
 DSPARK_PD_REFUSAL = (
     "SGLang would not start this deployment: it serves V4.1 with DSpark (speculative decoding) "
@@ -30,3 +33,8 @@ def engine_refusal(model: str, pools: Sequence[Mapping[str, Any]], spec_decode: 
     if any(p.get("dp", 1) > 1 or p.get("prefill_context_parallel", "off") != "off" for p in pools):
         return DSPARK_PD_REFUSAL
     return None
+
+
+def scenario_refusal(scn: Scenario, model: str) -> str | None:
+    """`engine_refusal` of `model` on the scenario's own pools and speculative-decoding switch."""
+    return engine_refusal(model, [p.model_dump() for p in scn.cluster.pools], scn.spec_decode.enabled)

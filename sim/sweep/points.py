@@ -82,12 +82,13 @@ def at_tpot(
     keys, and with a p90 / p99 target the TPOT p50 and tokens/s per user there) are interpolated
     alike. None, with the reason, when no pair brackets the target."""
     key_t = tpot_key(percentile)
-    keys = keys or ("concurrency", "output_tokens_per_s_per_gpu", "output_tokens_per_s", "ttft_p50_s")
     if percentile == "p50":
         at = {"tpot_p50_s": target_s, "tokens_per_s_per_user": 1.0 / target_s}
+        default_keys: tuple[str, ...] = ()
     else:  # what a user sees there (1 / TPOT p50) is read between the points, not set by the target
         at = {key_t: target_s}
-        keys = (*keys, "tpot_p50_s", "tokens_per_s_per_user")
+        default_keys = ("tpot_p50_s", "tokens_per_s_per_user")
+    keys = keys or ("concurrency", "output_tokens_per_s_per_gpu", "output_tokens_per_s", "ttft_p50_s", *default_keys)
     pts = sorted((p for p in points if p.get(key_t) is not None), key=lambda p: p["concurrency"])
     if not pts:
         return None

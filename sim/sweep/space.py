@@ -349,6 +349,7 @@ def run_space(
     from sim.config.scheduler import Scheduler
 
     backend = SimBackend()
+    spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
     rows, sweeps = [], {}
     for dep in deps:
         limits = dep.scheduler_overrides(template, gpus_per_node)
@@ -357,7 +358,6 @@ def run_space(
         for model in model_names(template):
             doc = apply_overrides(scenario, backend.model_overrides(scenario, model))
             reason = backend.inspect(doc, model, file=f"deployment {dep.label}").prune_reason
-            spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
             reason = reason or engine_refusal(model, dep.pools, spec_on)
             if reason:
                 pruned[model] = reason
