@@ -527,15 +527,15 @@ def served_check(path: Path, ctx) -> ForwardCheck:
 
 def served_term(ctx) -> ForwardCheck:
     """`served_check` on the context's GPU, memoised by its kernel tables (one fit per model and engine
-    settings). Measured on the H200 only: another GPU is an InputError, as is a missing table."""
+    settings). A GPU without its own served step table (hwprofiles/<gpu>/serve/) is an InputError."""
     from sim.timing.carry import tables_for
     from sim.timing.tables import gpu_key
 
     key = gpu_key(ctx.hw_profile)
     path = served_paths(key, ctx.model_name)[0]
-    if key != REFERENCE_GPU or not path.is_file():
+    if not path.is_file():
         raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
-                         value="served", allowed="fused_glue, measured, none (served: the H200 only)")  # fmt: skip
+                         value="served", allowed="fused_glue, measured, none (served: GPUs with a served bench table)")  # fmt: skip
     tables = tables_for(ctx.hw_profile, ctx.kernels)
     memo = ("served_forward_term", path, path.stat().st_mtime_ns, ctx.model_name, ctx.par, ctx.row_buckets,
             ctx.prefill_through_decode, ctx.host)  # fmt: skip
@@ -545,15 +545,12 @@ def served_term(ctx) -> ForwardCheck:
 
 def unfused_glue_term(ctx) -> Term:
     """The served engine's unfused glue as a term (sim.timing.served): per layer, its glue launches per layer x
-    the launch floor; per layer and row, the glue time per graph row / layers. Measured on the H200 only."""
+    the launch floor; per layer and row, the glue time per graph row / layers. From the GPU's own profiled bench
+    points (an InputError without them, sim.timing.served)."""
     from sim.timing.served import served_engine
     from sim.timing.tables import gpu_key
 
-    key = gpu_key(ctx.hw_profile)
-    if key != REFERENCE_GPU:
-        raise InputError("no profiled served-model steps for this GPU", where="timing.forward_term",
-                         value="unfused_glue", allowed="fused_glue, measured, none (unfused_glue: the H200 only)")  # fmt: skip
-    eng = served_engine(key, ctx.model_name)
+    eng = served_engine(gpu_key(ctx.hw_profile), ctx.model_name)
     layers = ctx.arith.spec.n_layers
     return Term(eng.launches_per_step * eng.launch_floor_s / layers, eng.glue_per_row_s / layers,
                 len(eng.glue.points), f"the served model's unfused glue: {eng.source}")  # fmt: skip
