@@ -54,7 +54,16 @@ def kernel_rows(gpu_name: str) -> list[dict]:
 
     from sim.cli.calibrate_cmd import _resolve
     from sim.paths import hwprofiles_dir
-    from sim.timing.carry import REFERENCE_GPU, GpuPeaks, carried_stack, carried_time_s, class_best, work_of
+    from sim.timing.carry import (
+        REFERENCE_GPU,
+        GpuPeaks,
+        carried_stack,
+        carried_time_s,
+        class_best,
+        regime,
+        saturation,
+        work_of,
+    )
     from sim.timing.stacks import PRODUCTION_FILE, load_stack
     from sim.timing.tables import load_tables
 
@@ -71,22 +80,25 @@ def kernel_rows(gpu_name: str) -> list[dict]:
         for h, c in zip(order, carried.rows, strict=True):
             if stack == "production" and not h.package:
                 continue  # a kernels_bench row of the composed stack: written with its own stack above
-            out.append(_row(stack, h, c.median_s, work_of(h)))
+            out.append(_row(stack, h, c.median_s, work_of(h), regime(h, saturation(ref))))
             seen.add((stack, *_key_cells(h).values()))
     # production rows the composed stack leaves out, carried with the production stack's class bests
-    best = class_best(load_stack(REFERENCE_GPU, "production"))
+    prod = load_stack(REFERENCE_GPU, "production")
+    best, sat = class_best(prod), saturation(prod)
     raw = load_tables(hwprofiles_dir() / REFERENCE_GPU / PRODUCTION_FILE)
     for h in raw.rows:
         if ("production", *_key_cells(h).values()) in seen or h.family == "pipeline":
             continue
-        out.append(_row("production", replace(h), carried_time_s(h, peaks, best), work_of(h)))
+        out.append(
+            _row("production", replace(h), carried_time_s(h, peaks, best, sat), work_of(h), regime(h, sat))
+        )
     return out
 
 
-def _row(stack: str, h, carried_s: float, work) -> dict:
+def _row(stack: str, h, carried_s: float, work, regime: str) -> dict:
     return {"stack": stack, **_key_cells(h), "package": h.package, "h200_us": round(h.median_s * 1e6, 4),
             "predicted_us": round(carried_s * 1e6, 4),
-            "bound": "compute" if work.compute_bound else "bandwidth",
+            "bound": regime,
             "compute_frac": round(work.compute_frac, 5), "bandwidth_frac": round(work.bandwidth_frac, 5)}  # fmt: skip
 
 

@@ -79,6 +79,12 @@ class Accelerator(StrictModel):
     hbm_bw_TBps: Sourced[float] = Field(description="peak HBM bandwidth per GPU, terabytes/s")
     dense_tflops: DenseTflops
     tdp_w: Sourced[float]
+    # what a kernel bound by neither peak scales with (sim.timing.carry rule 2b): streaming multiprocessors
+    # (AMD: compute units) and their maximum clock
+    sm_count: Sourced[int] | None = Field(
+        None, description="streaming multiprocessors (AMD: compute units) per GPU"
+    )
+    sm_clock_max_MHz: Sourced[float] | None = Field(None, description="maximum (boost) SM clock, MHz")
 
 
 class ScaleUp(StrictModel):
