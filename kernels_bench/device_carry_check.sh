@@ -23,6 +23,8 @@ COMMIT=${COMMIT:-unknown}
 t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 has() { [[ "$STAGES" == *",$1,"* ]]; }
+# packed after every stage, so that a call stopped at its time limit still returns what it measured
+pack() { tar czf "$OUT/results.tar.gz" -C "$R" --exclude=warm . ; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv,noheader
 if [ -n "${SITE:-}" ] && [ ! -f /tmp/site/flash_mla/__init__.py ]; then
   mkdir -p /tmp/site
@@ -39,7 +41,7 @@ fi
 if has prod; then
   python3 -m kernels_bench.production.run --out "$R/prod" --commit "$COMMIT" \
     --families attention,mhc,gemm_dense --budget-s "${BUDGET_PROD:-200}" 2>&1 | grep -v "ok=True" | tail -15
-  el "prod done"
+  el "prod done"; pack
 fi
 if [ -n "${BUILD:-}" ]; then
   wait $BUILD; tail -2 "$R/deepgemm_build.txt"; el "deepgemm built"
@@ -52,35 +54,35 @@ if has dg; then
   python3 -m kernels_bench.production.run --out "$R/dg" --commit "$COMMIT" --budget-s "${BUDGET_DG:-150}" \
     --families dg_indexer_prefill,dg_indexer_decode,dg_indexer_decode_spec,dg_moe,dg_dense,dg_wo_a,dg_hc_prenorm \
     2>&1 | grep -v "ok=True" | tail -15
-  el "dg done"
+  el "dg done"; pack
 fi
 if has fwd; then
   python3 -m kernels_bench.production.forward --out "$R/fwd" --commit "$COMMIT" --budget-s "${BUDGET_FWD:-150}" 2>&1 | tail -12
-  el "forward done"
+  el "forward done"; pack
 fi
 if has serve; then
   for spec in deepseek-v4-flash-mini deepseek-v4.1-flash-mini; do
     timeout "${SERVE_TIMEOUT:-200}" python3 -m kernels_bench.serve.bench --out "$R/serve_$spec" --commit "$COMMIT" \
       --budget-s "${BUDGET_SERVE:-140}" --skip-check --spec "$spec" 2>&1 | tail -6
-    el "serve bench $spec done"
+    el "serve bench $spec done"; pack
   done
 fi
 if has run; then
   timeout "${RUN_TIMEOUT:-280}" python3 -m kernels_bench.serve.run --trace traces/replay_v4_mini.parquet --out "$R/run_v4" \
     --step kernels_bench.serve.model:gpu_step_function --step-arg kv_gib=40 --model deepseek-v4-flash-mini \
     --commit "$COMMIT" 2>&1 | tail -8
-  el "run v4 done"
+  el "run v4 done"; pack
 fi
 if has run41; then
   timeout "${RUN_TIMEOUT:-280}" python3 -m kernels_bench.serve.run --trace traces/replay_v4_mini.parquet --out "$R/run_v41" \
     --step kernels_bench.serve.model41:gpu_step_function --step-arg kv_gib=40 --model deepseek-v4.1-flash-mini \
     --commit "$COMMIT" 2>&1 | tail -8
-  el "run v41 done"
+  el "run v41 done"; pack
 fi
 if has ours; then
   python3 -m kernels_bench.run_all --out "$R/ours" --commit "$COMMIT" --budget-s "${BUDGET_OURS:-240}" \
     ${FAMILIES_OURS:+--families $FAMILIES_OURS} 2>&1 | tail -8
-  el "ours done"
+  el "ours done"; pack
 fi
-tar czf "$OUT/results.tar.gz" -C "$R" --exclude=warm . && ls -la "$OUT"
+pack && ls -la "$OUT"
 el "total"
