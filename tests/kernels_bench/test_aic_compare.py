@@ -50,6 +50,24 @@ def test_predict_reads_shapes_only_and_writes_sims_times(aic_dir, tmp_path, monk
     assert len(_rows(written["b200_vllm_mhc.csv"])) == 1  # pre and post: one boundary
 
 
+def test_compare_flags_the_fp8_block_artifact_and_reads_ms(aic_dir, tmp_path):
+    aic = find_aic(aic_dir)
+    for system in ("b200_sxm", "h200_sxm"):  # BF16 rows 0.01 ms, FP8-block 0.18 ms: the flat-180-us artifact
+        _write(aic_dir / system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", {
+            "kernel_source": ["b", "b", "f", "f"], "gemm_dtype": ["bfloat16", "bfloat16", "fp8_block", "fp8_block"],
+            "m": [1, 128, 1, 128], "n": [512] * 4, "k": [4096] * 4, "latency": [0.01, 0.01, 0.18, 0.18]})  # fmt: skip
+    aic_compare.predict(aic, tmp_path / "pred")
+    summary = aic_compare.compare(aic, tmp_path / "pred", tmp_path / "out")
+    gemm = {(r["gpu"], r["aic_variant"]): r for r in summary if r["op_class"] == "gemm"}
+    assert gemm["b200", "fp8_block"]["excluded"] == "2 aic_table_artifact"
+    assert gemm["b200", "bfloat16"]["in_summary"] == 2
+    rows = _rows(tmp_path / "out" / "compare" / "h200_vllm_gemm.csv")
+    bf16 = next(r for r in rows if r["gemm_dtype"] == "bfloat16" and r["m"] == "128")
+    assert float(bf16["aic_us"]) == 10.0  # AIC's latency is milliseconds
+    assert float(bf16["error"]) == round(float(bf16["sim_us"]) / 10.0 - 1.0, 4)
+    assert (tmp_path / "out" / "carry_ratio.csv").is_file()
+
+
 def test_shapes_refuses_a_time_column(aic_dir):
     path = next(aic_dir.rglob("gemm_perf.parquet"))
     with pytest.raises(ValueError, match="shape columns only"):
