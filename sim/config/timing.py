@@ -47,11 +47,13 @@ class Timing(StrictModel):
     model: Literal["auto", "roofline", "calibrated"] = Field(
         "auto", description="auto: measured kernel tables where they exist, roofline elsewhere"
     )
-    kernels: Literal["production", "kernels_bench"] = Field(
+    kernels: Literal["production", "kernels_bench", "aic"] = Field(
         "production",
         description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
-        "vLLM/SGLang run them, ours where production has none) or kernels_bench (the project's own kernels)",
-    )  # sim.timing.stacks: the composition rules; `sim calibrate show h200` shows both
+        "vLLM/SGLang run them, ours where production has none), kernels_bench (the project's own kernels) or "
+        "aic (NVIDIA AIConfigurator's measured GEMMs, MoE and mHC where it has the GPU, production elsewhere; "
+        'needs pip install ".[aic]")',
+    )  # sim.timing.stacks / sim.timing.aic: the composition rules; `sim calibrate show GPU` shows them
     forward_term: Literal["fused_glue", "measured", "served", "unfused_glue", "none"] = Field(
         "fused_glue",
         description="calibrated steps: what a real forward pass on the H200 took beyond the kernel sum "
