@@ -602,6 +602,8 @@ def build_simulation(
                 "enabled": sd.enabled,
                 "method": spec_step.method,
                 "accepted_tokens_per_step": spec_step.accepted_tokens_per_step,
+                "acceptance_source": spec_step.acceptance_source,
+                "workload_kind": sd.workload_kind if sd.enabled else None,
                 "draft_tokens": spec_step.draft_tokens,
                 "verify_rows": spec_step.verify_rows,
             },

@@ -72,7 +72,7 @@ class ModelRef(StrictModel):
         None,
         ge=1,
         description="this model's mean accepted tokens per verify step when spec_decode is enabled; "
-        "null = spec_decode.<family>.accepted_tokens_per_step",
+        "null = spec_decode.<family>.accepted_tokens_per_step, else the measured curve (sim/model/acceptance.yaml)",
     )
 
     @field_validator("name")
@@ -279,8 +279,10 @@ def _step_composition_problems(pool: Pool, scn: Scenario) -> list[Problem]:
 
 
 def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Problem]:
-    """A model's acceptance fits its family's verified rows; the drafter named is the model's own."""
+    """A model's acceptance fits its family's verified rows and exists (given, or measured for its drafter,
+    draft length and workload kind); the drafter named is the model's own."""
     from sim.model import load_model
+    from sim.model.acceptance import measured_combinations
 
     problems = []
     for i, ref in enumerate(models):
@@ -303,6 +305,28 @@ def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Proble
                     f"{ref.name} has no {fam.method} drafter",
                     fam.method,
                     drafter.kind if drafter else "(none: disable spec_decode)",
+                )
+            )
+            continue
+        if not sd.enabled:
+            continue
+        accepted, why = sd.accepted(ref.family, ref.accepted_tokens_per_step)
+        if accepted is None:
+            problems.append(
+                Problem(
+                    f"spec_decode.{ref.family}.draft_tokens",
+                    f"{why} (sim/model/acceptance.yaml); give spec_decode.{ref.family}.accepted_tokens_per_step",
+                    fam.draft_tokens,
+                    f"draft_tokens/workload_kind measured: {measured_combinations(ref.family, fam.method)}",
+                )
+            )
+        elif ref.accepted_tokens_per_step is None and accepted > rows:
+            problems.append(
+                Problem(
+                    f"spec_decode.{ref.family}.verify_rows",
+                    f"the acceptance {accepted:g} ({why}) exceeds the {rows} rows verified per step",
+                    fam.verify_rows,
+                    f">= {math.ceil(accepted)}",
                 )
             )
     return problems
