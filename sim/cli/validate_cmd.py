@@ -73,7 +73,7 @@ def validate(
             bar.update(task, description=f"validate {name}", completed=done, total=planned)
 
         results = run_cases(loaded, workers=workers, ray=ray, progress=on_progress)
-    document = {"format": "sim.validate/v1", "cases": [r.to_json() for r in results]}
+    document = {"format": "sim.validate/v2", "cases": [r.to_json() for r in results]}
     if target is not None:
         text = json.dumps(document, indent=2) + "\n"
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]

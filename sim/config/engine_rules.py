@@ -203,21 +203,17 @@ def pool_step_rules(
 ) -> StepRules:
     """The step rules of `pool` under `engine`; `scheduler` (the scenario's `scheduler`, as a mapping) set
     explicitly overrides them; no engine: sim's generic defaults (mixed, divided)."""
-    composition = scheduler.get("step_composition")
-    budget = scheduler.get("dp_prefill_budget")
-    if engine is not None:
-        if composition is None:
-            composition = (rules_for(engine, "step_composition") or _MIXED).value
-            dp_without_sync = pool.get("role") == "colocated" and pool.get("dp", 1) > 1 and not spec_decode
-            if composition == "prefill_first" and dp_without_sync:
-                composition = "mixed"  # the rule's note: sim keeps no per-rank decode progress
-        if budget is None:
-            budget = (rules_for(engine, "dp_prefill_budget") or _DIVIDED).value
-    return StepRules(composition or "mixed", budget or "divided")
+    composition = scheduler.get("step_composition") or _engine_value(engine, "step_composition") or "mixed"
+    budget = scheduler.get("dp_prefill_budget") or _engine_value(engine, "dp_prefill_budget") or "divided"
+    dp_without_sync = pool.get("role") == "colocated" and pool.get("dp", 1) > 1 and not spec_decode
+    if composition == "prefill_first" and dp_without_sync and not scheduler.get("step_composition"):
+        composition = "mixed"  # the SGLang rule's note: sim keeps no per-rank decode progress
+    return StepRules(composition, budget)
 
 
-_MIXED = Rule("", (), "step_composition", "mixed", "")
-_DIVIDED = Rule("", (), "dp_prefill_budget", "divided", "")
+def _engine_value(engine: Engine | None, rule: str) -> str | None:
+    found = rules_for(engine, rule) if engine is not None else None
+    return found.value if found is not None else None
 
 
 def engine_refusal(
