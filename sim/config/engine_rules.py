@@ -168,6 +168,16 @@ RULES: tuple[Rule, ...] = (
         f"{_HOOK} apply_deepseek_v4_defaults: max_running_requests 256 when unset (read at main@006cbb66); "
         "sim: scheduler.max_decode_batch, which also caps admission",
     ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "max_running_requests",
+        "1024 on GPUs of >= 70 GiB but A100 (256 below)",
+        "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: max_num_seqs 1024 and max_num_batched_tokens 8192 "
+        "(OpenAI server; 16384 for the LLM class) when --max-num-seqs / --max-num-batched-tokens are unset; listed, "
+        "not applied: scheduler.max_decode_batch and prefill_budget_tokens keep sim's defaults, and which usage "
+        "context Dynamo's vLLM worker runs under is not checked [D]",
+    ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
     DSPARK_PD_DCP1,
