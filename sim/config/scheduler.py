@@ -61,7 +61,8 @@ class Scheduler(StrictModel):
     step_composition: Literal["mixed", "prefill_first"] | None = Field(
         None,
         description="how a colocated instance's step combines prefill chunks with its running decodes "
-        "(sim.sched.batcher; null = the pool's engine rule, sim.config.engine_rules; mixed without an engine): mixed = every step decodes the running sequences and fills the rest of "
+        "(sim.sched.batcher; null = the pool's engine rule, sim.config.engine_rules; mixed without an engine): "
+        "mixed = every step decodes the running sequences and fills the rest of "
         "prefill_budget_tokens with chunks (vLLM's scheduler); prefill_first = a step with chunks runs them "
         "alone under the whole budget and the running decodes wait for it (SGLang, --enable-mixed-chunk off, "
         "its default; with DP attention it needs spec_decode on, where SGLang syncs the ranks' step mode); "

@@ -170,9 +170,8 @@ class SpecDecodeChoice:
     draft_tokens: int
     verify_rows: int
     accepted_tokens_per_step: float
-    acceptance_source: (
-        str | None
-    )  # where the acceptance comes from (sim.config.timing._SpecDecodeSwitch.accepted)
+    # where the acceptance comes from (_SpecDecodeSwitch.accepted); None when spec decoding is off
+    acceptance_source: str | None
 
 
 class _SpecDecodeSwitch(StrictModel):
