@@ -1,4 +1,4 @@
-"""Case files: one YAML per published result (README: Validation cases).
+"""Case files: one YAML per published result (docs/validation.md).
 
     name: v4-flash-4xh200-agg
     source: "where the number was published, with date"
