@@ -44,7 +44,7 @@ COMPILED = (
     "sim.cluster.heap",
     "sim.cluster.instance",
     "sim.cluster.link",
-    "sim.cluster.request",
+    "sim.core.request",
     "sim.kvcache.lookup",
     "sim.kvcache.paths",
     "sim.kvcache.policies",
@@ -52,7 +52,6 @@ COMPILED = (
     "sim.kvcache.tiers",
     "sim.metrics.invariants",
     "sim.metrics.requestlog",
-    "sim.sched.arrivals",
     "sim.sched.batcher",
     "sim.sched.router",
     "sim.timing.calibrated",
@@ -61,6 +60,7 @@ COMPILED = (
     "sim.timing.memo",
     "sim.timing.batch",
     "sim.timing.roofline",
+    "sim.workload.arrivals",
 )
 PURE_ENV = "SIM_PURE_PYTHON"
 REQUIRE_ENV = "SIM_REQUIRE_COMPILED"

@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 
 from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
-from sim.cluster.request import Request, lineage_key, shared_key
+from sim.core.request import Request, lineage_key, shared_key
 from sim.workload.io import iter_session_batches
 from sim.workload.schema import ARRIVAL_ABSOLUTE
 
@@ -222,7 +222,7 @@ class Arrivals:
         self.env = env
         self._trace = trace
         self.cluster = cluster
-        cluster.arrivals = self
+        cluster.on_terminal = self.on_terminal
         self.closed_loop = closed_loop
         self.warmup_s = warmup_s
         self.horizon_s = float("inf") if horizon_s is None else horizon_s
