@@ -76,32 +76,18 @@ def _option(args: list[str], name: str) -> str | None:
 
 def _cheap_run(args: list[str], tmp: Path) -> None:
     _invoke(["scenario", "check", str(ROOT / args[1])])
-    _invoke(
-        [
-            "run",
-            str(_short_copy(ROOT / args[1], tmp / "short.yaml")),
-            "--out",
-            str(tmp / "run"),
-            "--jobs",
-            "1",
-        ]
-    )
+    short = _short_copy(ROOT / args[1], tmp / "short.yaml")
+    _invoke(["run", str(short), "--out", str(tmp / "run"), "--jobs", "1"])
 
 
 def _cheap_sweep(args: list[str], tmp: Path) -> None:
     _invoke(["scenario", "check", str(ROOT / args[1])])
-    cheap = [
-        "sweep",
-        str(_short_copy(ROOT / args[1], tmp / "short.yaml")),
-        "--out",
-        str(tmp / "sweep"),
-        "--workers",
-        "1",
-    ]
+    short = _short_copy(ROOT / args[1], tmp / "short.yaml")
+    cheap = ["sweep", str(short), "--out", str(tmp / "sweep"), "--workers", "1"]
     gpus = _option(args, "--gpus")
     if gpus is not None:  # the deployment search: one layout per role, every P:D split it divides
-        cheap += ["--gpus", gpus, "--concurrency", gpus, "--colocated-layouts", "dp8", "--prefill-layouts", "dp8",
-                  "--decode-layouts", "dp8"]  # fmt: skip
+        layouts = ["--colocated-layouts", "dp8", "--prefill-layouts", "dp8", "--decode-layouts", "dp8"]
+        cheap += ["--gpus", gpus, "--concurrency", gpus, *layouts]
     else:
         cheap += ["--concurrency", "2"]
     for flag in ("--at-tpot-ms", "--at-tpot-percentile"):
@@ -132,9 +118,11 @@ def _cheap_validate(args: list[str], tmp: Path) -> None:
     cases.mkdir()
     for path in sorted((ROOT / str(_option(args, "--cases"))).glob("*.yaml")):
         case = yaml.safe_load(path.read_text())
+        folder = path.parent  # the paths of an inline scenario are relative to the case file
         if isinstance(case["scenario"], str):
+            folder = (path.parent / case["scenario"]).parent
             case["scenario"] = yaml.safe_load((path.parent / case["scenario"]).read_text())
-        case["scenario"] = _short(case["scenario"], path.parent)
+        case["scenario"] = _short(case["scenario"], folder)
         (cases / path.name).write_text(yaml.safe_dump(case, sort_keys=False))
     _invoke(["validate", "--cases", str(cases), "--json"])
 
