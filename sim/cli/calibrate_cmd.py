@@ -343,6 +343,7 @@ def _forward(profile) -> dict:
     if ref is None:
         return {"file": None, "term": asdict(term) if term else None, "summary": None, "points": []}
     return {
+        "term_parts": _term_parts(profile),
         "file": str(ref.path),
         "provenance": dict(ref.provenance),
         "term": asdict(term) if term else asdict(ref.term),
@@ -352,6 +353,27 @@ def _forward(profile) -> dict:
         "points_without_measurement": ref.skipped,
         "points": list(ref.rows),
     }
+
+
+def _term_parts(profile) -> list[dict]:
+    """The forward-pass term on this GPU split by what bounds each part (sim.timing.forward TERM_PARTS), for
+    the `measured` term and the default `fused_glue` one."""
+    from sim.timing.forward import carried_check
+
+    if profile is None:
+        return []
+    out = []
+    for which in ("measured", "fused_glue"):
+        for name, t in carried_check(profile, which).parts:
+            out.append(
+                {
+                    "term": which,
+                    "part": name,
+                    "per_layer_s": t.per_layer_s,
+                    "per_layer_row_s": t.per_layer_row_s,
+                }
+            )
+    return out
 
 
 def _reference_rows(ref, carried_tables) -> list:
@@ -602,6 +624,16 @@ def _print_forward(console: Console, fwd: dict) -> None:
         console.print(
             f"Forward-pass term in this GPU's steps (timing.forward_term default): {us(term)}; {term['source']}"
         )
+    parts = fwd.get("term_parts") or []
+    if parts:
+        bounds = {"launch": "launch / host: the same on every GPU", "glue": "small glue kernels: SM issue rate",
+                  "kernels_missed": "kernel work our tables miss: our kernels' ratio"}  # fmt: skip
+        split = _table("The term on this GPU by what bounds each part (sim/timing/forward.py TERM_PARTS)",
+                       ("term", "part", "bound by", "µs per layer", "ns per layer and row"), left=("term", "part", "bound by"))  # fmt: skip
+        for p in parts:
+            split.add_row(p["term"], p["part"], bounds[p["part"]], f"{p['per_layer_s'] * 1e6:+.1f}",
+                          f"{p['per_layer_row_s'] * 1e9:+.1f}")  # fmt: skip
+        console.print(split)
     if not fwd["points"]:
         return
     ref, glue = fwd["reference_term"], fwd["glue_term"]
