@@ -52,7 +52,6 @@ def kernel_rows(gpu_name: str) -> list[dict]:
     """Every H200 row of both stacks and the raw production table, carried to `gpu_name`."""
     from dataclasses import replace
 
-    from sim.cli.calibrate_cmd import _resolve
     from sim.paths import hwprofiles_dir
     from sim.timing.carry import (
         REFERENCE_GPU,
@@ -65,9 +64,9 @@ def kernel_rows(gpu_name: str) -> list[dict]:
         work_of,
     )
     from sim.timing.stacks import PRODUCTION_FILE, load_stack
-    from sim.timing.tables import load_tables
+    from sim.timing.tables import load_tables, resolve_gpu
 
-    _, profile = _resolve(gpu_name)
+    _, profile = resolve_gpu(gpu_name)
     peaks = GpuPeaks.of(profile)
     out: list[dict] = []
     seen: set[tuple] = set()
@@ -104,11 +103,11 @@ def _row(stack: str, h, carried_s: float, work, regime: str) -> dict:
 
 def forward_rows(gpu_name: str) -> list[dict]:
     """The H200's forward-pass points predicted on one `gpu_name`."""
-    from sim.cli.calibrate_cmd import _resolve
     from sim.timing.carry import REFERENCE_GPU, GpuPeaks, carried_stack
     from sim.timing.forward import FIT_STACK, forward_path, forward_term, kernels_s, load_points
+    from sim.timing.tables import resolve_gpu
 
-    _, profile = _resolve(gpu_name)
+    _, profile = resolve_gpu(gpu_name)
     tables = carried_stack(GpuPeaks.of(profile), FIT_STACK)
     terms = {w: forward_term(profile, w) for w in ("measured", "fused_glue")}
     out = []

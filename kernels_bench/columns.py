@@ -101,6 +101,16 @@ def names(columns: tuple[Column, ...], *read: str) -> tuple[str, ...]:
     return tuple(c.name for c in columns if not read or c.read in read)
 
 
+def row(columns: tuple[Column, ...], **values: object) -> dict[str, object]:
+    """One result row of a table: every column of `columns` in order, "" where not given. A name the table
+    lacks is an error here, so a misspelt column fails where the row is made instead of vanishing from the
+    CSV (the writers keep only the table's columns)."""
+    unknown = set(values) - set(names(columns))
+    if unknown:
+        raise KeyError(f"unknown columns: {sorted(unknown)}")
+    return {c.name: values.get(c.name, "") for c in columns}
+
+
 # serve_step_times.csv (kernels_bench.serve.bench): one row per measured step of the served reduced model
 # (wall clock around the engine's call, every step a CUDA graph), with, for the profiled points, the GPU
 # time of one step by kernel category (kernels_bench.serve.breakdown; blank where not profiled)

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from kernels_bench.columns import KERNEL_COLUMNS, names
+from kernels_bench.columns import KERNEL_COLUMNS, names, row
 from kernels_bench.shapes import BF16_TFLOPS, FP8_TFLOPS, HBM_GBPS
 
 COLUMNS = list(names(KERNEL_COLUMNS))  # kernels_bench.columns: shared with the reader
@@ -25,23 +25,21 @@ COLUMNS = list(names(KERNEL_COLUMNS))  # kernels_bench.columns: shared with the 
 
 def make_row(**kw) -> dict:
     """A row with every column present; derived rates and fractions filled from time, FLOPs and bytes."""
-    row = {c: kw.pop(c, "") for c in COLUMNS}
-    if kw:
-        raise KeyError(f"unknown columns: {sorted(kw)}")
-    med = row["median_us"]
+    out = row(KERNEL_COLUMNS, **kw)
+    med = out["median_us"]
     if isinstance(med, (int, float)) and med > 0:
-        flops = float(row["flops"] or 0.0)
-        nbytes = float(row["bytes"] or 0.0)
-        peak = float(row["compute_ceiling_TFLOPs"] or BF16_TFLOPS)
-        row["compute_ceiling_TFLOPs"] = peak
-        row["achieved_TFLOPs"] = flops / med / 1e6
-        row["achieved_GBps"] = nbytes / med / 1e3
-        row["frac_hbm"] = row["achieved_GBps"] / HBM_GBPS
-        row["frac_compute"] = row["achieved_TFLOPs"] / peak
-        floor = row["floor_us"] or max(nbytes / (HBM_GBPS * 1e3), flops / (peak * 1e6))
-        row["floor_us"] = floor
-        row["frac_of_ceiling"] = floor / med
-    return row
+        flops = float(out["flops"] or 0.0)
+        nbytes = float(out["bytes"] or 0.0)
+        peak = float(out["compute_ceiling_TFLOPs"] or BF16_TFLOPS)
+        out["compute_ceiling_TFLOPs"] = peak
+        out["achieved_TFLOPs"] = flops / med / 1e6
+        out["achieved_GBps"] = nbytes / med / 1e3
+        out["frac_hbm"] = out["achieved_GBps"] / HBM_GBPS
+        out["frac_compute"] = out["achieved_TFLOPs"] / peak
+        floor = out["floor_us"] or max(nbytes / (HBM_GBPS * 1e3), flops / (peak * 1e6))
+        out["floor_us"] = floor
+        out["frac_of_ceiling"] = floor / med
+    return out
 
 
 def _cmd(args: list[str]) -> str:

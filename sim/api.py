@@ -43,8 +43,8 @@ from sim.outputs import probe_output_dir, staged_output_dir
 from sim.preflight import preflight
 from sim.processes import run_jobs
 from sim.rng import RngStreams
-from sim.sched.arrivals import Arrivals, BenchmarkArrivals, iter_trace_columns
 from sim.timing.arith import build_arith
+from sim.workload.arrivals import Arrivals, BenchmarkArrivals, iter_trace_columns
 from sim.workload.io import arrow_without_pandas, trace_info
 
 # progress(model_name, model_index, models, simulated_s, requests_ended, requests_expected)
@@ -221,7 +221,7 @@ def _expected_requests(scn: Scenario, trace: Path | None) -> int:
 
 
 def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: SessionStats, finish) -> Arrivals:
-    """The trace replay, or the benchmark client of `workload.benchmark` (sim.sched.arrivals)."""
+    """The trace replay, or the benchmark client of `workload.benchmark` (sim.workload.arrivals)."""
     w = scn.workload
     common = dict(
         warmup_s=w.warmup_s,

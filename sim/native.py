@@ -3,7 +3,7 @@
 The discrete-event core (engines, links, cache tiers, routing, arrivals, the timing models and
 the interpolation that answers their questions) runs a few hundred Python operations per
 simulated request; compiled by mypyc (part of mypy, from the same typed sources) it runs 2-3x
-faster (README, Simulator speed), which is what lets a 10M-request two-week replay finish in
+faster (docs/speed.md), which is what lets a 10M-request two-week replay finish in
 minutes on one core. The sources stay the reference: they run unchanged as plain Python, and a
 test checks that both give byte-identical outputs.
 
@@ -44,7 +44,7 @@ COMPILED = (
     "sim.cluster.heap",
     "sim.cluster.instance",
     "sim.cluster.link",
-    "sim.cluster.request",
+    "sim.core.request",
     "sim.kvcache.lookup",
     "sim.kvcache.paths",
     "sim.kvcache.policies",
@@ -52,7 +52,6 @@ COMPILED = (
     "sim.kvcache.tiers",
     "sim.metrics.invariants",
     "sim.metrics.requestlog",
-    "sim.sched.arrivals",
     "sim.sched.batcher",
     "sim.sched.router",
     "sim.timing.calibrated",
@@ -61,6 +60,7 @@ COMPILED = (
     "sim.timing.memo",
     "sim.timing.batch",
     "sim.timing.roofline",
+    "sim.workload.arrivals",
 )
 PURE_ENV = "SIM_PURE_PYTHON"
 REQUIRE_ENV = "SIM_REQUIRE_COMPILED"

@@ -148,7 +148,7 @@ def write_with_derived(hw: Path = HW, add_run: Path | None = None) -> int:
 
     from kernels_bench import report
     from kernels_bench.merge import row_key
-    from kernels_bench.production.families import PROD_EXTRA
+    from kernels_bench.production.families import PROD_COLUMNS
     from kernels_bench.production.run import production_markdown
 
     doc = json.loads((hw / "production_results.json").read_text())
@@ -172,7 +172,7 @@ def write_with_derived(hw: Path = HW, add_run: Path | None = None) -> int:
         f"{len(derived)} rows with impl=derived (V4.1 CSA2; see kernels_bench/production/compare.py)"
     )
     rows += derived
-    cols = report.COLUMNS + PROD_EXTRA
+    cols = PROD_COLUMNS
     report.write_json(hw / "production_results.json", rows, prov, extra={"columns": cols})
     report.write_csv(hw / "production_results.csv", rows, prov, columns=cols)
     report.atomic_write(hw / "production_results.md", production_markdown(rows, prov))

@@ -17,13 +17,14 @@ import torch
 
 from kernels_bench import families as F
 from kernels_bench import shapes
-from kernels_bench.columns import PRODUCTION_COLUMNS, names
+from kernels_bench.columns import KERNEL_COLUMNS, PRODUCTION_COLUMNS, names
 from kernels_bench.families import Ctx, _time, guarded, rel_err
 from kernels_bench.production import PACKAGES, MissingPackage, package_version
 from kernels_bench.shapes import BF16_TFLOPS, FP8_BLOCKWISE_TFLOPS, TF32_TFLOPS
 from kernels_bench.timing import rotation_count
 
-PROD_EXTRA = list(names(PRODUCTION_COLUMNS))  # kernels_bench.columns
+# production_results.csv: the kernel columns, then the production run's (kernels_bench.columns)
+PROD_COLUMNS = list(names(KERNEL_COLUMNS + PRODUCTION_COLUMNS))
 
 
 def prod(base: dict, package: str) -> dict:

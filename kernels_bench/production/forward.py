@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from kernels_bench import formats, indexer
+from kernels_bench import columns, formats, indexer
 from kernels_bench.columns import FORWARD_COLUMNS, names
 from kernels_bench.production import mhc_tk
 from kernels_bench.production.attention import sparse_mla_ref_qkv
@@ -888,18 +888,19 @@ def main(argv=None) -> int:
             print(f"budget exhausted before {spec} {mode} B={b} L={L} T={T}", file=log, flush=True)
             break
         kinds = STACKS[spec]
-        row = {
-            "model": "deepseek-v4-flash",
-            "mode": mode,
-            "spec": SPEC,
-            "n_layers": len(kinds),
-            "layer_kinds": layer_kinds_label(kinds),
-            "n_routed_experts": d.experts,
-            "experts_per_token": d.experts_per_token,
-            "batch": b,
-            "context_tokens": L,
-            "chunk_tokens": T,
-        }
+        row = columns.row(
+            FORWARD_COLUMNS,
+            model="deepseek-v4-flash",
+            mode=mode,
+            spec=SPEC,
+            n_layers=len(kinds),
+            layer_kinds=layer_kinds_label(kinds),
+            n_routed_experts=d.experts,
+            experts_per_token=d.experts_per_token,
+            batch=b,
+            context_tokens=L,
+            chunk_tokens=T,
+        )
         try:
             stack = Stack(kinds, d, kern, mode=mode, batch=b, context=L, chunk=T, device="cuda")
             row.update(measure(stack))

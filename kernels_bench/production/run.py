@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     ctx = Ctx(
         grid=PRESETS[args.preset], device="cuda", timed=True, log=log, deadline=t0 + args.budget_s, tune={}
     )
-    cols = report.COLUMNS + PF.PROD_EXTRA
+    cols = PF.PROD_COLUMNS
     rows: list[dict] = []
     for fam in [f for f in args.families.split(",") if f]:
         log(f"family {fam}")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-from dataclasses import replace
 from pathlib import Path
 
 SPEC = "deepseek-v4-flash-mini"
@@ -47,28 +46,21 @@ def mini_context(gpu: str = "h200", stack: str = "production", forward_term: str
     """The timing context of a mini model on one GPU with the served engine's settings (row buckets:
     the engine's when None; host: its in-step host time, sim.timing.served, without the scheduler's gap,
     which the bench does not time)."""
-    from sim.cli.calibrate_cmd import _resolve
-    from sim.cluster.build import efficiency, hw_rates
     from sim.config.timing import Timing
     from sim.timing.arith import build_arith
     from sim.timing.factory import TimingContext
     from sim.timing.host import NO_HOST
     from sim.timing.roofline import Parallelism
     from sim.timing.served import served_engine
+    from sim.timing.tables import resolve_gpu
 
-    _, profile = _resolve(gpu)
-    timing = Timing()
-    arith = build_arith(spec)
-    achievable = {k: getattr(profile.achievable, k).value for k in type(profile.achievable).model_fields}
-    eff = efficiency(achievable, timing)
-    eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
+    _, profile = resolve_gpu(gpu)
     par = Parallelism(gpus=1, tp=1, ep=1, dp=1)
-    rates = hw_rates(profile, timing.scale_out_latency_s)
     buckets = served_buckets() if row_buckets is None else row_buckets
-    return TimingContext(spec, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack,
-                         forward_term=forward_term, row_buckets=buckets,
-                         prefill_through_decode=prefill_through_decode,
-                         host=served_engine(gpu, spec).host if host else NO_HOST)  # fmt: skip
+    return TimingContext.of_instance(spec, build_arith(spec), profile, par, Timing(), kernels=stack,
+                                     forward_term=forward_term, row_buckets=buckets,
+                                     prefill_through_decode=prefill_through_decode,
+                                     host=served_engine(gpu, spec).host if host else NO_HOST)  # fmt: skip
 
 
 def mini_timing(gpu: str = "h200", stack: str = "production", forward_term: str = "served", spec: str = SPEC,
@@ -146,10 +138,11 @@ def sim_parts_us(tm, batch: int, context_tokens: int, chunk_tokens: int, chunk_c
     """sim's step split as the bench splits its kernels (microseconds): LM head, attention (with the indexer),
     dense GEMMs, routed experts, mHC and the served term."""
     rows = tm.padded_rows(batch + chunk_tokens)
-    parts = [a + b for a, b in zip(tm._class_parts(True, rows), tm._class_parts(False, rows), strict=True)]
+    parts = tm.pass_parts(rows)
     total = predict_step_s(tm, batch, context_tokens, chunk_tokens, chunk_context_tokens)
     head = tm.head_s(batch + (1 if chunk_tokens else 0))
-    other = dict(zip(("dense_gemm_us", "moe_gemm_us", "mhc_us", "served_term_us"), parts, strict=True))
+    other = {"dense_gemm_us": parts.dense_gemm_s, "moe_gemm_us": parts.moe_gemm_s, "mhc_us": parts.mhc_s,
+             "served_term_us": parts.forward_term_s}  # fmt: skip
     other["served_term_us"] += tm.host.in_step_s(batch + (1 if chunk_tokens else 0), rows)
     attention = total - head - sum(other.values())
     return {k: v * 1e6 for k, v in {"lm_head_us": head, "attention_us": attention, **other}.items()}

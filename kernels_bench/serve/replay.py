@@ -1,6 +1,6 @@
 """Closed-loop replay of a canonical trace (sim.workload.schema, read with pyarrow only) through the engine.
 
-Arrival rule, as ``sim`` replays it (sim/sched/arrivals.py): an ``absolute`` row arrives at
+Arrival rule, as ``sim`` replays it (sim/workload/arrivals.py): an ``absolute`` row arrives at
 ``arrival_time_s``; a ``think`` row arrives ``think_time_s * think_scale`` after the end (completion or
 rejection) of ``depends_on_request_id``, in wall-clock time (a dependency missing from the file counts as
 absolute). A request that arrives while a step runs is seen by the scheduler when that step ends, as in a

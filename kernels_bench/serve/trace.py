@@ -12,7 +12,10 @@ Rules (each a stated choice [D], none tuned to a result):
   later requests depend only on earlier ones, so a cut session replays as the start of the real one);
 - tokens: input, prefix and shared-prompt lengths times ``--context-scale`` (rounded; at least one input
   token; a prefix never longer than its input), so a pure append stays a pure append; outputs unscaled
-  but capped at ``--output-cap``;
+  but capped at ``--output-cap``; a request that produced no output token (Claude Code logs such turns:
+  a call interrupted before its first token) is replayed with one, since an engine's prefill always samples
+  the first token: its prompt is still served and its successors still wait for it (counted as
+  ``zero_output_requests`` in the summary the command prints);
 - time: think times times ``--think-scale``, capped at ``--think-cap-s`` (a human's hours-long pause would
   idle the GPU); session k starts at ``k * --stagger-s``; other absolute arrivals keep their offset from
   their session's start, times ``--think-scale``;
@@ -44,13 +47,18 @@ def _scale(x: np.ndarray, f: float) -> np.ndarray:
     return np.rint(np.asarray(x, dtype=np.float64) * f).astype(np.int64)
 
 
+def first_requests(t: pa.Table, requests: int) -> pa.Table:
+    """A session's first ``requests`` requests in arrival order (module doc, sessions)."""
+    return t.sort_by("request_index").slice(0, requests)
+
+
 def scale_session(t: pa.Table, session_id: int, first_request_id: int, start_s: float, *, requests: int,
                   context_scale: float, think_scale: float, think_cap_s: float, output_cap: int) -> pa.Table:  # fmt: skip
     """The first ``requests`` rows of one imported session, scaled and renumbered."""
     from sim.workload.rows import request_table
     from sim.workload.schema import ARRIVAL_ABSOLUTE
 
-    t = t.sort_by("request_index").slice(0, requests)
+    t = first_requests(t, requests)
     n = t.num_rows
     c = {
         name: t.column(name).to_numpy(zero_copy_only=False)
@@ -64,7 +72,7 @@ def scale_session(t: pa.Table, session_id: int, first_request_id: int, start_s: 
         return np.array([new_id.get(int(v), -1) if v >= 0 else -1 for v in values], dtype=np.int64)
 
     inp = np.maximum(_scale(c["input_tokens"], context_scale), 1)
-    out = np.minimum(c["output_tokens"], output_cap)
+    out = np.clip(c["output_tokens"], 1, output_cap)  # no output: the one token prefill samples (module doc)
     parent = remap(c["prefix_parent_request_id"])
     prefix = np.where(parent >= 0, np.minimum(_scale(c["prefix_tokens"], context_scale), inp), 0)
     shared = np.where(
@@ -123,6 +131,7 @@ def build(src: Path, out: Path, *, sessions: int, requests: int, context_scale: 
         "stagger_s": stagger_s,
     }
     kept: list[str] = []
+    zero_output = 0
     with TraceWriter(out, metadata={"sim.scaling": json.dumps(rules, sort_keys=True)}) as w:
         next_id = 0
         for table in read(src):
@@ -132,6 +141,8 @@ def build(src: Path, out: Path, *, sessions: int, requests: int, context_scale: 
             scaled = scale_session(table, k, next_id, k * stagger_s, requests=requests, context_scale=context_scale,
                                    think_scale=think_scale, think_cap_s=think_cap_s, output_cap=output_cap)  # fmt: skip
             w.write(scaled)
+            outputs = first_requests(table, requests).column("output_tokens").to_numpy()
+            zero_output += int(np.count_nonzero(outputs == 0))
             kept.append(str(table.column("template")[0]))
             next_id += scaled.num_rows
             if len(kept) == sessions:
@@ -139,7 +150,7 @@ def build(src: Path, out: Path, *, sessions: int, requests: int, context_scale: 
         if len(kept) < sessions:
             raise InputError(f"only {len(kept)} sessions have {requests} requests", file=str(src),
                              value=sessions, allowed=f"<= {len(kept)}")  # fmt: skip
-    return {**(w.summary or {}), "scaling": rules, "templates": kept}
+    return {**(w.summary or {}), "scaling": rules, "templates": kept, "zero_output_requests": zero_output}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,6 @@ roofline, and the step times the calibrated timing composes from them next to th
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -12,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.config.families import servable_models
-from sim.errors import InputError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON only (every usable row).")]
 AllFlag = Annotated[bool, typer.Option("--all", help="List every usable row, not only the key shapes.")]
@@ -52,27 +50,6 @@ def register(app: typer.Typer) -> None:
 def _console() -> Console:
     console = Console()
     return console if console.is_terminal else Console(width=200)
-
-
-def _resolve(name: str):
-    """(GPU key, a hardware profile of that GPU) for a GPU key ("h200", "b200") or a profile id;
-    any GPU with a profile works (measured tables, or the H200's carried to it)."""
-    from sim.hardware import load_all_hw
-    from sim.timing.tables import gpu_key, gpus_with_tables
-
-    profiles = load_all_hw()
-    by_id = {p.id: p for p in profiles}
-    key = gpu_key(by_id[name]) if name in by_id else name.lower()
-    matches = [p for p in profiles if gpu_key(p) == key]
-    profile = by_id.get(name) or (matches[0] if matches else None)
-    if profile is None:
-        if key in gpus_with_tables():
-            return key, None
-        known = sorted({*gpus_with_tables(), *(gpu_key(p) for p in profiles)})
-        raise InputError(
-            "no hardware profile or kernel tables for this GPU", where="GPU", value=name, allowed=known
-        )
-    return key, profile
 
 
 def _carried_row_json(r, ref) -> dict:
@@ -146,21 +123,14 @@ def _families(rows) -> list[dict]:
 def _contexts(profile, model: str, stack: str = "production"):
     """TimingContext of one 8-GPU instance (TP 1, EP = DP = GPUs per node) with one kernel stack,
     built as a run builds it."""
-    from sim.cluster.build import efficiency, hw_rates
     from sim.config.timing import Timing
     from sim.timing.arith import build_arith
     from sim.timing.factory import TimingContext
     from sim.timing.roofline import Parallelism
 
-    timing = Timing()
-    arith = build_arith(model)
-    achievable = {k: getattr(profile.achievable, k).value for k in type(profile.achievable).model_fields}
-    eff = efficiency(achievable, timing)
-    eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
     g = profile.gpus_per_node
     par = Parallelism(gpus=g, tp=1, ep=g, dp=g)
-    rates = hw_rates(profile, timing.scale_out_latency_s)
-    return TimingContext(model, arith, profile, rates, par, eff, 1.0, 0, False, True, kernels=stack)
+    return TimingContext.of_instance(model, build_arith(model), profile, par, Timing(), kernels=stack)
 
 
 def _composed(profile, stack: str) -> dict:
@@ -315,9 +285,9 @@ def show_cmd(
     prefill step times, calibrated vs roofline."""
     from sim.timing.carry import REFERENCE_GPU, carried, efficiency_curves, tables_for
     from sim.timing.stacks import DEFAULT_STACK, STACKS, load_stack
-    from sim.timing.tables import load_tables, table_path
+    from sim.timing.tables import load_tables, resolve_gpu, table_path
 
-    key, profile = _resolve(gpu)
+    key, profile = resolve_gpu(gpu)
     every = as_json or all_rows
     stacks = _stacks(key, profile, every)
     data = {"gpu": key, "default_stack": DEFAULT_STACK, "carried_from": None}

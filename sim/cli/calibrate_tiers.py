@@ -30,7 +30,6 @@ say, is reported like the others: `<name>_s`).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -84,7 +83,6 @@ def tier_times(
 ) -> dict:
     """Seconds to the first token from each tier and by recompute, with their parts (see the module doc)."""
     from sim import model as m
-    from sim.cluster.build import efficiency, hw_rates
     from sim.config.cache import Cache
     from sim.config.cluster import Cluster
     from sim.config.scheduler import Scheduler
@@ -93,7 +91,7 @@ def tier_times(
     from sim.kvcache.paths import kv_regions_per_block, kv_segments, path_rates
     from sim.timing.arith import build_arith
     from sim.timing.batch import DecodeTerms, PrefillChunk
-    from sim.timing.factory import TimingContext, make_timing
+    from sim.timing.factory import TimingContext, make_timing, profile_achievable
     from sim.timing.roofline import Parallelism
 
     if prefix_tokens < 1:
@@ -114,22 +112,9 @@ def tier_times(
     )
     reserve = Cluster.model_fields["activation_reserve_frac"].default
     gpus = _instance_gpus(hw, spec, kv_bytes, reserve)
-    arith = build_arith(model)
-    achievable = {k: getattr(hw.achievable, k).value for k in type(hw.achievable).model_fields}
-    eff = efficiency(achievable, timing_cfg)
-    eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
-    ctx = TimingContext(
-        model_name=model,
-        arith=arith,
-        hw_profile=hw,
-        hw=hw_rates(hw, timing_cfg.scale_out_latency_s),
-        par=Parallelism(gpus=gpus, tp=gpus, ep=gpus, dp=1),
-        eff=eff,
-        accepted_tokens_per_step=1.0,
-        draft_tokens=0,
-        engram_in_dram=False,
-        vision_on_instance=True,
-    )
+    achievable = profile_achievable(hw)
+    par = Parallelism(gpus=gpus, tp=gpus, ep=gpus, dp=1)
+    ctx = TimingContext.of_instance(model, build_arith(model), hw, par, timing_cfg, achievable)
     timing = make_timing(timing_cfg.model, ctx)
     serve_s = request_overhead_s + per_token_s * prefix_tokens
     last_token_s = timing.step_s(0, DecodeTerms(), [PrefillChunk(1, prefix_tokens - 1, last_chunk=True)])

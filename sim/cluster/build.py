@@ -14,14 +14,14 @@ Resolution rules (each a stated choice):
   `swa_pool_dram_frac` of installed DRAM out of the first such tier, model.md §10); NVMe, the drives x
   `usable_for_kv_frac` (the default SSD tier is one cluster-wide unit read through each node's own
   drives: a striped store like 3FS gives each reader about its share); memory, `capacity_gb_per_node`.
-- Links: one per link kind, owner and bandwidth (sim.kvcache.paths LINK_OWNER: PCIe per instance, its
+- Links: one per link kind, owner and bandwidth (sim.config.cache LINK_OWNER: PCIe per instance, its
   GPUs' host links; NVMe and NICs per node), shared by the tiers whose paths use that kind at that share;
   the NICs also carry a prefill node's KV to the decode side (one link per transfer, sim.cluster.link).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sim import units
@@ -29,10 +29,11 @@ from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
-from sim.config.cache import TierPath
+from sim.config.cache import LINK_OWNER, TierPath
+from sim.config.cluster import Pool
 from sim.errors import InputError
 from sim.hardware import load_hw
-from sim.kvcache.paths import LINK_OWNER, kv_regions_per_block, link_lanes, path_cost, path_rates
+from sim.kvcache.paths import kv_regions_per_block, link_lanes, path_cost, path_rates
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.store import KVStore, StoreTier
 from sim.metrics.recorder import Recorder
@@ -48,9 +49,12 @@ from sim.sched.router import Router
 from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.decoder_tail import pool_prefill_mode
-from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
+
+# efficiency and hw_rates: sim.timing.forward still reads them here (a lazy import up a layer, listed in
+# tests/test_layers.py LAZY_UP); they live in sim.timing.factory, which it should import them from
+from sim.timing.factory import TimingContext, efficiency, hw_rates, make_timing, resolve_timing_name  # noqa: F401
 from sim.timing.host import HostCosts
-from sim.timing.roofline import Efficiency, HwRates, Parallelism
+from sim.timing.roofline import Parallelism
 
 # Defaults not (yet) in the scenario schema, each a stated choice:
 KERNELS_PER_LAYER_STEP = (
@@ -77,6 +81,15 @@ class PoolInfo:
     kv_bytes_per_instance: float
     usd_per_hour: float
     timing: str
+
+
+@dataclass(frozen=True)
+class PoolPlacement:
+    """Where a pool's nodes and instances sit in the run's per-node and per-instance lists."""
+
+    pool: Pool
+    node_ids: list[int]
+    instance_ids: list[int]
 
 
 @dataclass(frozen=True)
@@ -133,49 +146,6 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
     if swa.every_token:
         rules = rules.with_window_in_blocks()
     return CachePolicy(family=family, **asdict(rules), **common)
-
-
-def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
-    return HwRates(
-        gpus_per_node=hw.gpus_per_node,
-        scale_up_domain_gpus=hw.scale_up_domain_gpus,
-        fp8_flops_per_s=hw.peak_flops_per_s("fp8"),
-        bf16_flops_per_s=hw.peak_flops_per_s("bf16"),
-        hbm_bw_bytes_per_s=hw.hbm_bw_bytes_per_s,
-        scale_up_bw_bytes_per_s=hw.scale_up_bw_per_gpu_bytes_per_s,
-        scale_up_latency_s=hw.scale_up.latency_us.value * units.US,
-        allreduce_latency_s=(hw.scale_up.allreduce_latency_us or hw.scale_up.latency_us).value * units.US,
-        allreduce_bw_bytes_per_s=(
-            hw.scale_up.allreduce_bus_GBps.value * units.GB
-            if hw.scale_up.allreduce_bus_GBps
-            else hw.scale_up_bw_per_gpu_bytes_per_s * hw.achievable.scale_up_bw_frac.value
-        ),
-        scale_out_bw_per_gpu_bytes_per_s=hw.scale_out_bw_per_gpu_bytes_per_s,
-        scale_out_bw_per_node_bytes_per_s=hw.scale_out_bw_per_node_bytes_per_s,
-        scale_out_latency_s=scale_out_latency_s,
-        pcie_bw_per_gpu_bytes_per_s=hw.pcie_bw_per_gpu_bytes_per_s,
-        ssd_read_bytes_per_s=hw.ssd_read_bytes_per_s,
-        ssd_write_bytes_per_s=hw.ssd_write_bytes_per_s,
-    )
-
-
-def efficiency(achievable: dict, timing) -> Efficiency:
-    """The pool's achievable fractions (profile, with the scenario's overrides) and the
-    scenario's fixed costs (`timing` block)."""
-    mfu_prefill = achievable["mfu_prefill"]
-    # a null decode MFU in the profile means "bandwidth-bound": compute at the prefill MFU
-    mfu_decode = achievable["mfu_decode"] if achievable["mfu_decode"] is not None else mfu_prefill
-    return Efficiency(
-        mfu_prefill=mfu_prefill,
-        mfu_decode=mfu_decode,
-        hbm_bw_frac=achievable["hbm_bw_frac"],
-        scale_up_bw_frac=achievable["scale_up_bw_frac"],
-        scale_out_bw_frac=achievable["scale_out_bw_frac"],
-        pcie_bw_frac=achievable["pcie_bw_frac"],
-        ssd_bw_frac=achievable["ssd_bw_frac"],
-        step_overhead_s=timing.kernel_overhead_s * timing.kernels_per_layer_step,  # x layers: see below
-        comm_overlap_frac=timing.comm_overlap_frac,
-    )
 
 
 def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool) -> float:
@@ -392,7 +362,7 @@ def build_simulation(
     node_hw = []  # hardware profile per node
     node_timing = []
     pools: list[PoolInfo] = []
-    views_meta = []
+    placements: list[PoolPlacement] = []
     node_dram = []  # (host DRAM, raw NVMe) per node that the pool may use, after the overrides
     node_share = []  # the share of each node's host memory its pool may use
     node_ach = []  # achievable fractions per node (its pool's hardware, the scenario's overrides)
@@ -405,17 +375,14 @@ def build_simulation(
         first_node = len(node_hw)
         node_hw.extend([hw] * layout.nodes)
         n_inst = layout.instances
-        rates = hw_rates(hw, scn.timing.scale_out_latency_s)
-        eff = efficiency(scn.achievable(pool), scn.timing)
-        eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
         par = Parallelism(gpus=gpi, tp=pool.tp, ep=pool.ep, dp=pool.dp)
-        ctx = TimingContext(
-            model_name=arith.name,
-            arith=_pool_arith(arith, pool, model_ref.kv_layout),
-            hw_profile=hw,
-            hw=rates,
-            par=par,
-            eff=eff,
+        ctx = TimingContext.of_instance(
+            arith.name,
+            _pool_arith(arith, pool, model_ref.kv_layout),
+            hw,
+            par,
+            scn.timing,
+            scn.achievable(pool),
             accepted_tokens_per_step=spec_step.accepted_tokens_per_step,
             draft_tokens=spec_step.draft_tokens,
             verify_rows=spec_step.verify_rows,
@@ -468,11 +435,11 @@ def build_simulation(
                 timing=resolve_timing_name(scn.timing.model, hw, arith.name),
             )
         )
-        views_meta.append(
-            (
+        placements.append(
+            PoolPlacement(
                 pool,
-                list(range(first_node, first_node + layout.nodes)),
-                list(range(first_inst, first_inst + n_inst)),
+                node_ids=list(range(first_node, first_node + layout.nodes)),
+                instance_ids=list(range(first_inst, first_inst + n_inst)),
             )
         )
         # a pool in instances gets its share of each node's host memory (sim.config.cluster)
@@ -495,7 +462,7 @@ def build_simulation(
         node_ach=node_ach,
         node_share=node_share,
         node_memory=node_dram,
-        node_pool=[i for i, (_p, nodes, _i) in enumerate(views_meta) for _n in nodes],
+        node_pool=[i for i, placed in enumerate(placements) for _n in placed.node_ids],
         node_net_latency_s=[t.link_latency_s("net") for t in node_timing],
     )
     links = LinkSet(env)
@@ -566,18 +533,18 @@ def build_simulation(
         inst.cluster = cluster
     views = [
         PoolView(
-            name=pool.name,
-            role=pool.role,
-            instances=[instances[i] for i in inst_ids],
-            nodes=node_ids,
-            h2d=links.of("read", "pcie_h2d", inst_ids, node_ids),
-            d2h=links.of("write", "pcie_d2h", inst_ids, node_ids),
-            ssd_read=links.of("read", "ssd_read", inst_ids, node_ids),
-            ssd_write=links.of("write", "ssd_write", inst_ids, node_ids),
-            net_out=[net_out[n] for n in node_ids],
-            net_in=[cluster.net_in[n] for n in node_ids],
+            name=p.pool.name,
+            role=p.pool.role,
+            instances=[instances[i] for i in p.instance_ids],
+            nodes=p.node_ids,
+            h2d=links.of("read", "pcie_h2d", p.instance_ids, p.node_ids),
+            d2h=links.of("write", "pcie_d2h", p.instance_ids, p.node_ids),
+            ssd_read=links.of("read", "ssd_read", p.instance_ids, p.node_ids),
+            ssd_write=links.of("write", "ssd_write", p.instance_ids, p.node_ids),
+            net_out=[net_out[n] for n in p.node_ids],
+            net_in=[cluster.net_in[n] for n in p.node_ids],
         )
-        for pool, node_ids, inst_ids in views_meta
+        for p in placements
     ]
     sampler = Sampler(
         env,

@@ -8,18 +8,18 @@ reported once to the recorder and to the arrivals (closed-loop turns wait on it)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sim.cluster.events import EventLoop
 from sim.cluster.link import SharedLink
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.kvcache.store import KVStore
 from sim.metrics.invariants import check_ended
 
 if TYPE_CHECKING:
     from sim.cluster.instance import Instance
     from sim.metrics.recorder import Recorder
-    from sim.sched.arrivals import Arrivals
     from sim.sched.router import Router
 
 
@@ -49,7 +49,9 @@ class Cluster:
         self.recorder = recorder
         self.max_context_tokens = max_context_tokens
         self.max_queue_per_instance = max_queue_per_instance
-        self.arrivals: Arrivals | None = None  # set by the arrivals driver (closed-loop follow-ups)
+        # the arrival driver's callback for a request's end (closed-loop follow-ups wait on it): passed in,
+        # since the driver sits above the engine (style.md §7)
+        self.on_terminal: Callable[[Request], None] | None = None
         # the longest sequence (tokens) any instance of each side can ever hold
         self._front_fit = max(_fit_tokens(i) for i in front)
         self._back_fit = max(_fit_tokens(i) for i in back) if back else None
@@ -120,8 +122,8 @@ class Cluster:
         del self.live[req.request_id]
         check_ended(req)
         self.recorder.record(req)
-        if self.arrivals is not None:
-            self.arrivals.on_terminal(req)
+        if self.on_terminal is not None:
+            self.on_terminal(req)
 
 
 def _fit_tokens(inst: Instance) -> int:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sim.cluster.events import EventLoop
 from sim.cluster.heap import Keyed, pop, push
 from sim.cluster.link import SharedLink
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.kvcache.lookup import plan_prefix
 from sim.kvcache.store import KVStore
 from sim.sched.batcher import decoding_with_prefill, prefill_chunks, prefill_chunks_dp, rank_prefill_budget

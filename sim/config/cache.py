@@ -24,9 +24,18 @@ from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
 from sim.config.families import family, with_family_fields
 from sim.config.family_cache import FamilyCacheBlock
-from sim.kvcache.paths import LINK_OWNER
 
-LinkKind = Literal[tuple(LINK_OWNER)]  # type: ignore[valid-type]  # the link kinds of sim.kvcache.paths
+# who owns one set of a link kind's lanes in a run: an instance (its GPUs' host links) or a node (its NVMe
+# drives, its NICs). A load into an instance's HBM uses its own lanes or its node's; a write from a node-level
+# copy (one leaving host DRAM) uses the node's.
+LINK_OWNER = {
+    "pcie_h2d": "instance",
+    "pcie_d2h": "instance",
+    "ssd_read": "node",
+    "ssd_write": "node",
+    "net": "node",
+}
+LinkKind = Literal[tuple(LINK_OWNER)]  # type: ignore[valid-type]  # the link kinds sim.kvcache.paths moves KV on
 
 
 class TierPath(StrictModel):

@@ -1,7 +1,7 @@
 """`workload:` of a scenario: where requests come from and how they are replayed.
 
 Requests come from a trace, a generator spec, or a `benchmark` block (fixed-shape requests from a
-client holding a concurrency or a request rate, as serving benchmarks publish; sim.sched.arrivals
+client holding a concurrency or a request rate, as serving benchmarks publish; sim.workload.arrivals
 documents how they arrive). Paths are relative to the scenario file; the loader passes that folder
 as validation context (`base_dir`), and the validated model holds absolute paths.
 """

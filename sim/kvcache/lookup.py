@@ -38,7 +38,7 @@ The lookup runs once per request; its answer is a `Plan`.
 
 from __future__ import annotations
 
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.kvcache.store import Entry, KVStore, hbm_slot
 
 

@@ -44,16 +44,6 @@ LINK_ACHIEVABLE = {
     "ssd_write": "ssd_bw_frac",
     "net": "scale_out_bw_frac",
 }
-# who owns one set of a link kind's lanes in a run: an instance (its GPUs' host links) or a node (its NVMe
-# drives, its NICs). A load into an instance's HBM uses its own lanes or its node's; a write from a node-level
-# copy (one leaving host DRAM) uses the node's.
-LINK_OWNER = {
-    "pcie_h2d": "instance",
-    "pcie_d2h": "instance",
-    "ssd_read": "node",
-    "ssd_write": "node",
-    "net": "node",
-}
 
 
 @dataclass(frozen=True)

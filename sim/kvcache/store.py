@@ -50,12 +50,20 @@ modelled].
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
-from sim.cluster.link import FifoLink
 from sim.kvcache.paths import PathCost, kv_segments
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.tiers import ByteTier, Slot
+
+
+class WriteLink(Protocol):
+    """A write queue the cluster hands the store (sim.cluster.link.FifoLink): writes are served in order,
+    so a write's completion time is known when it is submitted. A protocol, so that the cache tiers do
+    not import the cluster that uses them (style.md §7)."""
+
+    def submit(self, now_s: float, nbytes: float, extra_s: float = 0.0) -> float: ...
+
 
 _CACHE_MASK: Final = 4095  # the entry cache's size less one (sessions in flight: thousands)
 
@@ -93,8 +101,8 @@ class StoreTier:
         retention_s: float,
         read: PathCost,
         write: PathCost,
-        write_links_instance: list[FifoLink],  # per instance: writes from its HBM
-        write_links_node: list[FifoLink],  # per node: writes of copies leaving the tier above
+        write_links_instance: list[WriteLink],  # per instance: writes from its HBM
+        write_links_node: list[WriteLink],  # per node: writes of copies leaving the tier above
     ) -> None:
         self.name = name
         self.pos = -1  # position below HBM, set by the store
@@ -209,7 +217,7 @@ class KVStore:
         kv_replication: list[int],  # per instance
         tiers: list[StoreTier],  # below HBM, fastest first
         swa_pool_capacity_bytes: list[float],  # per node (V4.1's SWA pool; 0 = none)
-        swa_write_links: list[FifoLink],  # per instance (HBM -> host DRAM)
+        swa_write_links: list[WriteLink],  # per instance (HBM -> host DRAM)
     ) -> None:
         self.policy = policy
         p = policy
@@ -616,7 +624,7 @@ class KVStore:
             self._copy_into(e, t, t.unit_of_instance[inst], node, tokens, t.write_links_instance[inst], now_s)
 
     def _copy_into(
-        self, e: Entry, t: StoreTier, unit: int, node: int, tokens: int, link: FifoLink, now_s: float
+        self, e: Entry, t: StoreTier, unit: int, node: int, tokens: int, link: WriteLink, now_s: float
     ) -> None:
         """Write `tokens` of `e` into unit `unit` of demotion tier `t` over `link`, unless already there."""
         c = e.copies[t.pos]

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Final
 
 # (key, bytes) of the entries an operation pushed out, oldest first. Keys are ints
-# (sim.cluster.request: lineage and shared-prefix keys).
+# (sim.core.request: lineage and shared-prefix keys).
 Evicted = list[tuple[int, float]]
 # what an operation that pushed nothing out returns (most do): one shared list, never mutated, so the
 # common case allocates nothing

@@ -22,7 +22,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.sched.admission import REASONS
 
 # Relative slack of the byte checks: byte counts are running float sums of reservations and

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from struct import Struct
 
-from sim.cluster.request import Request
+from sim.core.request import Request
 
 NUMERIC_FIELDS = (
     "request_id",

@@ -42,7 +42,7 @@ def _div(a: float, b: float):
 
 
 class SessionStats:
-    """Sessions ended during the run (sim.sched.arrivals reports each once)."""
+    """Sessions ended during the run (sim.workload.arrivals reports each once)."""
 
     def __init__(self, warmup_s: float, window_end_s: float | None) -> None:
         self.warmup_s = warmup_s

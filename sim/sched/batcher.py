@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sim.cluster.request import Request
+    from sim.core.request import Request
 
 
 def prefill_chunks(ready: list[Request], budget_tokens: int, chunk_tokens: int) -> list[tuple[Request, int]]:

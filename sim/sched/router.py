@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.kvcache.store import KVStore
 from sim.kvcache.tiers import Slot
 

@@ -81,7 +81,7 @@ def load_benchmark(path: Path) -> tuple[dict[str, Any], Scenario]:
             "sim sweep raises a benchmark client's concurrency; this scenario's workload has none",
             file=str(path),
             where="workload.benchmark",
-            allowed="a workload.benchmark block (README: Benchmark workloads)",
+            allowed="a workload.benchmark block (docs/concepts.md: Benchmark workload)",
         )
     return template, scenario
 

@@ -95,7 +95,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from sim.config.families import model_labels
 from sim.errors import InputError
@@ -348,6 +348,15 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
     )
 
 
+class PassParts(NamedTuple):
+    """Seconds of a step's non-attention kernels on the busiest GPU, by kind (module doc)."""
+
+    dense_gemm_s: float
+    moe_gemm_s: float  # the routed experts
+    mhc_s: float
+    forward_term_s: float
+
+
 class _RankLoad:
     """What one DP rank holds in a mixed step (`CalibratedTiming._dp_mixed_s`): its every-token, tail
     and logits rows, its chunks' attention seconds and its rows' summed attended context. One per
@@ -501,17 +510,24 @@ class CalibratedTiming(RooflineTiming):
             (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp,
         )
 
-    def _class_parts(self, every: bool, rows: int) -> tuple[float, float, float, float]:
-        """(dense GEMMs, routed experts, mHC, forward-pass term) seconds of `rows` token rows
-        through one class of layers on the busiest GPU, the rows spread evenly over the DP groups;
-        the GEMMs scaled up for the work the tables lack (module doc)."""
+    def _class_parts(self, every: bool, rows: int) -> PassParts:
+        """The parts of `rows` token rows through one class of layers on the busiest GPU, the rows
+        spread evenly over the DP groups; the GEMMs scaled up for the work the tables lack (module doc)."""
         mt = self.mt
         cls = mt.every if every else mt.tail
         if rows <= 0 or cls.layers == 0:
-            return 0.0, 0.0, 0.0, 0.0
+            return PassParts(0.0, 0.0, 0.0, 0.0)
         m = math.ceil(rows / self.par.dp)  # the straggler's DP group
         dense, mhc, overhead = self._rank_parts(every, m)
-        return dense, self._experts_s(every, rows), mhc, overhead
+        return PassParts(dense, self._experts_s(every, rows), mhc, overhead)
+
+    def pass_parts(self, rows: int) -> PassParts:
+        """The parts of `rows` token rows (padded already) through every class of layers."""
+        e, t = self._class_parts(True, rows), self._class_parts(False, rows)
+        return PassParts(
+            e.dense_gemm_s + t.dense_gemm_s, e.moe_gemm_s + t.moe_gemm_s, e.mhc_s + t.mhc_s,
+            e.forward_term_s + t.forward_term_s,
+        )  # fmt: skip
 
     def _rank_parts(self, every: bool, m: int) -> tuple[float, float, float]:
         """(dense GEMMs, mHC, forward-pass term) seconds of one class of layers on a GPU of a DP
@@ -949,18 +965,14 @@ class CalibratedTiming(RooflineTiming):
     def decode_breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Seconds per component of a decode step at one context (for `sim calibrate show`)."""
         rows = batch_size * self.verified_tokens_per_step
-        padded = self.padded_rows(rows)
-        parts = [
-            a + b
-            for a, b in zip(self._class_parts(True, padded), self._class_parts(False, padded), strict=True)
-        ]
+        parts = self.pass_parts(self.padded_rows(rows))
         work = 1.0 + self._draft_share
         return {
             "attention_s": self._attn_curve(batch_size).at(context_tokens),
-            "dense_gemm_s": parts[0] * work,
-            "moe_gemm_s": parts[1] * work,
-            "mhc_s": parts[2] * work,
-            "forward_term_s": parts[3] * work,
+            "dense_gemm_s": parts.dense_gemm_s * work,
+            "moe_gemm_s": parts.moe_gemm_s * work,
+            "mhc_s": parts.mhc_s * work,
+            "forward_term_s": parts.forward_term_s * work,
             "lm_head_s": self.head_s(rows),
             "comm_s": self._comm_s(rows),
         }

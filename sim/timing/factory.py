@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sim import units
 from sim.errors import InputError
 from sim.timing.base import TimingModel
 from sim.timing.host import NO_HOST, HostCosts
@@ -53,6 +54,29 @@ class TimingContext:
     prefill_cp: str = "off"  # prefill context parallelism of the pool (sim.timing.context_parallel)
     host: HostCosts = NO_HOST  # the engine's host time around a step (timing.host; sim.timing.host)
 
+    @classmethod
+    def of_instance(
+        cls,
+        model_name: str,
+        arith: Any,
+        hw_profile: Any,
+        par: Parallelism,
+        timing: Any,
+        achievable: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> TimingContext:
+        """The context of one instance type, built as a run builds it for a pool: the profile's peak rates,
+        its achievable fractions (`achievable`: with a scenario's overrides) and the `timing` block's fixed
+        costs per layer; without speculative decoding, with Engram in HBM and the vision encoder on the
+        instance unless `fields` (any other field, by name) say otherwise."""
+        eff = efficiency(profile_achievable(hw_profile) if achievable is None else achievable, timing)
+        eff = replace(eff, step_overhead_s=eff.step_overhead_s * arith.layers)
+        base: dict[str, Any] = dict(
+            accepted_tokens_per_step=1.0, draft_tokens=0, engram_in_dram=False, vision_on_instance=True
+        )
+        rates = hw_rates(hw_profile, timing.scale_out_latency_s)
+        return cls(model_name, arith, hw_profile, rates, par, eff, **{**base, **fields})
+
 
 @dataclass(frozen=True)
 class _Entry:
@@ -77,6 +101,55 @@ def _build_roofline(ctx: TimingContext) -> TimingModel:
 
 
 _REGISTRY: dict[str, _Entry] = {"roofline": _Entry(_build_roofline, lambda _hw: True)}
+
+
+def profile_achievable(hw_profile: Any) -> dict[str, Any]:
+    """A hardware profile's achievable fractions by name (sim.hardware), without a scenario's overrides."""
+    return {k: getattr(hw_profile.achievable, k).value for k in type(hw_profile.achievable).model_fields}
+
+
+def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
+    """The peak rates the timing models read from a hardware profile (sim.hardware), per GPU and node."""
+    return HwRates(
+        gpus_per_node=hw.gpus_per_node,
+        scale_up_domain_gpus=hw.scale_up_domain_gpus,
+        fp8_flops_per_s=hw.peak_flops_per_s("fp8"),
+        bf16_flops_per_s=hw.peak_flops_per_s("bf16"),
+        hbm_bw_bytes_per_s=hw.hbm_bw_bytes_per_s,
+        scale_up_bw_bytes_per_s=hw.scale_up_bw_per_gpu_bytes_per_s,
+        scale_up_latency_s=hw.scale_up.latency_us.value * units.US,
+        allreduce_latency_s=(hw.scale_up.allreduce_latency_us or hw.scale_up.latency_us).value * units.US,
+        allreduce_bw_bytes_per_s=(
+            hw.scale_up.allreduce_bus_GBps.value * units.GB
+            if hw.scale_up.allreduce_bus_GBps
+            else hw.scale_up_bw_per_gpu_bytes_per_s * hw.achievable.scale_up_bw_frac.value
+        ),
+        scale_out_bw_per_gpu_bytes_per_s=hw.scale_out_bw_per_gpu_bytes_per_s,
+        scale_out_bw_per_node_bytes_per_s=hw.scale_out_bw_per_node_bytes_per_s,
+        scale_out_latency_s=scale_out_latency_s,
+        pcie_bw_per_gpu_bytes_per_s=hw.pcie_bw_per_gpu_bytes_per_s,
+        ssd_read_bytes_per_s=hw.ssd_read_bytes_per_s,
+        ssd_write_bytes_per_s=hw.ssd_write_bytes_per_s,
+    )
+
+
+def efficiency(achievable: dict, timing) -> Efficiency:
+    """The pool's achievable fractions (profile, with the scenario's overrides) and the
+    scenario's fixed costs (`timing` block)."""
+    mfu_prefill = achievable["mfu_prefill"]
+    # a null decode MFU in the profile means "bandwidth-bound": compute at the prefill MFU
+    mfu_decode = achievable["mfu_decode"] if achievable["mfu_decode"] is not None else mfu_prefill
+    return Efficiency(
+        mfu_prefill=mfu_prefill,
+        mfu_decode=mfu_decode,
+        hbm_bw_frac=achievable["hbm_bw_frac"],
+        scale_up_bw_frac=achievable["scale_up_bw_frac"],
+        scale_out_bw_frac=achievable["scale_out_bw_frac"],
+        pcie_bw_frac=achievable["pcie_bw_frac"],
+        ssd_bw_frac=achievable["ssd_bw_frac"],
+        step_overhead_s=timing.kernel_overhead_s * timing.kernels_per_layer_step,  # x layers: see below
+        comm_overlap_frac=timing.comm_overlap_frac,
+    )
 
 
 def register_timing_model(

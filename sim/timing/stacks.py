@@ -44,6 +44,7 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from sim.errors import InputError
 from sim.paths import hwprofiles_dir
@@ -88,11 +89,42 @@ class Source:
     note: str
 
 
-Op = tuple[str, str, str, str]  # (family, kernel or "boundary" for mHC, model, layer kind)
+class Op(NamedTuple):
+    """One operation of a kernel stack, the key its rows are grouped and swapped by."""
+
+    family: str
+    kernel: str  # "boundary" for the mHC rows
+    model: str
+    layer_kind: str
+
+    def at_reference(self) -> Op:
+        """The same kernel at the reference shape (V4 CSA), whose production / ours ratio rule 3 carries."""
+        return self._replace(model=REFERENCE_SHAPE[0], layer_kind=REFERENCE_SHAPE[1])
+
+    def verify(self) -> Op:
+        """The same operation in a speculative verify step (its `_spec` kernel, rule 5)."""
+        return self._replace(kernel=self.kernel + SPEC_SUFFIX)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A component of our measured pipeline swapped for production's (rules 4 and 5)."""
+
+    op: Op
+    ours: OpTimes  # our rows of it
+    # rule 4: production / ours at (context, size); rule 5: its seconds in a verify step at (context, sequences)
+    swapped: Callable[[float, float], float]
+    origin: str  # production | derived
 
 
 def op_of(row: KernelRow) -> Op:
-    return (row.family, "boundary" if row.family == "mhc" else row.kernel, row.model, row.layer_kind)
+    return Op(row.family, "boundary" if row.family == "mhc" else row.kernel, row.model, row.layer_kind)
+
+
+def _component(cfam: str, ckernel: str, pipeline: Op) -> Op:
+    """Component (cfam, ckernel) of a decode pipeline: its sparse MLA at the model's attention kind."""
+    kind = _mla_kind(pipeline.model, pipeline.layer_kind) if cfam == "attention" else pipeline.layer_kind
+    return Op(cfam, ckernel, pipeline.model, kind)
 
 
 def _size(row: KernelRow) -> float:
@@ -190,7 +222,7 @@ def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelT
         the reference shape has it (rules 1 and 3)."""
         if op in theirs and op in mine:
             return ratio(op), "production"
-        ref = (op[0], op[1], *REFERENCE_SHAPE)
+        ref = op.at_reference()
         if op not in theirs and ref in theirs and ref in mine and op in mine:
             return ratio(ref), "derived"
         return None
@@ -200,14 +232,14 @@ def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelT
     derivable = {*PIPELINE_COMPONENTS, ("attention", "sparse_mla_prefill"), ("indexer", "indexer_prefill")}
     derived_note = f"derived: ours x production/ours of the same kernel at {'/'.join(REFERENCE_SHAPE)}"
     for op in sorted(set(mine) | set(theirs)):
-        if op[0] == "pipeline":
+        if op.family == "pipeline":
             continue
         if op in theirs:  # rule 1
             rows.extend(theirs[op])
             impl, package = _describe(theirs[op])
             sources.append(Source(*op, "production", impl, package))
             continue
-        found = swap(op) if (op[0], op[1]) in derivable else None
+        found = swap(op) if (op.family, op.kernel) in derivable else None
         if found is None:  # rule 2
             rows.extend(mine[op])
             sources.append(Source(*op, "kernels_bench", _describe(mine[op])[0], "no production kernel"))
@@ -218,26 +250,25 @@ def compose_production(ours: KernelTables, prod: KernelTables | None) -> KernelT
             rows.append(replace(r, median_s=r.median_s * f, impl="derived", package=derived_note))
         sources.append(Source(*op, "derived", "derived", derived_note))
     for op, prows in sorted(mine.items()):  # rule 4
-        if op[0] != "pipeline":
+        if op.family != "pipeline":
             continue
-        _family, _kernel, model, kind = op
         parts = []
         for cfam, ckernel in PIPELINE_COMPONENTS:
-            cop = (cfam, ckernel, model, _mla_kind(model, kind) if cfam == "attention" else kind)
+            cop = _component(cfam, ckernel, op)
             found = swap(cop)
             if found is not None:
-                parts.append((cop, found[0], op_times("ours", cop), found[1]))
+                parts.append(Part(cop, op_times("ours", cop), *found))
         if not parts:
             rows.extend(prows)
             sources.append(Source(*op, "kernels_bench", _describe(prows)[0], "no production component"))
             continue
         for r in prows:
             ctx, size = float(r.context_tokens or 0.0), _size(r)
-            old = [o.at(ctx, size) for _c, _f, o, _origin in parts]
-            new = [t * f(ctx, size) for t, (_c, f, _o, _origin) in zip(old, parts, strict=True)]
+            old = [part.ours.at(ctx, size) for part in parts]
+            new = [t * part.swapped(ctx, size) for t, part in zip(old, parts, strict=True)]
             t = max(r.median_s - sum(old) + sum(new), sum(new))
             rows.append(replace(r, median_s=t, impl="derived", package="recomposed pipeline"))
-        names = ", ".join(f"{c[1]} {c[3]} ({origin})" for c, _f, _o, origin in parts)
+        names = ", ".join(f"{part.op.kernel} {part.op.layer_kind} ({part.origin})" for part in parts)
         note = f"ours with {names} swapped in; top-k and glue ours"
         sources.append(Source(*op, "derived", "derived", note))
     spec_rows, spec_sources = _spec_pipelines(mine, theirs, op_times)
@@ -273,12 +304,12 @@ def _spec_pipelines(
 
     def component(cop: Op, s_q: int) -> tuple[Callable[[float, float], float], str] | None:
         """Seconds of component `cop` in a verify step at (context, sequences), and its origin."""
-        sop = (cop[0], cop[1] + SPEC_SUFFIX, cop[2], cop[3])
+        sop = cop.verify()
         direct = spec_op(sop, s_q)
         if direct is not None:
             return (lambda c, b: direct.at(direct.nearest_context(c), b)), "production"
-        ref = (cop[0], cop[1], *REFERENCE_SHAPE)
-        sref = spec_op((sop[0], sop[1], *REFERENCE_SHAPE), s_q)
+        ref = cop.at_reference()
+        sref = spec_op(sop.at_reference(), s_q)
         if sref is None or ref not in mine or cop not in mine:
             return None
         ours, ours_ref = op_times("ours", cop), op_times("ours", ref)
@@ -290,27 +321,26 @@ def _spec_pipelines(
         return derived, "derived"
 
     s_qs = sorted(
-        {rows_per_sequence(r) for op, rs in theirs.items() if op[1].endswith(SPEC_SUFFIX) for r in rs}
+        {rows_per_sequence(r) for op, rs in theirs.items() if op.kernel.endswith(SPEC_SUFFIX) for r in rs}
     )
     rows: list[KernelRow] = []
     sources: list[Source] = []
     for op, prows in sorted(mine.items()):
-        if op[0] != "pipeline":
+        if op.family != "pipeline":
             continue
-        _family, _kernel, model, kind = op
         notes = []
         for s_q in s_qs:
             parts = []
             for cfam, ckernel in PIPELINE_COMPONENTS:
-                cop = (cfam, ckernel, model, _mla_kind(model, kind) if cfam == "attention" else kind)
+                cop = _component(cfam, ckernel, op)
                 if cop not in mine:
                     continue
                 found = component(cop, s_q)
                 if found is None:
                     parts = []
                     break
-                parts.append((cop, op_times("ours", cop), *found))
-            if not any(c[0][0] == "attention" for c in parts):
+                parts.append(Part(cop, op_times("ours", cop), *found))
+            if not any(part.op.family == "attention" for part in parts):
                 continue  # no verify-step sparse MLA: the step keeps the plain pipeline (rule 5)
             pipe = op_times("ours", op)
             b_max: dict[float, float] = {}  # the largest measured batch per context
@@ -322,8 +352,8 @@ def _spec_pipelines(
                 # top-k and glue at B x s_q rows; past the measured batches held at the last one (launch-
                 # bound, as sim.timing.rows_attention holds them)
                 m = min(b * s_q, b_max[ctx])
-                rest = max(0.0, pipe.at(ctx, m) - sum(o.at(ctx, m) for _c, o, _f, _origin in parts))
-                t = rest + sum(f(ctx, b) for _c, _o, f, _origin in parts)
+                rest = max(0.0, pipe.at(ctx, m) - sum(part.ours.at(ctx, m) for part in parts))
+                t = rest + sum(part.swapped(ctx, b) for part in parts)
                 rows.append(
                     replace(
                         r,
@@ -335,11 +365,15 @@ def _spec_pipelines(
                         package="recomposed verify pipeline",
                     )
                 )
-            names = ", ".join(f"{c[1]}{SPEC_SUFFIX} {c[3]} ({origin})" for c, _o, _f, origin in parts)
+            names = ", ".join(
+                f"{part.op.verify().kernel} {part.op.layer_kind} ({part.origin})" for part in parts
+            )
             notes.append(f"s_q {s_q}: {names}")
         if notes:
             note = "; ".join(notes) + " at B sequences swapped into ours at B x s_q rows; top-k and glue ours"
-            sources.append(Source("pipeline", SPEC_PIPELINE, model, kind, "derived", "derived", note))
+            sources.append(
+                Source("pipeline", SPEC_PIPELINE, op.model, op.layer_kind, "derived", "derived", note)
+            )
     return rows, sources
 
 

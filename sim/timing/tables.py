@@ -137,6 +137,26 @@ def gpus_with_tables() -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{TABLE_FILE}") if p.is_file())
 
 
+def resolve_gpu(name: str):
+    """(GPU key, a hardware profile of that GPU) for a GPU key ("h200", "b200") or a profile id;
+    any GPU with a profile works (measured tables, or the H200's carried to it)."""
+    from sim.hardware import load_all_hw
+
+    profiles = load_all_hw()
+    by_id = {p.id: p for p in profiles}
+    key = gpu_key(by_id[name]) if name in by_id else name.lower()
+    matches = [p for p in profiles if gpu_key(p) == key]
+    profile = by_id.get(name) or (matches[0] if matches else None)
+    if profile is None:
+        if key in gpus_with_tables():
+            return key, None
+        known = sorted({*gpus_with_tables(), *(gpu_key(p) for p in profiles)})
+        raise InputError(
+            "no hardware profile or kernel tables for this GPU", where="GPU", value=name, allowed=known
+        )
+    return key, profile
+
+
 def has_tables(hw_profile) -> bool:
     return table_path(gpu_key(hw_profile)).is_file()
 

@@ -1,4 +1,4 @@
-"""Case files: one YAML per published result (README: Validation cases; docs/engines_and_validation.md).
+"""Case files: one YAML per published result (docs/validation.md; docs/engines_and_validation.md).
 
     name: v4-flash-4xh200-agg
     source: "where the numbers were published, with date"

@@ -34,6 +34,22 @@ def test_published_h20_setup_is_within_20_percent():
         assert data[key] == pytest.approx(published, rel=0.20), key
 
 
+def test_the_rdma_point_moves_with_the_engine_page_only():
+    """Issue 32 item 7: the command gives 1.071 s from the RDMA pool with the published setup's 16-token vLLM
+    pages and 0.334 s with the default page (cache.block_tokens, 256: V4's engines). Nothing moved between
+    2026-12-03 and now (aee2e9d gives both figures); the two readings differ by the per-segment cost alone, a
+    segment being one layer's K or V of one page: 16 times the pages, 16 times the segments."""
+    published = tier_times("nvidia-h20-hgx8", "qwen3-coder-30b-a3b", 65536, block_tokens=16)
+    default = tier_times("nvidia-h20-hgx8", "qwen3-coder-30b-a3b", 65536)
+    assert default["block_tokens"] == 256 and published["segments"] == 16 * default["segments"]
+    assert published["rdma_s"] == pytest.approx(1.071, abs=0.001)
+    assert default["rdma_s"] == pytest.approx(0.334, abs=0.001)
+    per_segment_s = published["parts"]["rdma_pool"]["segments_s"] / published["segments"]
+    assert published["rdma_s"] - default["rdma_s"] == pytest.approx(
+        (published["segments"] - default["segments"]) * per_segment_s
+    )
+
+
 def test_tiers_compose_from_the_path_mechanism():
     t = tier_times("nvidia-h20-hgx8", "qwen3-coder-30b-a3b", 65536, block_tokens=16)
     dram, rdma = t["parts"]["dram"], t["parts"]["rdma_pool"]

@@ -8,6 +8,7 @@ from sim import model as m
 from sim.config.cache import TierPath
 from sim.hardware import load_hw
 from sim.kvcache.paths import PathCost, PathRates, kv_regions_per_block, kv_segments, path_rates
+from sim.timing.factory import profile_achievable
 
 
 def test_regions_per_block_follow_the_layout():
@@ -27,7 +28,7 @@ def test_transfer_is_request_plus_segments_plus_bytes():
 
 def test_path_rates_use_the_profile_share_unless_the_path_sets_one():
     hw = load_hw("nvidia-h20-hgx8")
-    achievable = {k: getattr(hw.achievable, k).value for k in type(hw.achievable).model_fields}
+    achievable = profile_achievable(hw)
     assert path_rates(TierPath(link="pcie_h2d"), hw, achievable, 2).bw_bytes_per_s == pytest.approx(
         2 * 64e9 * 0.85
     )

@@ -38,3 +38,18 @@ def test_bad_options_get_one_message(public_traces, tmp_path, capsys) -> None:
     assert main(["--out", str(tmp_path / "x.parquet"), "--src", str(tmp_path / "none.xz")]) == 2
     assert "Weka trace not found" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_a_request_without_output_is_replayed_with_the_one_token_prefill_samples() -> None:
+    """A Claude Code turn can log no output token (interrupted before it): the served engine needs at least
+    one, so the scaled trace gives it one and keeps the request and its successors."""
+    from kernels_bench.serve.trace import scale_session
+    from sim.workload.rows import request_table
+
+    session = request_table(3, {"session_id": 7, "session_start_s": 0.0, "request_id": np.arange(3),
+                                "request_index": np.arange(3), "arrival": "think", "arrival_time_s": 0.0,
+                                "input_tokens": np.array([1600, 3200, 4800]), "output_tokens": np.array([40, 0, 9000])})  # fmt: skip
+    scaled = scale_session(session, 0, 0, 0.0, requests=3, context_scale=1 / 16, think_scale=0.1, think_cap_s=30.0,
+                           output_cap=2048)  # fmt: skip
+    assert scaled.column("output_tokens").to_pylist() == [40, 1, 2048]
+    assert scaled.column("input_tokens").to_pylist() == [100, 200, 300]

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.kvcache.paths import PathCost
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.store import KVStore, StoreTier

@@ -1,10 +1,10 @@
-"""The trace replay's packed rows (sim.sched.arrivals.TraceColumns): what a request is made of when
+"""The trace replay's packed rows (sim.workload.arrivals.TraceColumns): what a request is made of when
 it is due, and who waits on whom, resolved to row numbers of the request's own session."""
 
 from __future__ import annotations
 
 from sim.api import run_scenario
-from sim.sched import arrivals as A
+from sim.workload import arrivals as A
 from sim.workload.rows import request_table
 from sim.workload.validate import TraceValidator
 

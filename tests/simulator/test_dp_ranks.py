@@ -6,7 +6,7 @@ from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import SharedLink
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.metrics.recorder import Recorder
 from sim.sched.batcher import prefill_chunks_dp, rank_prefill_budget
 from sim.sched.router import Router

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cluster.request import Request
+from sim.core.request import Request
 from sim.kvcache.lookup import plan_prefix, window_restorable
 
 from . import objects

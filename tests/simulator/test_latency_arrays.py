@@ -1,4 +1,4 @@
-"""The run's latency values (sim/metrics/values.py; README, Memory): kept in blocks that are their
+"""The run's latency values (sim/metrics/values.py; docs/memory.md): kept in blocks that are their
 own mappings, read at the end without a second resident copy, and their percentiles taken without a
 copy, so the summary adds little to the event loop's peak."""
 

@@ -1,4 +1,4 @@
-"""Memory stays flat in simulated time for a stationary workload (README, Memory): the peak RSS of
+"""Memory stays flat in simulated time for a stationary workload (docs/memory.md): the peak RSS of
 three simulated days of a stationary generator is that of one day, within noise, although three
 times the requests went through. Each run is a fresh process (its peak RSS is its own)."""
 

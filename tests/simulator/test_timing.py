@@ -3,24 +3,31 @@ and the tables reproduce sim.model's arithmetic."""
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import model as m
-from sim.cluster.build import efficiency, hw_rates
 from sim.config.timing import Timing
 from sim.hardware import load_hw
 from sim.timing.arith import build_arith
 from sim.timing.batch import DecodeTerms, PrefillChunk
-from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
+from sim.timing.factory import (
+    TimingContext,
+    efficiency,
+    hw_rates,
+    make_timing,
+    profile_achievable,
+    resolve_timing_name,
+)
 from sim.timing.roofline import Parallelism, RooflineTiming, _span, _split, _steps_within, _sum_max_lines
 
 
 def _timing(model="deepseek-v4.1-flash", accepted=1.0, draft=0, tp=1, dp=8, ep=8) -> RooflineTiming:
     hw = load_hw("nvidia-h200-hgx8")
-    achievable = {k: (getattr(hw.achievable, k).value) for k in type(hw.achievable).model_fields}
+    achievable = profile_achievable(hw)
     return RooflineTiming(
         build_arith(model),
         hw_rates(hw, 10e-6),
@@ -117,7 +124,9 @@ def test_auto_timing_falls_back_to_roofline_without_a_calibrated_model():
 def test_factory_builds_the_roofline():
     hw = load_hw("nvidia-h200-hgx8")
     t = _timing()
-    ctx = TimingContext("deepseek-v4.1-flash", t.arith, hw, t.hw, t.par, t.eff, 1.0, 0, False, True)
+    ctx = TimingContext.of_instance("deepseek-v4.1-flash", t.arith, hw, t.par, Timing())
+    assert ctx.eff == replace(t.eff, step_overhead_s=t.eff.step_overhead_s * t.arith.layers)
+    t = RooflineTiming(ctx.arith, ctx.hw, ctx.par, ctx.eff, accepted_tokens_per_step=1.0, draft_tokens=0)
     built = make_timing("roofline", ctx)
     assert isinstance(built, RooflineTiming)
     assert math.isclose(

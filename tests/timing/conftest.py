@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from sim.cluster.build import efficiency, hw_rates
 from sim.config.timing import Timing
 from sim.hardware import load_hw
 from sim.timing.arith import build_arith
@@ -41,19 +38,7 @@ def context(arith):
     """context(model, hardware, tp=1, ep=8, dp=8, **ctx fields) -> TimingContext, as sim.cluster.build makes it."""
 
     def make(model="deepseek-v4-flash", hardware="nvidia-h200-hgx8", *, tp=1, ep=8, dp=8, **fields):
-        hw = load_hw(hardware)
-        a = arith(model)
-        achievable = {k: getattr(hw.achievable, k).value for k in type(hw.achievable).model_fields}
-        eff = efficiency(achievable, Timing())
-        eff = replace(eff, step_overhead_s=eff.step_overhead_s * a.layers)
-        base = dict(
-            accepted_tokens_per_step=1.0,
-            draft_tokens=0,
-            engram_in_dram=False,
-            vision_on_instance=True,
-        )
-        base.update(fields)
         par = Parallelism(gpus=tp * dp, tp=tp, ep=ep, dp=dp)
-        return TimingContext(model, a, hw, hw_rates(hw, Timing().scale_out_latency_s), par, eff, **base)
+        return TimingContext.of_instance(model, arith(model), load_hw(hardware), par, Timing(), **fields)
 
     return make

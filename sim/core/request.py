@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from sim.timing.batch import DecodeTerms
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the types its fields hold, named for the compiler: the record imports no layer above it
     from sim.cluster.instance import Instance
-    from sim.sched.arrivals import Due
+    from sim.timing.batch import DecodeTerms
+    from sim.workload.arrivals import Due
 
 NAN: Final = float("nan")
 LINEAGE_AGENTS: Final = 1 << 16  # agents per session a lineage key can tell apart
@@ -72,7 +71,7 @@ class Request:
     terms: DecodeTerms | None = None  # its timing terms when it joined the decode batch
     join_step: int = 0
     # end
-    due: Due | None = None  # its trace row (sim.sched.arrivals), which its end schedules the follow-ups of
+    due: Due | None = None  # its trace row (sim.workload.arrivals), which its end schedules the follow-ups of
     status: str = ""
     reject_reason: str | None = None
     measured: bool = False

@@ -24,7 +24,7 @@ past `max_requests`, or depending on one of those, never arrive (`not_arrived` c
 A session is complete when all its arriving requests have ended; `on_session` gets
 (session_id, first arrival, last end, requests, rejected, largest context in tokens).
 
-A request exists as a `Request` only from its arrival to its end (README, Memory). The trace is
+A request exists as a `Request` only from its arrival to its end (docs/memory.md). The trace is
 read by sim.workload.io (the reader of every command: the same casts and checks), a batch of
 whole sessions at a time; `TraceColumns` packs a batch with numpy into what the loader needs per
 row: `FIELDS` int64 values (a row's request fields, the dependency links resolved to the
@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 
 from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
-from sim.cluster.request import Request, lineage_key, shared_key
+from sim.core.request import Request, lineage_key, shared_key
 from sim.workload.io import iter_session_batches
 from sim.workload.schema import ARRIVAL_ABSOLUTE
 
@@ -222,7 +222,7 @@ class Arrivals:
         self.env = env
         self._trace = trace
         self.cluster = cluster
-        cluster.arrivals = self
+        cluster.on_terminal = self.on_terminal
         self.closed_loop = closed_loop
         self.warmup_s = warmup_s
         self.horizon_s = float("inf") if horizon_s is None else horizon_s
