@@ -124,14 +124,13 @@ class SimSide:
     """sim's kernel times on one GPU, read the way the calibrated timing reads them."""
 
     def __init__(self, gpu: str) -> None:
-        from sim.cli.calibrate_cmd import _resolve
         from sim.model.spec import load_model
         from sim.timing.calibrated import DENSE_FORMATS, model_tables
         from sim.timing.carry import carried, tables_for
         from sim.timing.stacks import OpTimes
-        from sim.timing.tables import best_of, curve_of
+        from sim.timing.tables import best_of, curve_of, resolve_gpu
 
-        _, self.profile = _resolve(gpu)
+        _, self.profile = resolve_gpu(gpu)
         self.gpu = gpu
         self.carried = carried(self.profile)
         t = tables_for(self.profile, "production")

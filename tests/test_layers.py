@@ -34,7 +34,7 @@ LAYER = {package: level for level, packages in enumerate(LAYERS) for package in 
 # imports inside functions that reach a higher layer (module, imported module): known, to be removed.
 # sim.timing.forward reads efficiency and hw_rates through sim.cluster.build; they live in
 # sim.timing.factory now, where it should import them from.
-LAZY_UP = {("sim.timing.forward", "sim.cluster.build")}
+LAZY_UP: set[tuple[str, str]] = set()
 
 
 def _module_name(path: Path, base: Path) -> str:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.config.families import servable_models
+from sim.errors import InputError
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON only (every usable row).")]
 AllFlag = Annotated[bool, typer.Option("--all", help="List every usable row, not only the key shapes.")]

@@ -49,10 +49,7 @@ from sim.sched.router import Router
 from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.decoder_tail import pool_prefill_mode
-
-# efficiency and hw_rates: sim.timing.forward still reads them here (a lazy import up a layer, listed in
-# tests/test_layers.py LAZY_UP); they live in sim.timing.factory, which it should import them from
-from sim.timing.factory import TimingContext, efficiency, hw_rates, make_timing, resolve_timing_name  # noqa: F401
+from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.host import HostCosts
 from sim.timing.roofline import Parallelism
 

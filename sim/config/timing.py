@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
 from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
 from sim.config.families import family, with_family_fields
-from sim.model.acceptance import AcceptancePoint, WorkloadKind, lookup
 
+if TYPE_CHECKING:
+    from sim.model.acceptance import AcceptancePoint
+
+# the workload kinds acceptance is measured on (sim/model/acceptance.yaml's header); the model layer reads its
+# measurements (sim.model.acceptance), imported where used, since sim.model reads its specs through sim.config
+WorkloadKind = Literal["coding", "coding_no_think", "math", "prose", "random_tokens"]
 
 class Efficiency(StrictModel):
     """Overrides of the hardware profile's `achievable` fractions (null = the profile's value)."""
@@ -191,6 +196,8 @@ class _SpecDecodeSwitch(StrictModel):
 
     def measured(self, family: str) -> AcceptancePoint | None:
         """The measured acceptance of `family`'s drafter at its draft length and `workload_kind`, or None."""
+        from sim.model.acceptance import lookup
+
         fam = self.for_family(family)
         return lookup(family, fam.method, fam.draft_tokens, self.workload_kind)
 

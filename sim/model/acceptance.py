@@ -13,13 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Literal, get_args
+from typing import get_args
 
 import yaml
 
-WorkloadKind = Literal[
-    "coding", "coding_no_think", "math", "prose", "random_tokens"
-]  # acceptance.yaml's header
+from sim.config.timing import WorkloadKind  # the scenario's field owns the names (acceptance.yaml's header)
+
 WORKLOAD_KINDS: tuple[str, ...] = get_args(WorkloadKind)
 _FILE = Path(__file__).with_name("acceptance.yaml")
 

@@ -223,17 +223,17 @@ def _arith(spec_name: str, kinds: tuple[str, ...], routed_experts: int, top_k: i
 
 def kernels_s(point: ForwardPoint, tables: KernelTables, profile) -> float:
     """The calibrated step of `point`'s shapes on one GPU of `profile`, without the term."""
-    from sim.cluster.build import efficiency, hw_rates
     from sim.config.timing import Timing
     from sim.timing.batch import DecodeTerms, PrefillChunk
     from sim.timing.calibrated import CalibratedTiming
+    from sim.timing.factory import efficiency, hw_rates, profile_achievable
     from sim.timing.roofline import Parallelism
 
     arith = _arith(point.spec, point.layer_kinds, point.routed_experts, point.top_k)
     timing = Timing()
-    achievable = {k: getattr(profile.achievable, k).value for k in type(profile.achievable).model_fields}
     rates = hw_rates(profile, timing.scale_out_latency_s)
-    cal = CalibratedTiming(arith, rates, Parallelism(1, 1, 1, 1), efficiency(achievable, timing), tables)
+    eff = efficiency(profile_achievable(profile), timing)
+    cal = CalibratedTiming(arith, rates, Parallelism(1, 1, 1, 1), eff, tables)
     if point.mode == "decode":
         return cal.step_s(
             point.batch, DecodeTerms(context_tokens=float(point.context_tokens * point.batch)), ()
