@@ -90,7 +90,7 @@ class Started:
         self.handles = handles
 
     def summary(self, model_summary: dict) -> dict:
-        out: dict = {"operations": self.ops.summary()}
+        out: dict = {"operations": self.ops.summary(model_summary)}
         for name, handle in self.handles:
             if hasattr(handle, "summary"):
                 out[name] = handle.summary(model_summary)

@@ -42,9 +42,8 @@ class Operations:
         # instances removed from their pool (not billed) and those still warming up
         self._removed: set[int] = set()
         self._warming: set[int] = set()
-        self._held_since = {inst.index: 0.0 for inst in sim.instances}  # billed from then on
-        self._held_usd = 0.0  # closed periods, $
-        self._held_hours = 0.0  # closed periods, instance-hours
+        # per instance, the [start, end] periods it was held (billed); an open one ends at None
+        self._held: dict[int, list[list[float | None]]] = {inst.index: [[0.0, None]] for inst in sim.instances}
         self._failures: list[dict] = []  # the time axis of outages: {kind, id, start_s, end_s}
         # SLO of the requests that lived while some instance was down
         self._down_since: dict[int, float] = {}
@@ -193,7 +192,7 @@ class Operations:
         index = removed[0]
         self._removed.discard(index)
         self._warming.add(index)
-        self._held_since[index] = self.now_s
+        self._held[index].append([self.now_s, None])
         self.env.process(self._warm_up(index, warmup_s))
         return index
 
@@ -222,11 +221,21 @@ class Operations:
         return self._sim.instances[index]
 
     def _stop_billing(self, index: int) -> None:
-        since = self._held_since.pop(index, None)
-        if since is not None:
-            hours = (self.now_s - since) / units.HOUR_S
-            self._held_hours += hours
-            self._held_usd += hours * self._inst_usd_per_hour[index]
+        period = self._held[index][-1]
+        if period[1] is None:
+            period[1] = self.now_s
+
+    def held(self, start_s: float, end_s: float) -> tuple[float, float]:
+        """(instance-hours, $) held between `start_s` and `end_s`: each instance's periods from
+        the start (or its `add_instance`) to its `remove_instance` (or the end), at its pool's price."""
+        hours = usd = 0.0
+        for index, periods in self._held.items():
+            for a, b in periods:
+                b = end_s if b is None else b
+                h = max(0.0, min(b, end_s) - max(a, start_s)) / units.HOUR_S
+                hours += h
+                usd += h * self._inst_usd_per_hour[index]
+        return hours, usd
 
     def _went_down(self, index: int, kind: str) -> None:
         self._down_since[index] = self.now_s
@@ -255,14 +264,13 @@ class Operations:
         if req.status == "completed" and ttft <= self.slo_ttft_s and (out <= 1 or tpot <= self.slo_tpot_s):
             d["slo_met"] += 1
 
-    def summary(self) -> dict:
-        """What the operations did, for summary.json (`extensions.operations`)."""
+    def summary(self, model_summary: dict) -> dict:
+        """What the operations did, for summary.json (`extensions.operations`); what was held is
+        counted over the model's measured window (after the warm-up), as its cost per task is."""
         st = self._faults.stats
-        end_s = self.now_s
-        held_usd = self._held_usd + sum(
-            (end_s - since) / units.HOUR_S * self._inst_usd_per_hour[i]
-            for i, since in self._held_since.items()
-        )
+        start_s = model_summary["warmup_s"]
+        hours, usd = self.held(start_s, start_s + model_summary["window_s"])
+        tasks = model_summary["tasks_completed"]
         d = self._degraded
         return {
             "instance_failures": st.instance_failures,
@@ -273,8 +281,8 @@ class Operations:
             "kv_lost_host_bytes": st.kv_lost_host_bytes,
             "degraded_requests": d["requests"],
             "degraded_slo_attainment": d["slo_met"] / d["requests"] if d["requests"] else None,
-            "instance_hours_held": self._held_hours
-            + sum((end_s - since) / units.HOUR_S for since in self._held_since.values()),
-            "usd_held": held_usd,
+            "instance_hours_held": hours,
+            "usd_held": usd,
+            "cost_per_task_usd_held": usd / tasks if tasks else None,
             "outages": self._failures,
         }

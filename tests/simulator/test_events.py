@@ -192,3 +192,16 @@ def test_the_simpy_loop_keeps_time_at_its_last_live_call():
     loop.set_timer_after(timer, 0.5)
     loop.run()
     assert loop.now_s == 2.5
+
+
+def test_the_simpy_side_touches_no_private_simpy_attribute():
+    # SimPy's public API only (issue 31): no `env._queue`, `_now`, `event._value` and the like
+    import re
+
+    from sim.paths import project_root
+
+    sim_dir = project_root() / "sim"
+    files = [sim_dir / "cluster" / "simpy_loop.py", sim_dir / "cluster" / "simpy_time.py",
+             *sorted((sim_dir / "extensions").glob("*.py"))]  # fmt: skip
+    for path in files:
+        assert not re.search(r"\.(_queue|_now|_value|_eid|_ok|_defused|_delay)\b", path.read_text()), path

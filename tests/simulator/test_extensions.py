@@ -103,7 +103,9 @@ def test_a_failed_instance_s_requests_start_over_elsewhere_none_lost_or_duplicat
     restarted = set(mine["recomputed_ids"])
     assert restarted and ops["requests_recomputed"] == len(restarted) and ops["instance_failures"] == 1
     assert ops["kv_lost_hbm_bytes"] > 0 and ops["degraded_requests"] > 0
-    assert ops["outages"] == [{"kind": "instance", "instance": 0, "node": 0, "start_s": 400.0, "end_s": 700.0}]
+    assert ops["outages"] == [
+        {"kind": "instance", "instance": 0, "node": 0, "start_s": 400.0, "end_s": 700.0}
+    ]
     rows = pq.read_table(tmp_path / "out" / "deepseek-v4-flash" / "requests.parquet").to_pandas()
     # none lost, none twice: one row per request that arrived, each ended once
     assert rows["request_id"].is_unique and len(rows) == s["requests_arrived_incl_warmup"] == 150
@@ -113,6 +115,14 @@ def test_a_failed_instance_s_requests_start_over_elsewhere_none_lost_or_duplicat
     assert (again["arrival_s"] < 400.0).all() and (again["first_token_s"] > 400.0).all()
     # recomputed: what the dead HBM held is not reused (no hit from instance 0's HBM after the failure)
     assert (again["computed_tokens"] > 0).all()
+    # AND the report marks the outage on its time axis
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    page = tmp_path / "page.html"
+    assert CliRunner().invoke(app, ["report", str(tmp_path / "out"), "--out", str(page)]).exit_code == 0
+    assert "instance failure: instance 0, node 0" in page.read_text()
 
 
 def test_a_failed_decode_instance_sends_its_waiting_requests_on_with_their_kv(tmp_path, test_extension):
@@ -182,3 +192,18 @@ def test_extensions_refuse_the_native_loop(tmp_path):
     path = _scenario(tmp_path, [_pool("c", "colocated", 1, 8)], ["sim.extensions.failures:start"])
     with pytest.raises(InputError, match="runs on the SimPy loop"):
         run_scenario(path, loop="native")
+
+
+def test_the_autoscaler_adds_decode_instances_under_load_and_bills_only_what_it_held(tmp_path):
+    # GIVEN a decode pool of up to 3 instances, kept at 1 and grown when the mean decode batch passes 2
+    ext = [{"use": "sim.extensions.autoscaler:start",
+            "params": {"pool": "d", "min_instances": 1, "add_above": 2.0, "remove_below": 0.5, "interval_s": 10}}]  # fmt: skip
+    path = _scenario(tmp_path, [_pool("p", "prefill", 1, 8), _pool("d", "decode", 3)], ext, max_requests=250)
+    s = run_scenario(path).summary["models"]["deepseek-v4-flash"]
+    ops, scaler = s["extensions"]["operations"], s["extensions"]["sim.extensions.autoscaler:start"]
+    # THEN it added instances after their weights loaded, and what it held cost less than the whole pool
+    assert scaler["instances_added"] >= 1 and scaler["peak_serving"] >= 2
+    assert 0 < scaler["warmup_s"] < 60  # one instance's weights over its node's NVMe
+    fixed_usd = s["cluster_usd_per_hour"] * s["window_s"] / 3600
+    assert 0 < ops["usd_held"] < fixed_usd and ops["cost_per_task_usd_held"] < s["cost_per_task_usd"]
+    assert s["requests_completed"] + s["requests_rejected"] == s["requests_arrived"]
