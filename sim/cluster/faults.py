@@ -183,16 +183,7 @@ class Faults:
             inst.loading -= 1
             self._cancel_transfers(req, inst)
         _remove(inst.ready, req)
-        _remove(inst.joins, req)
-        _remove_running(inst, req)
-        self.store.abandon(
-            inst.index,
-            reserved_bytes=req.reserved_p_bytes,
-            unpin_key=req.parent_lineage if req.pinned else None,
-            shared_key=req.shared_key,
-            shared_held=req.shared_held,
-            now_s=now,
-        )
+        self._abandon(inst, req, now, reserved_bytes=req.reserved_p_bytes, pinned=req.pinned, shared=True)
 
     def _leave_decode(self, req: Request, now: float) -> None:
         """`req` leaves its decode instance, whatever stage it reached there."""
@@ -204,14 +195,21 @@ class Faults:
             return
         if _nan(req.kv_transfer_end_s):
             self._cancel_transfers(req, inst)
+        self._abandon(inst, req, now, reserved_bytes=req.reserved_d_bytes, pinned=req.d_pinned, shared=False)
+
+    def _abandon(
+        self, inst: Instance, req: Request, now: float, *, reserved_bytes: float, pinned: bool, shared: bool
+    ) -> None:
+        """`req` off `inst`'s decode queues, and its HBM given back (`shared`: with its hold of a shared
+        prompt, which only the prefill side takes)."""
         _remove(inst.joins, req)
         _remove_running(inst, req)
         self.store.abandon(
             inst.index,
-            reserved_bytes=req.reserved_d_bytes,
-            unpin_key=req.parent_lineage if req.d_pinned else None,
-            shared_key=None,
-            shared_held=False,
+            reserved_bytes=reserved_bytes,
+            unpin_key=req.parent_lineage if pinned else None,
+            shared_key=req.shared_key if shared else None,
+            shared_held=req.shared_held if shared else False,
             now_s=now,
         )
 

@@ -43,7 +43,9 @@ class Operations:
         self._removed: set[int] = set()
         self._warming: set[int] = set()
         # per instance, the [start, end] periods it was held (billed); an open one ends at None
-        self._held: dict[int, list[list[float | None]]] = {inst.index: [[0.0, None]] for inst in sim.instances}
+        self._held: dict[int, list[list[float | None]]] = {
+            inst.index: [[0.0, None]] for inst in sim.instances
+        }
         self._failures: list[dict] = []  # the time axis of outages: {kind, id, start_s, end_s}
         # SLO of the requests that lived while some instance was down
         self._down_since: dict[int, float] = {}

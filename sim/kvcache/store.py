@@ -379,9 +379,7 @@ class KVStore:
         self._retain_hbm(e, inst, tokens, now_s)
         if shared_held:
             assert shared_key is not None
-            held = hbm_slot(self._existing(shared_key), inst)
-            assert held is not None  # held slots stay cached
-            tier.unhold_slot(held, now_s)
+            self._unhold_shared(shared_key, inst, now_s)
         elif shared_key is not None:
             s = self.entry(shared_key)
             if s is not None:
@@ -454,6 +452,12 @@ class KVStore:
         slot = hbm_slot(self._existing(key), inst)
         assert slot is not None  # the caller found it holdable
         self.hbm[inst].hold_slot(slot)
+
+    def _unhold_shared(self, key: int, inst: int, now_s: float) -> None:
+        """A request on `inst` is done using `key`'s cached blocks in place (`hold_shared`)."""
+        held = hbm_slot(self._existing(key), inst)
+        assert held is not None  # held slots stay cached
+        self.hbm[inst].unhold_slot(held, now_s)
 
     def unpin(self, key: int) -> None:
         e = self.entry(key)
@@ -584,13 +588,10 @@ class KVStore:
         """A request leaves instance `inst` unfinished (its instance or its KV's source failed): its
         reservation, its pin and its hold of a shared prompt are given back; nothing of it is cached
         (`finish` without keeping a copy)."""
-        tier = self.hbm[inst]
-        tier.release(reserved_bytes)
+        self.hbm[inst].release(reserved_bytes)
         if shared_held:
             assert shared_key is not None
-            held = hbm_slot(self._existing(shared_key), inst)
-            assert held is not None  # held slots stay cached
-            tier.unhold_slot(held, now_s)
+            self._unhold_shared(shared_key, inst, now_s)
         if unpin_key is not None:
             self.unpin(unpin_key)
 
