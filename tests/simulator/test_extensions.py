@@ -207,3 +207,25 @@ def test_the_autoscaler_adds_decode_instances_under_load_and_bills_only_what_it_
     fixed_usd = s["cluster_usd_per_hour"] * s["window_s"] / 3600
     assert 0 < ops["usd_held"] < fixed_usd and ops["cost_per_task_usd_held"] < s["cost_per_task_usd"]
     assert s["requests_completed"] + s["requests_rejected"] == s["requests_arrived"]
+
+
+@pytest.mark.slow  # ~6 s: 64 small runs; CI runs it
+def test_failures_across_the_equivalence_matrix_keep_every_invariant(tmp_path):
+    # GIVEN the 64 cases of the equivalence matrix (both layouts, DRAM, RDMA pool and SSD tiers under memory
+    # pressure, pins, queue limits, speculative decoding), each with frequent instance and node failures
+    from .test_native import CASES, scenario
+
+    failures = {"use": "sim.extensions.failures:start",
+                "params": {"mtbf_gpu_hours": 0.05, "repair_s": 5, "node_fraction": 0.3}}  # fmt: skip
+    seen = {"instance_failures": 0, "node_failures": 0, "requests_recomputed": 0, "requests_rerouted": 0}
+    for name, levels in CASES.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**scenario(name, levels), "extensions": [failures]}, sort_keys=False))
+        # WHEN each runs: the end-of-run invariants (sim.metrics.invariants) raise if a request was lost or
+        # ended twice, if HBM stayed reserved or a transfer was left behind
+        s = next(iter(run_scenario(path).summary["models"].values()))
+        assert s["requests_completed"] + s["requests_rejected"] == s["requests_arrived"]
+        for key in seen:
+            seen[key] += s["extensions"]["operations"][key]
+    # THEN failures of every kind happened, and requests were both recomputed and re-routed
+    assert all(seen.values()), seen
