@@ -63,8 +63,8 @@ def load_extensions(scn) -> list[Loaded]:
         module_name, _, fn_name = ext.use.partition(":")
         try:
             module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise bad(f"module {module_name} does not import ({exc})") from None
+        except Exception as exc:  # a missing module, or one whose own code fails: one line either way
+            raise bad(f"module {module_name} does not import ({type(exc).__name__}: {exc})") from None
         fn = getattr(module, fn_name, None)
         if not callable(fn):
             raise bad(f"module {module_name} has no function {fn_name}")

@@ -229,3 +229,17 @@ def test_failures_across_the_equivalence_matrix_keep_every_invariant(tmp_path):
             seen[key] += s["extensions"]["operations"][key]
     # THEN failures of every kind happened, and requests were both recomputed and re-routed
     assert all(seen.values()), seen
+
+
+def test_an_extension_whose_module_fails_and_sim_scenario_check_say_so_in_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    (tmp_path / "sim_broken_ext.py").write_text("def start(env, ops):\n    return (\n")  # a syntax error
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = _scenario(tmp_path, [_pool("c", "colocated", 1, 8)], ["sim_broken_ext:start"])
+    result = CliRunner().invoke(app, ["scenario", "check", str(path)])
+    assert result.exit_code == 2
+    assert "extensions[0]: module sim_broken_ext does not import (SyntaxError" in result.output
+    assert "Traceback" not in result.output
