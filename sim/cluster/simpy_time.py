@@ -24,3 +24,5 @@ class At(float):
 
     def __radd__(self, now_s: float) -> float:
         return self.time_s
+
+    __add__ = __radd__  # `delay + now` too, whichever order SimPy adds them in

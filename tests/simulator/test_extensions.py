@@ -239,7 +239,7 @@ def test_an_extension_whose_module_fails_and_sim_scenario_check_say_so_in_one_li
     (tmp_path / "sim_broken_ext.py").write_text("def start(env, ops):\n    return (\n")  # a syntax error
     monkeypatch.syspath_prepend(str(tmp_path))
     path = _scenario(tmp_path, [_pool("c", "colocated", 1, 8)], ["sim_broken_ext:start"])
-    result = CliRunner().invoke(app, ["scenario", "check", str(path)])
+    result = CliRunner().invoke(app, ["scenario", "check", str(path), "--json"])
     assert result.exit_code == 2
-    assert "extensions[0]: module sim_broken_ext does not import (SyntaxError" in result.output
-    assert "Traceback" not in result.output
+    (line,) = json.loads(result.stdout)["errors"]
+    assert line.startswith(f"{path}: extensions[0]: module sim_broken_ext does not import (SyntaxError")
