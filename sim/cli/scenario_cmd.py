@@ -131,7 +131,9 @@ def check_cmd(
         console.print(f"  extensions (SimPy loop): {uses}", markup=False)
     for m in summary["models"]:
         if m["engine_refusal"]:
-            console.print(f"  note: {m['name']}: {m['engine_refusal']} (sim.config.engine_rules)", markup=False)
+            console.print(
+                f"  note: {m['name']}: {m['engine_refusal']} (sim.config.engine_rules)", markup=False
+            )
 
 
 def _field_rows(model: type[BaseModel], prefix: str = "", defaults: BaseModel | None = None):
