@@ -32,10 +32,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from sim.cluster.build import build_simulation
+from sim.cluster.simpy_loop import SimPyLoop
 from sim.config.engine_rules import scenario_refusal
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
+from sim.extensions import event_loop_of, load_extensions, start_extensions
 from sim.metrics.invariants import check_run
 from sim.metrics.schema import RUN_FORMAT
 from sim.metrics.summarize import SessionStats, summarize_model
@@ -107,13 +109,17 @@ def run_scenario(
     *,
     force: bool = False,
     jobs: int = 1,
+    loop: str | None = None,
 ) -> RunResult:
     """Simulate every model of `scenario` (module doc); `jobs` > 1 simulates up to that many models
-    at once, each in its own process, with the same outputs byte for byte as one after the other."""
+    at once, each in its own process, with the same outputs byte for byte as one after the other.
+    `loop` (`native` | `simpy`) overrides the scenario's `event_loop` (sim.config.extensions)."""
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     seed = scn.seed if seed is None else seed
     if seed < 0:
         raise InputError("must be >= 0", where="seed", value=seed, allowed="an integer >= 0")
+    loop = event_loop_of(scn, loop)
+    load_extensions(scn)  # a bad entry fails here, before any output folder is touched
     target = probe_output_dir(Path(out_dir), force=force) if out_dir is not None else None
     workload = preflight(scn)
     rid = run_id(scn, seed)
@@ -126,10 +132,10 @@ def run_scenario(
         "models": {},
     }
     if target is None:
-        _run_models(scn, seed, None, rid, progress, result["models"], jobs)
+        _run_models(scn, seed, None, rid, progress, result["models"], jobs, loop)
         return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=None)
     with staged_output_dir(target, run_id=rid, command="sim run") as stage:
-        written = _run_models(scn, seed, stage, rid, progress, result["models"], jobs)
+        written = _run_models(scn, seed, stage, rid, progress, result["models"], jobs, loop)
         (stage / "summary.json").write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
         written.append(stage / "summary.json")
     files = [target.path / path.relative_to(stage) for path in written]
@@ -160,6 +166,7 @@ class ModelRun:
     out: Path | None
     run_id: str
     expected: int  # requests the progress bar expects
+    loop: str  # the event loop: native | simpy
 
     def __str__(self) -> str:
         return self.scn.models[self.index].name
@@ -179,7 +186,14 @@ def _unpickle_model_run(doc: dict, file: str | None, *rest) -> ModelRun:
 
 
 def _run_models(
-    scn: Scenario, seed: int, out: Path | None, rid: str, progress: Progress | None, models: dict, jobs: int
+    scn: Scenario,
+    seed: int,
+    out: Path | None,
+    rid: str,
+    progress: Progress | None,
+    models: dict,
+    jobs: int,
+    loop: str,
 ) -> list[Path]:
     """Every model, `jobs` at a time in their own processes (one: in turn, in this process); each
     summary into `models` in the scenario's order; the files written."""
@@ -187,7 +201,9 @@ def _run_models(
     with tempfile.TemporaryDirectory(prefix="sim-run-") as tmp:
         trace = _trace_path(scn, seed, Path(tmp))
         expected = _expected_requests(scn, trace)
-        runs = [ModelRun(scn, index, trace, seed, out, rid, expected) for index in range(len(scn.models))]
+        runs = [
+            ModelRun(scn, index, trace, seed, out, rid, expected, loop) for index in range(len(scn.models))
+        ]
         if min(jobs, len(runs)) <= 1:
             send = (lambda message: progress(*message)) if progress is not None else None
             outcomes = []
@@ -274,7 +290,8 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
         def hook(now: float, ended: int) -> None:
             send((ref.name, run.index, len(scn.models), now, ended, run.expected))
 
-    sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook, run_id=rid)
+    env = SimPyLoop() if run.loop == "simpy" else None
+    sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook, run_id=rid, env=env)
     w = scn.workload
     sessions = SessionStats(w.warmup_s, w.horizon_s)
     env = sim.env
@@ -297,6 +314,7 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
     arrivals.start()
     sim.sampler.start()
     env.process(watchdog())
+    extensions = start_extensions(scn, sim, seed) if scn.extensions else None
     gc_was_enabled = gc.isenabled()
     # The run makes millions of short-lived objects and almost no reference cycles: the cyclic
     # collector would only cost time (reference counting still frees everything).
@@ -333,4 +351,6 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
         tpot_slo_s=scn.slo.tpot_s,
     )
     summary["engine_refusal"] = scenario_refusal(scn, ref.name)
+    if extensions is not None:
+        summary["extensions"] = extensions.summary(summary)
     return summary, written

@@ -45,6 +45,7 @@ COMPILED = (
     "sim.cluster.instance",
     "sim.cluster.link",
     "sim.core.request",
+    "sim.cluster.simpy_loop",
     "sim.kvcache.lookup",
     "sim.kvcache.paths",
     "sim.kvcache.policies",

@@ -24,7 +24,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model", "hardware", "config"),  # 1: what is simulated (config reads no engine code)
     ("timing", "kvcache", "sched", "metrics"),  # 2: mechanisms and policies the engine calls; the sinks
     ("cluster",),  # 3: the engine (instances, links, the event loop, the build of a simulation)
-    ("workload",),  # 4: traces and the arrival driver that feeds the engine (it is told of ends by callback)
+    ("workload", "extensions"),  # 4: traces and the arrival driver that feeds the engine (told of ends by callback);
+    # users' SimPy processes on the engine's operations API
     ("api", "preflight", "outputs", "processes"),  # 5: one run
     ("plan", "sweep", "validate", "report"),  # 6: many runs, pages from their outputs
     ("cli",),  # 7: the commands

@@ -27,6 +27,7 @@ from sim.api import run_scenario
 from sim.cli.capacity_view import capacity_lines, capacity_table
 from sim.cli.options import CORES, Jobs
 from sim.config.scenario import load_scenario
+from sim.extensions import event_loop_of
 from sim.processes import peak_rss_bytes
 from sim.workload.io import arrow_without_pandas
 
@@ -61,6 +62,14 @@ def run(
         bool, typer.Option("--json", help="print summary.json to stdout, nothing else")
     ] = False,
     jobs: Jobs = CORES,
+    loop: Annotated[
+        str | None,
+        typer.Option(
+            "--loop",
+            help="event loop: native (the fast default) or simpy (same outputs; the scenario's "
+            "extensions run on it); default: the scenario's event_loop",
+        ),
+    ] = None,
 ) -> None:
     """Replay the scenario's trace on its cluster for each model; write Parquet + summary.json."""
     scn = load_scenario(scenario)
@@ -68,7 +77,7 @@ def run(
     err = Console(stderr=True, highlight=False)
     started = time.perf_counter()
     try:
-        result = _run(scn, seed, out_dir, force, as_json, err, jobs)
+        result = _run(scn, seed, out_dir, force, as_json, err, jobs, loop)
     except KeyboardInterrupt:
         err.print(f"nothing of this run was written; {out_dir} is as it was", markup=False, soft_wrap=True)
         raise
@@ -95,12 +104,22 @@ def run(
         f"outputs in {out_dir}/ (summary.json, <model>/requests.parquet, <model>/timeseries/*.parquet), "
         f"run id {result.summary['run_id']}; the seed ({result.seed}) affects {result.summary['seed_affects']}; "
         f"wall {time.perf_counter() - started:.1f} s, peak memory {peak_rss_bytes() / 1e6:,.0f} MB "
-        f"(resident, the largest process), simulator core {native.describe()}",
+        f"(resident, the largest process), simulator core {native.describe()}, "
+        f"event loop {event_loop_of(scn, loop)}",
         markup=False,
     )
 
 
-def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: Console, jobs: int):
+def _run(
+    scn,
+    seed: int | None,
+    out_dir: Path,
+    force: bool,
+    as_json: bool,
+    err: Console,
+    jobs: int,
+    loop: str | None,
+):
     """The simulation under a progress bar per model (shown from the first model on: the checks
     before it print only errors); models run `jobs` at a time, their bars side by side."""
     bar = Progress(
@@ -128,7 +147,9 @@ def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: 
 
     try:
         with arrow_without_pandas():  # this process ends after the run, which never needs pandas
-            result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs)
+            result = run_scenario(
+                scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs, loop=loop
+            )
         for model, task in tasks.items():
             s = result.summary["models"][model]
             bar.update(

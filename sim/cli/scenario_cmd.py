@@ -18,6 +18,7 @@ from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
 from sim.errors import InputError
+from sim.extensions import load_extensions
 from sim.preflight import preflight
 
 scenario_app = typer.Typer(help="Scenario files: validate and summarise.", no_args_is_help=True)
@@ -92,6 +93,7 @@ def check_cmd(
     try:
         scn = load_scenario(file)
         workload = preflight(scn)
+        load_extensions(scn)  # as `sim run` does before it starts
     except InputError as err:
         if as_json:
             typer.echo(json.dumps({"valid": False, "file": str(file), "errors": err.lines}, indent=2))
@@ -124,6 +126,9 @@ def check_cmd(
         markup=False,
     )
     console.print(f"  seed {scn.seed} affects {wl['seed_affects']}", markup=False)
+    if scn.extensions:
+        uses = ", ".join(e.use for e in scn.extensions)
+        console.print(f"  extensions (SimPy loop): {uses}", markup=False)
     for m in summary["models"]:
         if m["engine_refusal"]:
             console.print(

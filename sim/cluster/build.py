@@ -344,9 +344,17 @@ def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
 
 
 def build_simulation(
-    scn, model_ref, arith: ModelArith, *, out_dir: Path | None, progress=None, run_id: str = ""
+    scn,
+    model_ref,
+    arith: ModelArith,
+    *,
+    out_dir: Path | None,
+    progress=None,
+    run_id: str = "",
+    env: EventLoop | None = None,
 ) -> Simulation:
-    env = EventLoop()
+    """`env`: the loop to build on (the own loop if None; sim.cluster.simpy_loop for SimPy)."""
+    env = EventLoop() if env is None else env
     spec = arith.spec
     family = model_ref.family
     policy = cache_policy(scn, family, spec, model_ref.kv_layout)

@@ -8,6 +8,7 @@ reported once to the recorder and to the arrivals (closed-loop turns wait on it)
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,12 @@ class Cluster:
         self.env = env
         self.front = front  # prefill or colocated instances, by index
         self.back = back  # decode instances (empty when colocated)
+        # the instances the router may pick: all, unless an operation (sim.extensions.ops) drained
+        # or failed some; requests find none serving wait here until one is back (`resume_held`)
+        self.front_serving = list(front)
+        self.back_serving = list(back)
+        self.held_front: deque[Request] = deque()
+        self.held_back: deque[Request] = deque()
         self.net_out = net_out  # per node, RDMA sends (P -> D KV transfers)
         # per node, bytes received over RDMA: a transfer is charged to its sender's link only
         # (sim.cluster.link: one link per job), the receiver counts it for the time series
@@ -52,6 +59,7 @@ class Cluster:
         # the arrival driver's callback for a request's end (closed-loop follow-ups wait on it): passed in,
         # since the driver sits above the engine (style.md §7)
         self.on_terminal: Callable[[Request], None] | None = None
+        self.on_end: Callable[[Request], None] | None = None  # an observer of every end (sim.extensions.ops)
         # the longest sequence (tokens) any instance of each side can ever hold
         self._front_fit = max(_fit_tokens(i) for i in front)
         self._back_fit = max(_fit_tokens(i) for i in back) if back else None
@@ -84,10 +92,24 @@ class Cluster:
         ):
             self.reject(req, "kv_exceeds_hbm")
             return
-        inst = self.router.route(req, self.front, "front")
+        if not self.front_serving:
+            self.held_front.append(req)
+            return
+        inst = self.router.route(req, self.front_serving, "front")
         if self.max_queue_per_instance is not None and inst.queued() >= self.max_queue_per_instance:
             self.reject(req, "queue_full")
             return
+        self._submit(req, inst)
+
+    def reroute(self, req: Request) -> None:
+        """A request already in the system starts over at the router (its instance failed:
+        sim.cluster.faults); it was admitted once, so no queue limit turns it away now."""
+        if not self.front_serving:
+            self.held_front.append(req)
+            return
+        self._submit(req, self.router.route(req, self.front_serving, "front"))
+
+    def _submit(self, req: Request, inst: Instance) -> None:
         est = req.input_tokens
         key = req.parent_lineage
         if key is not None:
@@ -98,8 +120,18 @@ class Cluster:
 
     def to_decode(self, req: Request) -> None:
         """Prefill finished on a prefill instance: pick a decode instance and hand over."""
-        inst = self.router.route(req, self.back, "decode")
+        if not self.back_serving:
+            self.held_back.append(req)
+            return
+        inst = self.router.route(req, self.back_serving, "decode")
         inst.receive(req)
+
+    def resume_held(self) -> None:
+        """Route the requests that found no serving instance, now that some may be back."""
+        while self.front_serving and self.held_front:
+            self.reroute(self.held_front.popleft())
+        while self.back_serving and self.held_back:
+            self.to_decode(self.held_back.popleft())
 
     def reject(self, req: Request, reason: str) -> None:
         req.status = "rejected"
@@ -122,6 +154,8 @@ class Cluster:
         del self.live[req.request_id]
         check_ended(req)
         self.recorder.record(req)
+        if self.on_end is not None:
+            self.on_end(req)
         if self.on_terminal is not None:
             self.on_terminal(req)
 

@@ -160,7 +160,7 @@ class EventLoop:
         """What a process yields to wait `delay_s` seconds."""
         return Delay(delay_s)
 
-    def process(self, gen: Generator[Delay, None, None]) -> Process:
+    def process(self, gen: Generator[Delay, None, None]) -> None:
         """Start generator `gen` as a process, now, before the ordinary events already due now."""
         proc = Process(self, gen)
         call = Call(proc.resume, None)
@@ -168,7 +168,6 @@ class EventLoop:
         self._order += 1
         call.order = _URGENT_ORDER + self._order
         self._push(call)
-        return proc
 
     def signal(self) -> Signal:
         return Signal(self)

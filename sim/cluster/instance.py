@@ -162,6 +162,17 @@ class Instance:
         or decoding."""
         return len(self.running) + len(self.ready) + self.loading + len(self.joins)
 
+    def stop(self) -> None:
+        """The instance failed and every request was taken off it (sim.cluster.faults): an empty,
+        idle engine (the wake-up it had set finds it idle, `_boundary`)."""
+        self.loading = 0
+        self.mode = IDLE
+        self._chunks = []
+        self._batch = 0
+        self.terms.clear()
+        self.queued_prompt_tokens = 0.0
+        self.held_sequences = 0
+
     def queued(self) -> int:
         return len(self.waiting) + len(self.ready) + self.loading + len(self.joins)
 
@@ -466,6 +477,8 @@ class Instance:
         self.env.set_timer(self._timer, start + dt)
 
     def _boundary(self, _arg: Any) -> None:
+        if self.mode == IDLE:
+            return  # the instance failed (sim.cluster.faults) after this wake-up was set
         now = self.env.now_s
         self._in_boundary = True
         self._end_step(now, self._span_steps)

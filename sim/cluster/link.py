@@ -93,8 +93,34 @@ class SharedLink:
         """Transfers started and not finished."""
         return len(self._heap)
 
+    def cancel(self, arg: Any) -> int:
+        """Drop the transfers whose `on_done` argument is `arg` (a failure ended them:
+        sim.cluster.faults); the others share the bandwidth from now on. Returns how many."""
+        heap = self._heap
+        now = self.env.now_s
+        n = len(heap)
+        if not n:
+            return 0
+        self._v = self._v + (now - self._t) * self.bw_bytes_per_s / float(n)
+        self._t = now
+        kept: list[Keyed] = []
+        for item in heap:
+            assert isinstance(item, _Job)
+            if item.arg is not arg:
+                push(kept, item)
+        dropped = n - len(kept)
+        if dropped:
+            self._heap = kept
+            if kept:
+                self.env.set_timer_after(
+                    self._timer, (kept[0].key - self._v) * float(len(kept)) / self.bw_bytes_per_s
+                )
+        return dropped
+
     def _wake(self, _arg: Any) -> None:
         heap = self._heap
+        if not heap:
+            return  # its transfers were cancelled after this wake-up was set
         now = self.env.now_s
         bw = self.bw_bytes_per_s
         v = self._v = self._v + (now - self._t) * bw / float(len(heap))

@@ -14,6 +14,7 @@ Top-level keys (details and units in each section's module):
     scheduler    router, batching, admission (sim.config.scheduler)
     timing, spec_decode                   step-time model and speculative decoding (sim.config.timing)
     slo, pricing, outputs                 (sim.config.objectives)
+    event_loop, extensions                the loop and user SimPy processes (sim.config.extensions)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_serializer, model_validator
 
 from sim import units
 from sim.config.base import StrictModel
@@ -31,6 +32,7 @@ from sim.config.cache import Cache
 from sim.config.cluster import Cluster, Pool, known_hardware
 from sim.config.engine_rules import Engine, StepRules, pool_step_rules
 from sim.config.errors import Problem, field_error, raise_problems, validate_or_raise
+from sim.config.extensions import EventLoopName, Extension
 from sim.config.families import model_family, servable_models
 from sim.config.objectives import Outputs, ScenarioPricing, Slo
 from sim.config.scheduler import Scheduler
@@ -137,11 +139,24 @@ class Scenario(StrictModel):
     slo: Slo = Field(default_factory=Slo)
     pricing: ScenarioPricing = Field(default_factory=ScenarioPricing)
     outputs: Outputs = Field(default_factory=Outputs)
+    event_loop: EventLoopName = Field("native", description="native (fast) or simpy: same outputs")
+    extensions: list[Extension] = Field(default_factory=list, description="user SimPy processes")
 
     # Hardware profiles of the pools, read once during validation (not a field; not serialised).
     _profiles: dict[str, HwProfile] = PrivateAttr(default_factory=dict)
     # The file it was read from (`load_scenario`), for messages about the scenario as a whole.
     _file: str | None = PrivateAttr(None)
+
+    @model_serializer(mode="wrap")
+    def _inputs_only(self, handler):
+        """The loop is no input of the run (both give the same bytes): left out, so that the run id
+        and summary.json do not depend on it; no extensions is left out too, so a scenario without
+        any keeps the run id and outputs it had before extensions existed."""
+        out = handler(self)
+        out.pop("event_loop", None)
+        if not self.extensions:
+            out.pop("extensions", None)
+        return out
 
     @field_validator("models", mode="before")
     @classmethod

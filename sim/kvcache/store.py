@@ -125,7 +125,9 @@ class Copy:
 
     __slots__ = ("unit", "node", "tokens", "ready_s", "written_s", "slot")
 
-    def __init__(self, unit: int, node: int, tokens: int, ready_s: float, written_s: float, slot: Slot) -> None:
+    def __init__(
+        self, unit: int, node: int, tokens: int, ready_s: float, written_s: float, slot: Slot
+    ) -> None:
         self.slot = slot  # its entry in the unit (sim.kvcache.tiers)
         self.unit = unit
         self.node = node  # the node it was written from (a copy leaving it goes on from there)
@@ -244,7 +246,10 @@ class KVStore:
             upper.next_demote = lower
         self.first_demote: StoreTier | None = demoting[0] if demoting else None
         self.write_through = [t for t in tiers if not t.demote]
-        self.swa = [ByteTier(f"swa[{n}]", c, p.swa_ttl_s, indexed=False) for n, c in enumerate(swa_pool_capacity_bytes)]
+        self.swa = [
+            ByteTier(f"swa[{n}]", c, p.swa_ttl_s, indexed=False)
+            for n, c in enumerate(swa_pool_capacity_bytes)
+        ]
         self.swa_write_links = swa_write_links
         self.entries: dict[int, Entry] = {}
         # entries used lately, by a hash of their key (a direct-mapped cache in front of `entries`):
@@ -382,9 +387,7 @@ class KVStore:
         self._retain_hbm(e, inst, tokens, now_s)
         if shared_held:
             assert shared_key is not None
-            held = hbm_slot(self._existing(shared_key), inst)
-            assert held is not None  # held slots stay cached
-            tier.unhold_slot(held, now_s)
+            self._unhold_shared(shared_key, inst, now_s)
         elif shared_key is not None:
             s = self.entry(shared_key)
             if s is not None:
@@ -457,6 +460,12 @@ class KVStore:
         slot = hbm_slot(self._existing(key), inst)
         assert slot is not None  # the caller found it holdable
         self.hbm[inst].hold_slot(slot)
+
+    def _unhold_shared(self, key: int, inst: int, now_s: float) -> None:
+        """A request on `inst` is done using `key`'s cached blocks in place (`hold_shared`)."""
+        held = hbm_slot(self._existing(key), inst)
+        assert held is not None  # held slots stay cached
+        self.hbm[inst].unhold_slot(held, now_s)
 
     def unpin(self, key: int) -> None:
         e = self.entry(key)
@@ -571,6 +580,75 @@ class KVStore:
         evicted = self.hbm[inst].expire(now_s)
         for k, b in evicted:
             self._evicted_from_hbm(k, inst, b, now_s, expired=True)
+
+    # --- failures (sim.cluster.faults) ---
+
+    def abandon(
+        self,
+        inst: int,
+        *,
+        reserved_bytes: float,
+        unpin_key: int | None,
+        shared_key: int | None,
+        shared_held: bool,
+        now_s: float,
+    ) -> None:
+        """A request leaves instance `inst` unfinished (its instance or its KV's source failed): its
+        reservation, its pin and its hold of a shared prompt are given back; nothing of it is cached
+        (`finish` without keeping a copy)."""
+        self.hbm[inst].release(reserved_bytes)
+        if shared_held:
+            assert shared_key is not None
+            self._unhold_shared(shared_key, inst, now_s)
+        if unpin_key is not None:
+            self.unpin(unpin_key)
+
+    def lose_hbm(self, inst: int) -> float:
+        """Instance `inst` failed: every copy cached in its HBM is gone (after its requests were
+        abandoned, none is held). Returns the bytes lost."""
+        tier = self.hbm[inst]
+        lost = 0.0
+        for key in tier.keys_lru_order():
+            e = self._existing(key)
+            slot = hbm_slot(e, inst)
+            assert slot is not None
+            lost += tier.remove_slot(slot)
+            _drop_hbm(e, slot)
+            self._maybe_forget(e)
+        return lost
+
+    def lose_node(self, node: int) -> float:
+        """Node `node` failed: its units of the tiers below HBM that live in it (a node-scoped tier,
+        host DRAM by default; an instance-scoped one of its instances) and its SWA pool are gone.
+        Returns the bytes lost."""
+        lost = 0.0
+        for t in self.tiers:
+            if t.scope == "node":
+                units = [node]
+            elif t.scope == "instance":
+                units = [t.unit_of_instance[i] for i, n in enumerate(self.instance_node) if n == node]
+            else:
+                continue  # a pool or the cluster's: held elsewhere
+            for u in units:
+                unit = t.units[u]
+                for key in unit.keys_lru_order():
+                    e = self._existing(key)
+                    c = e.copies[t.pos]
+                    assert c is not None
+                    lost += unit.remove_slot(c.slot)
+                    e.copies[t.pos] = None
+                    self._maybe_forget(e)
+        if self.swa:
+            pool = self.swa[node]
+            for key in pool.keys_lru_order():
+                e = self._existing(key)
+                slot = e.swa_slot
+                assert slot is not None
+                lost += pool.remove_slot(slot)
+                e.swa_node = -1
+                e.swa_slot = None
+                self._maybe_forget(e)
+        return lost
 
     # --- internals ---
 

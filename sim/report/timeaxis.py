@@ -219,6 +219,7 @@ def level_grid_figure(
     fig.update_xaxes(matches="x")  # one time axis for every subplot, zoomed together
     fig.layout.xaxis.matches = None  # (the first axis is the one the others match)
     mark_warmup(fig, series, axis, grid=True)
+    mark_outages(fig, series, axis, grid=True)
     return fig
 
 
@@ -267,6 +268,37 @@ def mark_warmup(fig: go.Figure, series: list[Series], axis: TimeAxis, *, grid: b
         bgcolor="rgba(255,255,255,0.7)",
         font=dict(size=11, color="#59636e"),
     )
+
+
+def outages(series: list[Series]) -> list[tuple[float, float | None, str]]:
+    """(start, end or None, label) of every outage the runs' extensions recorded (sim.extensions.ops),
+    once each (a run's models share its failures)."""
+    seen: dict[tuple, str] = {}
+    for s in series:
+        for o in ((s.summary.get("extensions") or {}).get("operations") or {}).get("outages", []):
+            seen.setdefault(
+                (o["start_s"], o["end_s"]), f"{o['kind']} failure: instance {o['instance']}, node {o['node']}"
+            )
+    return [(a, b, label) for (a, b), label in seen.items()]
+
+
+def mark_outages(fig: go.Figure, series: list[Series], axis: TimeAxis, *, grid: bool = False) -> None:
+    """Shade each failure's outage in red (in every subplot of a `grid`), labelled on hover of its start."""
+    where = dict(row="all", col="all") if grid else {}
+    for start, end, label in outages(series):
+        fig.add_vrect(
+            x0=axis.x(start),
+            x1=axis.x(axis.end_s if end is None else end),
+            fillcolor="#cf222e",
+            opacity=0.12,
+            line_width=0,
+            layer="below",
+            **where,
+        )
+        fig.add_annotation(
+            x=axis.x(start), xref="x", y=0.0, yref="paper", text="✕", hovertext=label, showarrow=False,
+            yanchor="bottom", font=dict(size=11, color="#cf222e"),
+        )  # fmt: skip
 
 
 def bucket_caption(axis: TimeAxis, what: str) -> str:

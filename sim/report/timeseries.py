@@ -15,7 +15,9 @@ from sim.report.timeaxis import (
     TimeAxis,
     bucket_caption,
     level_grid_figure,
+    mark_outages,
     mark_warmup,
+    outages,
     pool_sum,
     time_layout,
 )
@@ -55,9 +57,15 @@ def throughput_panel(series: list[Series], axis: TimeAxis) -> Panel:
     fig.update_layout(**time_layout(title, axis, "output tokens/s"))
     fig.update_xaxes(rangeslider=dict(visible=True, thickness=0.07))
     mark_warmup(fig, series, axis)
+    mark_outages(fig, series, axis)
     caption = (
         f"{bucket_label(axis.bucket_s)} averages; each request's output tokens are spread evenly between its "
         "first token and its finish. Drag to zoom; every time chart follows."
+        + (
+            " Red bands: instances or nodes down (extensions' failures, ✕ at each start)."
+            if outages(series)
+            else ""
+        )
     )
     return Panel(title, fig, caption=caption, wide=True)
 

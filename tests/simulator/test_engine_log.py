@@ -8,6 +8,7 @@ decode span at the end of the step in progress, and a one-token request ending a
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import SharedLink
+from sim.cluster.simpy_loop import SimPyLoop
 from sim.core.request import Request
 from sim.metrics.recorder import Recorder
 from sim.sched.router import Router
@@ -60,9 +62,13 @@ class Log(Recorder):
 EVENTS = ("arrival_s", "admitted_s", "prefill_start_s", "first_token_s", "decode_start_s", "finish_s")
 
 
-def _run(trace, prefill_first=False):
+# the own loop and the SimPy one give the same log (sim.cluster.simpy_loop)
+LOOPS = pytest.mark.parametrize("new_loop", [EventLoop, SimPyLoop], ids=["native", "simpy"])
+
+
+def _run(trace, prefill_first=False, new_loop=EventLoop):
     """trace: (arrival_s, input_tokens, output_tokens) per request; returns the log and the instance."""
-    loop = EventLoop()
+    loop = new_loop()
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
     inst = Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, budget_tokens=2048, chunk_tokens=1024,
@@ -86,10 +92,11 @@ def _run(trace, prefill_first=False):
     return [(f"r{rid} {EVENTS[i].removesuffix('_s')}", t) for t, rid, i in events], inst
 
 
-def test_three_requests_on_one_instance_give_this_exact_log():
+@LOOPS
+def test_three_requests_on_one_instance_give_this_exact_log(new_loop):
     # GIVEN one colocated instance (token budget 2048, chunks of 1024) and three requests
     # WHEN they run
-    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)])
+    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], new_loop=new_loop)
     # THEN the loop does exactly this
     assert log == [
         ("r0 arrival", 0.0),
@@ -113,10 +120,11 @@ def test_three_requests_on_one_instance_give_this_exact_log():
     assert (inst.steps, inst.spans, inst.busy_s) == (4, 3, 1.75)
 
 
-def test_prefill_first_stalls_the_running_decodes_for_each_prefill_step():
+@LOOPS
+def test_prefill_first_stalls_the_running_decodes_for_each_prefill_step(new_loop):
     # GIVEN the same instance and trace, with SGLang's step composition (sim.sched.batcher: a step with
     # prefill chunks decodes nothing; the chunks get the whole budget)
-    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], prefill_first=True)
+    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], prefill_first=True, new_loop=new_loop)
     # THEN every decode waits out each prefill step
     assert log == [
         ("r0 arrival", 0.0),

@@ -1,4 +1,5 @@
-"""The compiled core (sim/native.py) and its sources give the same simulation, byte for byte, over a
+"""The compiled core (sim/native.py), its sources, and the compiled core on the SimPy event loop
+(sim/cluster/simpy_loop.py) give the same simulation, byte for byte, over a
 matrix of small scenarios that reach every part of the compiled modules; CI runs the compiled core
 (never the sources by accident); an edited source is never shadowed by its stale compiled module."""
 
@@ -102,15 +103,15 @@ def scenario(name: str, levels: tuple[str, ...]) -> dict:
     return scn
 
 
-def _run_all(runs: list[tuple[str, str]], pure: bool, cwd: Path) -> subprocess.Popen:
-    """One process runs every (scenario file, output folder) under one core."""
+def _run_all(runs: list[tuple[str, str]], pure: bool, cwd: Path, loop: str = "native") -> subprocess.Popen:
+    """One process runs every (scenario file, output folder) under one core, on one event loop."""
     env = {k: v for k, v in os.environ.items() if k not in (native.PURE_ENV, native.REQUIRE_ENV)}
     if pure:
         env[native.PURE_ENV] = "1"
     code = (
         "import json, sys; from sim.api import run_scenario; from sim import native; "
         f"assert native.install()[0] == {'source' if pure else 'compiled'!r}, native.describe(); "
-        "[run_scenario(s, out_dir=o) for s, o in json.loads(sys.argv[1])]"
+        f"[run_scenario(s, out_dir=o, loop={loop!r}) for s, o in json.loads(sys.argv[1])]"
     )
     return subprocess.Popen(
         [sys.executable, "-c", code, json.dumps(runs)], env=env, cwd=cwd, stderr=subprocess.PIPE, text=True
@@ -119,7 +120,8 @@ def _run_all(runs: list[tuple[str, str]], pure: bool, cwd: Path) -> subprocess.P
 
 @pytest.fixture(scope="module")
 def both_cores(tmp_path_factory) -> Path:
-    """Every case run by the compiled core and by the sources, the two at once (two processes)."""
+    """Every case run by the compiled core, by the sources, and by the compiled core on the SimPy
+    loop, the three at once (three processes)."""
     root = tmp_path_factory.mktemp("equivalence")
     files = dict(FILES)
     for name, levels in CASES.items():
@@ -127,8 +129,13 @@ def both_cores(tmp_path_factory) -> Path:
         files[name].parent.mkdir(exist_ok=True)
         files[name].write_text(yaml.safe_dump(scenario(name, levels), sort_keys=False))
     procs = [
-        _run_all([(str(f), str(root / core / name)) for name, f in files.items()], core == "source", root)
-        for core in ("compiled", "source")
+        _run_all(
+            [(str(f), str(root / run / name)) for name, f in files.items()],
+            run == "source",
+            root,
+            "simpy" if run == "simpy" else "native",
+        )
+        for run in ("compiled", "source", "simpy")
     ]
     errors = [p.communicate()[1] for p in procs]
     for p, err in zip(procs, errors, strict=True):
@@ -138,8 +145,9 @@ def both_cores(tmp_path_factory) -> Path:
 
 @pytest.mark.skipif(not COMPILED, reason=f"the compiled core is not in use: {native.describe()}")
 @pytest.mark.parametrize("case", [*FILES, *CASES])
-def test_compiled_core_and_sources_write_identical_outputs(both_cores, case):
-    a_root, b_root = both_cores / "compiled" / case, both_cores / "source" / case
+@pytest.mark.parametrize("other", ["source", "simpy"])
+def test_compiled_core_sources_and_simpy_loop_write_identical_outputs(both_cores, case, other):
+    a_root, b_root = both_cores / "compiled" / case, both_cores / other / case
     files = sorted(p.relative_to(a_root) for p in a_root.rglob("*") if p.is_file())
     assert any(f.name == "requests.parquet" for f in files)
     assert files == sorted(p.relative_to(b_root) for p in b_root.rglob("*") if p.is_file())
