@@ -67,7 +67,7 @@ def evaluate(task: EvalTask) -> dict[str, Any]:
             f"(fingerprint {here} != {task.fingerprint}); install the same sim and files on every node"
         )
     scenario = validate_or_raise(Scenario, task.scenario, file=f"candidate {task.key}")
-    result = run_scenario(scenario, task.seed, out_dir=None)
+    result = run_scenario(scenario, task.seed, out_dir=None, capacity=False)
     summary = result.summary["models"][task.model]
     capacity = summary.get("capacity") or {}
     context_tokens = capacity.get("context_tokens_mean") or 0.0
