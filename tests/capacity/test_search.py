@@ -8,10 +8,12 @@ import json
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from sim.api import run_scenario
 from sim.capacity.point import point_scenario, point_trace, violations
 from sim.capacity.search import Measured, search
+from sim.cli import app
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
 from sim.metrics.capacity import steady_cost_per_task_usd
@@ -75,8 +77,16 @@ def _small(tmp_path, **capacity) -> Scenario:
 @pytest.mark.slow
 def test_the_reported_load_meets_the_slo_and_the_load_just_above_fails(tmp_path):
     scn = _small(tmp_path)
-    result = run_scenario(scn)
-    cap = result.summary["models"]["deepseek-v4-flash"]["capacity"]
+    out = CliRunner().invoke(app, ["run", str(tmp_path / "small.yaml"), "--out", str(tmp_path / "run")],
+                             env={"COLUMNS": "200"})  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("Verdict: V4-Flash sustains "), out.stdout[:300]
+    cap = json.loads((tmp_path / "run" / "summary.json").read_text())["models"]["deepseek-v4-flash"][
+        "capacity"
+    ]
+    assert {"sessions_per_hour", "sessions_per_hour_per_gpu", "cost_per_task_usd", "binding_limit"} <= set(
+        cap
+    )
     search_ = cap["search"]
     assert search_["converged"], search_
     rate, above = cap["sessions_per_hour"], cap["slo_fails_above"]["load"]

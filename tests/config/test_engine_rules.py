@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -19,12 +20,16 @@ def _pool(role: str, **kw) -> dict:
     return {"role": role, "dp": 1, "prefill_context_parallel": "off", **kw}
 
 
-def test_the_main_job_runs_v41_on_a_deployment_sglang_refuses():
+def test_the_main_job_runs_each_model_on_a_deployment_its_engine_starts():
     scn = load_scenario(project_root() / "scenarios" / "agent_1M.yaml")
-    pools = [p.model_dump() for p in scn.cluster.pools]  # CP8 prefill, DP8 decode, DSpark on
     assert scn.spec_decode.enabled
-    assert engine_refusal(V41, pools, True) == DSPARK_PD_REFUSAL
-    assert engine_refusal(V4, pools, True) is None  # V4's MTP: no such rule
+    for model in (V4, V41):
+        pools = [p.model_dump() for p in scn.for_model(model).cluster.pools]
+        assert engine_refusal(model, pools, True) is None, model
+    v4_pools = [
+        p.model_dump() for p in scn.for_model(V4).cluster.pools
+    ]  # CP4 prefill: V4's MTP, no such rule
+    assert engine_refusal(V41, v4_pools, True) == DSPARK_PD_REFUSAL
 
 
 @pytest.mark.parametrize(
@@ -42,8 +47,13 @@ def test_dspark_pd_needs_dp1_cp1_pools(pools, spec_decode, refused):
     assert (engine_refusal(V41, pools, spec_decode) is not None) is refused
 
 
-def test_scenario_check_notes_the_refusal():
-    path = project_root() / "scenarios" / "agent_1M.yaml"
+def test_scenario_check_notes_the_refusal(tmp_path):
+    doc = yaml.safe_load((project_root() / "scenarios" / "agent_1M.yaml").read_text())
+    doc["models"] = [V4, V41]  # both on the scenario's pools: V4.1's TP pools, V4's CP4 prefill
+    doc["cluster"]["pools"][0]["prefill_context_parallel"] = "round_robin"
+    doc["workload"]["generator"] = str(project_root() / "scenarios" / doc["workload"]["generator"])
+    path = tmp_path / "refused.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     result = CliRunner().invoke(app, ["scenario", "check", str(path)], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "note: deepseek-v4.1-flash: SGLang would not start this deployment" in result.stdout
@@ -51,3 +61,5 @@ def test_scenario_check_notes_the_refusal():
     data = CliRunner().invoke(app, ["scenario", "check", str(path), "--json"]).stdout
     models = {m["name"]: m["engine_refusal"] for m in json.loads(data)["summary"]["models"]}
     assert models["deepseek-v4-flash"] is None and models["deepseek-v4.1-flash"] == DSPARK_PD_REFUSAL
+    main = CliRunner().invoke(app, ["scenario", "check", str(project_root() / "scenarios" / "agent_1M.yaml")])
+    assert main.exit_code == 0 and "SGLang would not start" not in main.stdout
