@@ -29,8 +29,9 @@ BUSY_ENOUGH = 0.60  # at the sustained load the busiest resource is at least thi
 
 @dataclass(frozen=True)
 class SearchStep:
-    """A worker's progress message while it searches (picklable): point `point` of at most `max_points`
-    at `load`, `ended` of `expected` requests simulated so far."""
+    """A worker's progress message while it searches (picklable): point `point` of the `max_points` the
+    search now expects (sim.capacity.search.points_expected), at `load`, `ended` of `expected` requests
+    simulated so far."""
 
     model: str
     index: int
@@ -62,15 +63,18 @@ def search_block(
     c = scn.capacity
     unit = "sessions/h" if kind == "sessions_per_hour" else "concurrency"
     done = 0
+    planned = c.max_points
+
+    def plan(points: int) -> None:
+        nonlocal planned
+        planned = points
 
     def measure(load: int) -> Measured:
         nonlocal done
 
         def hook(ended: int, expected: int) -> None:
             if send is not None:
-                send(
-                    SearchStep(model, index, len(scn.models), done, c.max_points, load, unit, ended, expected)
-                )
+                send(SearchStep(model, index, len(scn.models), done, planned, load, unit, ended, expected))
 
         hook(0, 1)
         if same_as_run(scn, load):
@@ -86,7 +90,8 @@ def search_block(
         busiest = record["busiest"]
         return Measured(load, record["slo_holds"], busiest["share"] if busiest else None, record)
 
-    result = search(measure, start_load(scn, trace), tolerance_frac=c.tolerance_frac, max_points=c.max_points)
+    result = search(measure, start_load(scn, trace), tolerance_frac=c.tolerance_frac, max_points=c.max_points,
+                    on_plan=plan)  # fmt: skip
     points = sorted((p.record for p in result.points), key=lambda r: r["load"])
     block: dict[str, Any] = {
         "search": {
@@ -99,7 +104,6 @@ def search_block(
             "points_run": len(result.points),
             "converged": result.converged,
             "points": points,
-            "above": result.above.record if result.above is not None else None,
         },
         "search_note": None,
     }

@@ -55,6 +55,17 @@ def closed(lo: int, hi: int, tolerance_frac: float) -> bool:
     return hi - lo <= max(1, math.floor(lo * tolerance_frac))
 
 
+def points_expected(run: int, lo: int | None, hi: int | None, tolerance_frac: float, max_points: int) -> int:
+    """How many points the search will have run in all, `run` so far (for a progress bar's ETA): the
+    bisections a bracket still needs, or a step to find one and three bisections where none is yet."""
+    if lo is None or hi is None:
+        return min(max_points, run + 4)
+    if closed(lo, hi, tolerance_frac):
+        return run
+    halvings = math.log(math.log(hi / lo) / math.log1p(max(tolerance_frac, 1.0 / lo)), 2)
+    return min(max_points, run + max(1, math.ceil(halvings)))
+
+
 def search(
     measure: Callable[[int], Measured],
     start: int,
@@ -62,11 +73,15 @@ def search(
     tolerance_frac: float,
     max_points: int,
     max_load: int = 1_000_000,
+    on_plan: Callable[[int], None] | None = None,
 ) -> SearchResult:
-    """The search of the module doc from `start` (>= 1)."""
+    """The search of the module doc from `start` (>= 1); `on_plan(points)` hears, before each point,
+    how many the search expects to run in all (`points_expected`)."""
     points: list[Measured] = []
 
     def run(load: int) -> Measured:
+        if on_plan is not None:
+            on_plan(points_expected(len(points), _load(lo), _load(hi), tolerance_frac, max_points))
         point = measure(load)
         points.append(point)
         return point
@@ -101,3 +116,7 @@ def search(
             hi = p
     converged = lo is not None and hi is not None and closed(lo.load, hi.load, tolerance_frac)
     return SearchResult(points, lo, hi, converged)
+
+
+def _load(point: Measured | None) -> int | None:
+    return None if point is None else point.load

@@ -142,14 +142,14 @@ def _run(scn, seed: int | None, out_dir: Path, force: bool, as_json: bool, err: 
         bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
 
     def search_progress(step: SearchStep) -> None:
-        """A search's bar counts points (at most max_points; the search usually ends sooner)."""
+        """A search's bar counts points, its total the search's current estimate (so the ETA moves)."""
         if step.model in tasks:  # the fixed-rate run is over
             bar.update(tasks[step.model], completed=bar.tasks[tasks[step.model]].total)
         if step.model not in searches:
             label = f"{model_label(step.model)} capacity search"
             searches[step.model] = bar.add_task(label, total=step.max_points, sim_time="")
         shown = f"{step.load:,}/h" if step.unit == "sessions/h" else f"concurrency {step.load:,}"
-        bar.update(searches[step.model], completed=step.point + step.ended / max(step.expected, 1),
+        bar.update(searches[step.model], total=step.max_points, completed=step.point + step.ended / max(step.expected, 1),
                    sim_time=f"point {step.point + 1} at {shown}")  # fmt: skip
 
     try:

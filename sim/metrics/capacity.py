@@ -17,7 +17,8 @@ Definitions (each a stated choice; the summary's `capacity` block carries them):
   to the load at which the first pool saturates, so an upper bound (queueing makes latency pass
   the SLO before any pool is 100% busy). When the run already misses its p99 SLO (TTFT p99 or
   TPOT p99 over `slo`), the latency limit binds first: the figure is None and the sessions now
-  are more than the cluster sustains. `sim sweep` measures the limit by running the loads.
+  are more than the cluster sustains. The capacity search of `sim run` (sim.capacity) measures the
+  limit by running the loads.
 - limits: per pool, the share used of each resource that can bind first (`LIMITS`): prefill busy
   (the prefill pool's busy share, or a colocated pool's prefill share of it), decode batch at the
   TPOT SLO (decode load), KV room in HBM (running sequences' reserved KV / the instances' KV budget,
