@@ -18,13 +18,13 @@ def _usd(v: float | None) -> str:
 
 def verdict_line(summary: dict[str, Any]) -> str | None:
     """'V4.1-Flash sustains X sessions/h per GPU vs Y for V4-Flash (Rx), at $A vs $B per task; binding
-    limit: ...' (the last model against the first; one model: its figures alone); None when no model
-    has a sustained session rate (search off, a trace or benchmark workload, or the SLO failing at the
-    lowest load tried)."""
+    limit: ...' (the last model against the first; one model: its figures alone); for a benchmark, the
+    concurrency each model sustains; None when no model sustains a load (search off, a trace, or the
+    SLO failing at the lowest load tried)."""
     caps = {m: s.get("capacity") or {} for m, s in summary["models"].items()}
     rated = {m: c for m, c in caps.items() if c.get("sessions_per_hour_per_gpu") is not None}
     if not rated:
-        return None
+        return _concurrency_line(caps)
     models = list(caps)
     if len(models) == 1 or len(rated) < 2:
         m, c = next(iter(rated.items()))
@@ -40,3 +40,14 @@ def verdict_line(summary: dict[str, Any]) -> str | None:
         f"{_usd(b['cost_per_task_usd'])} vs {_usd(a['cost_per_task_usd'])} per task; binding limit: "
         f"{model_label(last)} {b['binding_limit']}, {model_label(first)} {a['binding_limit']}"
     )
+
+
+def _concurrency_line(caps: dict[str, dict[str, Any]]) -> str | None:
+    """'V4-Flash sustains concurrency 8 (120 output tok/s per GPU); binding limit: ...', per model."""
+    parts = [
+        f"{model_label(m)} sustains concurrency {c['concurrency']:,} ("
+        f"{c['output_tokens_per_s_per_gpu'] or 0:,.1f} output tok/s per GPU); binding limit: {c['binding_limit']}"
+        for m, c in caps.items()
+        if c.get("concurrency") is not None
+    ]
+    return " | ".join(parts) or None
