@@ -392,14 +392,15 @@ def _own_pools_problems(where: str, cluster: Cluster, pools: list[Pool]) -> list
     try:
         Cluster.model_validate({**cluster.model_dump(), "pools": [p.model_dump() for p in pools]})
     except ValidationError as err:
-        return [
-            Problem(
-                f"{where}{''.join(f'.{x}' if isinstance(x, str) else f'[{x}]' for x in e['loc'][1:])}",
-                e["msg"].removeprefix("Value error, "),
-                e.get("input"),
-            )  # fmt: skip
-            for e in err.errors()
-        ]
+        problems = []
+        for e in err.errors():
+            # the Cluster's own checks name `pools[i].field: message`: put them under `where`
+            path, sep, message = e["msg"].removeprefix("Value error, ").partition(": ")
+            if sep and path.startswith("pools"):
+                problems.append(Problem(where + path.removeprefix("pools"), message))
+            else:
+                problems.append(Problem(where, e["msg"].removeprefix("Value error, ")))
+        return problems
     return []
 
 
