@@ -354,11 +354,43 @@ def show_cmd(
         stacks=stacks,
         composed=stacks[DEFAULT_STACK]["composed"],
         efficiency_curves={s: efficiency_curves(load_stack(REFERENCE_GPU, s)) for s in STACKS},
+        aic=_aic_section(profile, every),
     )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     _print(data)
+
+
+def _aic_section(profile, every_row: bool) -> dict:
+    """The `aic` stack (sim.timing.aic) beside the default one: which operations AIConfigurator's
+    measurements replace, the replaced rows (carry / measured here vs AIC) and the composed decode steps
+    of both; `available: False` with the reason when AIConfigurator is not installed or lacks the GPU."""
+    from sim.timing.aic import COVERAGE, aic_tables
+    from sim.timing.carry import tables_for
+    from sim.timing.stacks import DEFAULT_STACK
+
+    if profile is None:
+        return {"available": False, "reason": "no hardware profile for this GPU"}
+    try:
+        aic = aic_tables(profile)
+    except InputError as e:
+        return {"available": False, "reason": str(e)}
+    base = tables_for(profile, DEFAULT_STACK)
+    rows = [
+        {"family": a.family, "kernel": a.kernel, "model": a.model, "layer_kind": a.layer_kind,
+         "shape": {c: getattr(a, c) for c in SHAPE_COLUMNS if getattr(a, c) is not None},
+         f"{DEFAULT_STACK}_us": b.median_s * 1e6, "aic_us": a.median_s * 1e6, "ratio": a.median_s / b.median_s,
+         "source": a.package}
+        for a, b in zip(aic.rows, base.rows, strict=True)
+        if a.impl == "aic" and (every_row or _is_key_shape(a))
+    ]  # fmt: skip
+    return {
+        "available": True,
+        "coverage": [{"operation": op, "source": src} for op, src in COVERAGE],
+        "rows": rows,
+        "composed": _composed(profile, "aic"),
+    }
 
 
 def _forward(profile) -> dict:
@@ -373,6 +405,7 @@ def _forward(profile) -> dict:
     if ref is None:
         return {"file": None, "term": asdict(term) if term else None, "summary": None, "points": []}
     return {
+        "term_parts": _term_parts(profile),
         "file": str(ref.path),
         "provenance": dict(ref.provenance),
         "term": asdict(term) if term else asdict(ref.term),
@@ -382,6 +415,27 @@ def _forward(profile) -> dict:
         "points_without_measurement": ref.skipped,
         "points": list(ref.rows),
     }
+
+
+def _term_parts(profile) -> list[dict]:
+    """The forward-pass term on this GPU split by what bounds each part (sim.timing.forward TERM_PARTS), for
+    the `measured` term and the default `fused_glue` one."""
+    from sim.timing.forward import carried_check
+
+    if profile is None:
+        return []
+    out = []
+    for which in ("measured", "fused_glue"):
+        for name, t in carried_check(profile, which).parts:
+            out.append(
+                {
+                    "term": which,
+                    "part": name,
+                    "per_layer_s": t.per_layer_s,
+                    "per_layer_row_s": t.per_layer_row_s,
+                }
+            )
+    return out
 
 
 def _reference_rows(ref, carried_tables) -> list:
@@ -471,6 +525,33 @@ def _print(data: dict) -> None:
             f"{d['ratio']:.2f}",
         )
     console.print(pre)
+    _print_aic(console, data)
+
+
+def _print_aic(console: Console, data: dict) -> None:
+    aic = data["aic"]
+    if not aic["available"]:
+        console.print(f"AIConfigurator stack (timing.kernels: aic): not available: {aic['reason']}")
+        return
+    cov = _table("AIConfigurator stack (timing.kernels: aic): where each operation comes from",
+                 ("operation", "source"), left=("operation", "source"))  # fmt: skip
+    for c in aic["coverage"]:
+        cov.add_row(c["operation"], c["source"])
+    console.print(cov)
+    stack = data["default_stack"]
+    side = _table(f"{stack} ({'carried' if data['carried_from'] else 'measured'}) vs AIConfigurator, replaced rows",
+                  ("kernel", "model", "layer kind", "shape", f"{stack} us", "aic us", "aic / " + stack),
+                  left=("kernel", "model", "layer kind", "shape"))  # fmt: skip
+    for r in aic["rows"]:
+        side.add_row(r["kernel"], r["model"], r["layer_kind"], _shape_text(r["shape"]), f"{r[stack + '_us']:.1f}",
+                     f"{r['aic_us']:.1f}", f"{r['ratio']:.2f}")  # fmt: skip
+    console.print(side)
+    dec = _table(f"Decode step: {stack} vs aic stack (ms)", ("model", "batch", "context", stack, "aic", "aic / " + stack),
+                 left=("model",))  # fmt: skip
+    for d, a in zip(data["composed"]["decode"], aic["composed"]["decode"], strict=True):
+        dec.add_row(d["model"], str(d["batch"]), _tokens(d["context_tokens"]), f"{d['calibrated_ms']:.2f}",
+                    f"{a['calibrated_ms']:.2f}", f"{a['calibrated_ms'] / d['calibrated_ms']:.2f}")  # fmt: skip
+    console.print(dec)
 
 
 def _print_stacks(console: Console, data: dict) -> None:
@@ -632,6 +713,16 @@ def _print_forward(console: Console, fwd: dict) -> None:
         console.print(
             f"Forward-pass term in this GPU's steps (timing.forward_term default): {us(term)}; {term['source']}"
         )
+    parts = fwd.get("term_parts") or []
+    if parts:
+        bounds = {"launch": "launch / host: the same on every GPU", "glue": "small glue kernels: SM issue rate",
+                  "kernels_missed": "kernel work our tables miss: our kernels' ratio"}  # fmt: skip
+        split = _table("The term on this GPU by what bounds each part (sim/timing/forward.py TERM_PARTS)",
+                       ("term", "part", "bound by", "µs per layer", "ns per layer and row"), left=("term", "part", "bound by"))  # fmt: skip
+        for p in parts:
+            split.add_row(p["term"], p["part"], bounds[p["part"]], f"{p['per_layer_s'] * 1e6:+.1f}",
+                          f"{p['per_layer_row_s'] * 1e9:+.1f}")  # fmt: skip
+        console.print(split)
     if not fwd["points"]:
         return
     ref, glue = fwd["reference_term"], fwd["glue_term"]

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.config.families import model_family
 from sim.errors import InputError
 
 model_app = typer.Typer(
@@ -106,7 +107,8 @@ def show(
     from sim.model.summary import model_summary
 
     tokens = parse_tokens(context)
-    summary = model_summary(load_model(name), tokens, layout)
+    spec = load_model(name)
+    summary = {**model_summary(spec, tokens, layout), "acceptance": _acceptance(spec)}
     if json_output:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -115,6 +117,32 @@ def show(
     console.print(_layer_table(summary))
     console.print(_totals_table(summary))
     console.print(_context_table(summary))
+    if summary["acceptance"]:
+        console.print(_acceptance_table(summary))
+
+
+def _acceptance(spec) -> list[dict]:
+    """The measured acceptance curve of the model's drafter (sim.model.acceptance), for every workload kind."""
+    from dataclasses import asdict
+
+    from sim.config.families import servable_models
+    from sim.model.acceptance import curve
+
+    if spec.drafter is None or spec.name not in servable_models():
+        return []
+    return [asdict(p) for p in curve(model_family(spec.name), spec.drafter.kind)]
+
+
+def _acceptance_table(s: dict) -> Table:
+    t = Table(
+        title="speculative decoding: measured accepted tokens per verify step (sim/model/acceptance.yaml)"
+    )
+    for col in ("drafter", "workload", "draft tokens", "accepted", "measured on", "source"):
+        t.add_column(col, justify="right" if col in ("draft tokens", "accepted") else "left", overflow="fold")
+    for p in s["acceptance"]:
+        t.add_row(p["drafter"], p["workload"], str(p["draft_tokens"]), f"{p['accepted']:.2f}", p["measured_on"],
+                  f"[{p['tag']}] {p['source']}")  # fmt: skip
+    return t
 
 
 _SOURCES = (("kv", "kv_source"), ("idx", "index_source"), ("sel", "selection_source"))

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
-from sim.config.engine_rules import scenario_refusal
+from sim.config.engine_rules import profile_rows, scenario_refusal
 from sim.errors import InputError
 from sim.preflight import preflight
 
@@ -150,9 +150,13 @@ def _field_rows(model: type[BaseModel], prefix: str = "", defaults: BaseModel | 
             continue
         shown = "(required)" if default is None and info.is_required() else repr(default)
         yield path, _type_name(info.annotation), shown, info.description or ""
+        many = typing.get_origin(info.annotation) in (
+            list,
+            dict,
+        )  # a list or dict of blocks, or an optional one
         for sub in typing.get_args(info.annotation):
             if _is_model(sub):
-                yield from _field_rows(sub, f"{path}[].")
+                yield from _field_rows(sub, f"{path}[]." if many else f"{path}.")
 
 
 def _is_model(tp) -> bool:
@@ -170,7 +174,9 @@ def fields_cmd(
 ) -> None:
     """Every scenario field: path, type, default and meaning (units are in the names)."""
     rows = list(_field_rows(Scenario))
-    if as_json:
+    if as_json:  # the engine profiles' rules follow the fields, one row each
+        rows += [(f"engine rule: {r['engine']} {r['versions']}: {r['rule']}", "rule", r["value"], r["source"])
+                 for r in profile_rows()]  # fmt: skip
         typer.echo(json.dumps([dict(zip(("field", "type", "default", "description"), r, strict=True)) for r in rows],
                               indent=2))  # fmt: skip
         return
@@ -179,5 +185,12 @@ def fields_cmd(
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*(escape(c) for c in row))
+    profiles = Table(title="Engine profiles (engine: {name, version}; sim/config/engine_rules.py)")
+    for col in ("engine", "versions", "rule", "value", "source"):
+        profiles.add_column(col, overflow="fold")
+    for r in profile_rows():
+        profiles.add_row(*(escape(r[c]) for c in ("engine", "versions", "rule", "value", "source")))
     console = Console()
-    (console if console.is_terminal else Console(width=220)).print(table)
+    console = console if console.is_terminal else Console(width=220)
+    console.print(table)
+    console.print(profiles)

@@ -41,7 +41,9 @@ def validate(
     ] = False,
     real: Annotated[
         Path | None,
-        typer.Option("--real", help="a run directory of kernels_bench.serve.run: compare it with sim instead"),
+        typer.Option(
+            "--real", help="a run directory of kernels_bench.serve.run: compare it with sim instead"
+        ),
     ] = None,
     model: Annotated[
         str | None, typer.Option("--model", help="with --real: the model (default: the run's provenance)")
@@ -71,7 +73,7 @@ def validate(
             bar.update(task, description=f"validate {name}", completed=done, total=planned)
 
         results = run_cases(loaded, workers=workers, ray=ray, progress=on_progress)
-    document = {"format": "sim.validate/v1", "cases": [r.to_json() for r in results]}
+    document = {"format": "sim.validate/v2", "cases": [r.to_json() for r in results]}
     if target is not None:
         text = json.dumps(document, indent=2) + "\n"
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -83,15 +85,17 @@ def validate(
         return
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     table = Table(title="sim validate: published vs simulated (a measurement, not a target)")
-    for column in ("case", "metric", "at TPOT p50", "published", "simulated", "error", "concurrency"):
-        table.add_column(column, justify="left" if column in ("case", "metric") else "right")
+    for column in ("case", "metric", "at", "published", "simulated", "error", "concurrency"):
+        table.add_column(column, justify="left" if column in ("case", "metric", "at") else "right")
     for r in results:
-        table.add_row(
-            r.name, r.metric, f"{r.tpot_p50_ms:g} ms", f"{r.published:,.2f}",
-            f"{r.simulated:,.2f}" if r.simulated is not None else "n/a",
-            f"{r.error_frac:+.1%}" if r.error_frac is not None else "n/a",
-            f"{r.concurrency:.1f}" if r.concurrency is not None else "n/a",
-        )  # fmt: skip
+        for metric, published in r.published.items():
+            sim_value, error = r.simulated[metric], r.error_frac[metric]
+            table.add_row(
+                r.name, metric, r.at_label, f"{published:,.4g}",
+                f"{sim_value:,.4g}" if sim_value is not None else "n/a",
+                f"{error:+.1%}" if error is not None else "n/a",
+                f"{r.concurrency:.1f}" if r.concurrency is not None else "n/a",
+            )  # fmt: skip
     console.print(table)
     for r in results:
         if r.note:

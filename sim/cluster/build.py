@@ -144,6 +144,12 @@ def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
         hbm_bw_bytes_per_s=hw.hbm_bw_bytes_per_s,
         scale_up_bw_bytes_per_s=hw.scale_up_bw_per_gpu_bytes_per_s,
         scale_up_latency_s=hw.scale_up.latency_us.value * units.US,
+        allreduce_latency_s=(hw.scale_up.allreduce_latency_us or hw.scale_up.latency_us).value * units.US,
+        allreduce_bw_bytes_per_s=(
+            hw.scale_up.allreduce_bus_GBps.value * units.GB
+            if hw.scale_up.allreduce_bus_GBps
+            else hw.scale_up_bw_per_gpu_bytes_per_s * hw.achievable.scale_up_bw_frac.value
+        ),
         scale_out_bw_per_gpu_bytes_per_s=hw.scale_out_bw_per_gpu_bytes_per_s,
         scale_out_bw_per_node_bytes_per_s=hw.scale_out_bw_per_node_bytes_per_s,
         scale_out_latency_s=scale_out_latency_s,
@@ -519,6 +525,7 @@ def build_simulation(
     )
     router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, store)
     sch = scn.scheduler
+    step_rules = {p.name: scn.pool_step_rules(p) for p in scn.cluster.pools}  # sim.config.engine_rules
     instances: list[Instance] = []
     for i, s in enumerate(inst_specs):
         instances.append(
@@ -536,8 +543,8 @@ def build_simulation(
                 max_decode_batch=sch.max_decode_batch,
                 kv_replication=s.kv_replication,
                 dp_ranks=s.dp_ranks,
-                dp_budget_divided=sch.dp_prefill_budget == "divided",
-                prefill_first=sch.step_composition == "prefill_first",
+                dp_budget_divided=step_rules[s.pool].dp_prefill_budget == "divided",
+                prefill_first=step_rules[s.pool].step_composition == "prefill_first",
                 read_links=read_links[i],
                 max_queue_wait_s=sch.admission.max_queue_wait_s,
             )
@@ -601,6 +608,8 @@ def build_simulation(
                 "enabled": sd.enabled,
                 "method": spec_step.method,
                 "accepted_tokens_per_step": spec_step.accepted_tokens_per_step,
+                "acceptance_source": spec_step.acceptance_source,
+                "workload_kind": sd.workload_kind if sd.enabled else None,
                 "draft_tokens": spec_step.draft_tokens,
                 "verify_rows": spec_step.verify_rows,
             },

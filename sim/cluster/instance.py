@@ -157,6 +157,11 @@ class Instance:
         self.waiting.append(req)
         self._admit_decode()
 
+    def _in_engine(self) -> int:
+        """Requests the engine holds: admitted (loading, ready to prefill, prefilling, waiting to join)
+        or decoding."""
+        return len(self.running) + len(self.ready) + self.loading + len(self.joins)
+
     def queued(self) -> int:
         return len(self.waiting) + len(self.ready) + self.loading + len(self.joins)
 
@@ -238,6 +243,12 @@ class Instance:
         added = False
         colocated = self._colocated  # room for the output too
         while True:
+            # the engine's running-request cap (vLLM --max-num-seqs: Scheduler.schedule stops taking WAITING
+            # requests once max_num_running_reqs run; SGLang --max-running-requests: no new prefill batch
+            # while the running batch is full) holds requests in prefill as well as decoding ones, so on
+            # a colocated instance a request waits before its prefill, not after it
+            if colocated and self._in_engine() >= self.max_decode_batch:
+                break
             req = self._fitting_head(with_output=colocated)
             if req is None:
                 break

@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from sim.config.base import StrictModel
+from sim.config.engine_rules import Engine
 from sim.config.errors import Problem, field_error, raise_problems
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -36,6 +37,9 @@ class Pool(StrictModel):
     name: str = Field(pattern=_NAME, description="unique pool name")
     role: Literal["prefill", "decode", "colocated"] = Field(description="disaggregated P or D, or both")
     hardware: str | None = Field(None, description="hardware profile id; default: the scenario's `hardware`")
+    engine: Engine | None = Field(
+        None, description="this pool's serving engine where it differs from the scenario's"
+    )
     nodes: int | None = Field(
         None, ge=1, le=MAX_POOL_NODES, description="number of whole nodes in the pool (or give instances)"
     )

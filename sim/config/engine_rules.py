@@ -1,40 +1,275 @@
-"""Deployments the serving engine would refuse to start, read on a scenario's pools: `sim run` says so
-in each model's summary (`engine_refusal`) and the deployment search (sim.sweep.space) prunes them.
-The simulator would still simulate such a deployment; its figures are then what the engine would
-serve if it allowed it."""
+"""Engine profiles: what the serving engine named by `engine: {name, version}` (a scenario's, or a pool's
+own) decides, each rule with the source it was read from and the engine versions it holds for.
+
+A profile decides, per pool: how a colocated step combines prefill chunks with the running decodes
+(`step_composition`), how DP-attention ranks share the prefill budget (`dp_prefill_budget`), the KV
+block size, and which speculative-decoding / disaggregation / context-parallel combinations the engine
+starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
+named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
+refusal names its source and the version it was read from. The simulator would still simulate a
+refused deployment: its figures are then what the engine would serve if it allowed it. A scenario
+that names no engine gets sim's generic defaults (`scheduler.step_composition` mixed,
+`dp_prefill_budget` divided) and no engine's refusals.
+
+`scheduler.step_composition` / `scheduler.dp_prefill_budget`, when set, override the profile for every
+pool (a what-if; the engine would not run that way). `sim scenario fields` lists the profiles.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field, model_validator
+
+from sim.config.base import StrictModel
+from sim.config.errors import Problem, raise_problems
 from sim.config.families import model_family
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
 
-DSPARK_PD_REFUSAL = (
-    "SGLang would not start this deployment: it serves V4.1 with DSpark (speculative decoding) "
-    "disaggregated only on pools with attention DP 1 and prefill CP off"
+# The versions sim knows, oldest first, and what each was read from. SGLang's DeepSeek-V4.1 rules were
+# read at main@006cbb66 (sgl-project/sglang, python/sglang/srt/arg_groups/deepseek_v4_hook.py); which
+# release first ships that code is not identified [D], so the version is named by its commit.
+VERSIONS: dict[str, tuple[str, ...]] = {
+    "sglang": ("0.5.15", "0.5.16", "main@006cbb66"),
+    "vllm": ("0.26.0", "0.28.1"),
+}
+VERSION_SOURCES: dict[str, str] = {
+    "sglang 0.5.15": "the SGLang cookbook's DeepSeek-V4 benchmark table (deepseek-v4-benchmarks.jsx) was measured on it",
+    "sglang 0.5.16": "sglang PR #33083 (DeepSeek-V4-Flash-0731 recipe, test environment v0.5.16)",
+    "sglang main@006cbb66": "sglang main at commit 006cbb66, deepseek_v4_hook.py read for issue 29",
+    "vllm 0.26.0": "vllm issue #51758 (V4-Flash DSpark on vLLM 0.26.0)",
+    "vllm 0.28.1": "vllm issue #56797 (V4.1-Flash DSpark on vLLM 0.28.1rc1)",
+}
+
+
+class Engine(StrictModel):
+    """The serving engine of a scenario or pool, by name and version (VERSIONS lists those known)."""
+
+    name: Literal["vllm", "sglang"] = Field(description="the serving engine whose rules apply")
+    version: str | None = Field(
+        None, description="one of the engine's known versions; null = the newest known"
+    )
+
+    @model_validator(mode="after")
+    def _known_version(self) -> Engine:
+        known = VERSIONS[self.name]
+        if self.version is not None and self.version not in known:
+            raise_problems([Problem("version", f"not a {self.name} version sim has rules for", self.version,
+                                    ", ".join(known))])  # fmt: skip
+        return self
+
+    @property
+    def resolved_version(self) -> str:
+        return self.version or VERSIONS[self.name][-1]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.resolved_version}"
+
+    def at_least(self, version: str) -> bool:
+        known = VERSIONS[self.name]
+        return known.index(self.resolved_version) >= known.index(version)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of one engine: `value` for the `versions` listed, read from `source`."""
+
+    engine: str
+    versions: tuple[str, ...]
+    rule: str
+    value: str
+    source: str
+
+
+_SG_OLD = ("0.5.15", "0.5.16")
+_HOOK = "sglang python/sglang/srt/arg_groups/deepseek_v4_hook.py"
+ZIGZAG_CP = Rule(
+    "sglang",
+    VERSIONS["sglang"],
+    "refuses",
+    "V4 prefill CP zigzag on GPUs",
+    f"{_HOOK} validate_deepseek_v4_cp: 'DeepSeekV4 zigzag CP requires the NPU backend' (main@006cbb66)",
+)
+DSPARK_PD_DP1_CP1 = Rule(
+    "sglang",
+    _SG_OLD,
+    "refuses",
+    "V4.1 DSpark disaggregated unless every pool has DP 1 and CP off",
+    f"{_HOOK} validate_deepseek_v41_features as sglang PR #38949 added DSpark PD: 'DeepSeek-V4.1 DSpark PD "
+    "requires static verify, Mooncake, DP=1 and CP=1'; whether 0.5.15 / 0.5.16 serve V4.1 at all is not checked [D]",
+)
+DSPARK_PD_DCP1 = Rule(
+    "sglang",
+    ("main@006cbb66",),
+    "refuses",
+    "V4.1 DSpark disaggregated with CP on a decode pool or zigzag prefill CP (DP attention is accepted)",
+    f"{_HOOK} validate_deepseek_v41_features at main@006cbb66: 'DSpark PD requires static verify, Mooncake, and "
+    "DCP=1. Use CP=1 for DP attention, or interleave prefill CP with DP=1'; its test accepts DP prefill and decode",
+)
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "step_composition",
+        "mixed",
+        "vllm/v1/core/sched/scheduler.py Scheduler.schedule: RUNNING requests first, then WAITING ones under the "
+        "rest of --max-num-batched-tokens, in one step",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "step_composition",
+        "prefill_first",
+        "sglang scheduler: a batch with prefill chunks runs alone unless --enable-mixed-chunk (off by default); "
+        "with DP attention and no speculative decoding a rank without a chunk decodes meanwhile, which sim "
+        "does not keep per rank: there sim uses mixed, the nearer of its two [D]",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "dp_prefill_budget",
+        "per_rank",
+        "vllm docs/serving/data_parallel_deployment.md: each DP rank is an engine core with its own scheduler "
+        "and --max-num-batched-tokens",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "dp_prefill_budget",
+        "divided",
+        "sglang divides --chunked-prefill-size by the DP size for DP attention (sim/sched/batcher.py)",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "block_tokens",
+        "256",
+        "--block-size 256 in every NVIDIA Dynamo DeepSeek-V4 recipe (recipes/deepseek-v4/README.md: 'block size "
+        "256'); model.md §5.2 [B]; cache.block_tokens' default",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "block_tokens",
+        "256",
+        "SGLang's 256-token pages for DeepSeek-V4 (--page-size 256 in the cookbook's ROCm cells; model.md §5.2 [B]); "
+        "cache.block_tokens' default",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "max_running_requests",
+        "256",
+        f"{_HOOK} apply_deepseek_v4_defaults: max_running_requests 256 when unset (read at main@006cbb66); "
+        "sim: scheduler.max_decode_batch, which also caps admission",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "max_running_requests",
+        "1024 on GPUs of >= 70 GiB but A100 (256 below)",
+        "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: max_num_seqs 1024 and max_num_batched_tokens 8192 "
+        "(OpenAI server; 16384 for the LLM class) when --max-num-seqs / --max-num-batched-tokens are unset; listed, "
+        "not applied: scheduler.max_decode_batch and prefill_budget_tokens keep sim's defaults, and which usage "
+        "context Dynamo's vLLM worker runs under is not checked [D]",
+    ),
+    ZIGZAG_CP,
+    DSPARK_PD_DP1_CP1,
+    DSPARK_PD_DCP1,
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "refuses",
+        "nothing sim can express",
+        "no DSpark-with-disaggregation rule found in vLLM; the V4.1 disaggregated recipes reported to run DSpark on "
+        "vLLM were not re-read [D]",
+    ),
 )
 
 
-def engine_refusal(model: str, pools: Sequence[Mapping[str, Any]], spec_decode: bool) -> str | None:
-    """Why SGLang would refuse to serve `model` on `pools` (a scenario's `cluster.pools`, as mappings),
-    or None. SGLang's `validate_deepseek_v41_features` (python/sglang/srt/arg_groups/deepseek_v4_hook.py)
-    raises "DeepSeek-V4.1 DSpark PD requires static verify, Mooncake, DP=1 and CP=1" for a
-    disaggregated server with speculative decoding unless dp_size is 1, DP attention off and the
-    attention / prefill CP sizes 1, and it admits no other drafter for V4.1; so with spec_decode on, a
-    V4.1 deployment split into prefill and decode pools runs only with plain attention TP on both
-    sides."""
+def rules_for(engine: Engine, rule: str) -> Rule | None:
+    """The rule `rule` of `engine` at its version, or None."""
+    version = engine.resolved_version
+    return next(
+        (r for r in RULES if r.engine == engine.name and r.rule == rule and version in r.versions), None
+    )
+
+
+@dataclass(frozen=True)
+class StepRules:
+    """How one pool's engine makes its steps (sim.sched.batcher)."""
+
+    step_composition: str  # mixed | prefill_first
+    dp_prefill_budget: str  # divided | per_rank
+
+
+def pool_step_rules(
+    engine: Engine | None, pool: Mapping[str, Any], spec_decode: bool, scheduler: Mapping[str, Any]
+) -> StepRules:
+    """The step rules of `pool` under `engine`; `scheduler` (the scenario's `scheduler`, as a mapping) set
+    explicitly overrides them; no engine: sim's generic defaults (mixed, divided)."""
+    composition = scheduler.get("step_composition") or _engine_value(engine, "step_composition") or "mixed"
+    budget = scheduler.get("dp_prefill_budget") or _engine_value(engine, "dp_prefill_budget") or "divided"
+    dp_without_sync = pool.get("role") == "colocated" and pool.get("dp", 1) > 1 and not spec_decode
+    if composition == "prefill_first" and dp_without_sync and not scheduler.get("step_composition"):
+        composition = "mixed"  # the SGLang rule's note: sim keeps no per-rank decode progress
+    return StepRules(composition, budget)
+
+
+def _engine_value(engine: Engine | None, rule: str) -> str | None:
+    found = rules_for(engine, rule) if engine is not None else None
+    return found.value if found is not None else None
+
+
+def engine_refusal(
+    model: str, pools: Sequence[Mapping[str, Any]], spec_decode: bool, engine: Engine | None
+) -> str | None:
+    """Why `engine` would refuse to serve `model` on `pools` (a scenario's `cluster.pools`, as mappings;
+    a pool's own `engine` replaces `engine` for it), with the rule's source and version; or None."""
+    reasons = []
     disaggregated = any(p["role"] != "colocated" for p in pools)
-    if not (spec_decode and disaggregated and model_family(model) == "v41"):
-        return None
-    if any(p.get("dp", 1) > 1 or p.get("prefill_context_parallel", "off") != "off" for p in pools):
-        return DSPARK_PD_REFUSAL
-    return None
+    for pool in pools:
+        eng = _pool_engine(pool, engine)
+        if eng is None or eng.name != "sglang":
+            continue
+        cp = pool.get("prefill_context_parallel", "off")
+        if cp == "zigzag":
+            reasons.append(_refusal(eng, ZIGZAG_CP, pool))
+        if not (spec_decode and disaggregated and model_family(model) == "v41"):
+            continue
+        if not eng.at_least("main@006cbb66"):
+            if pool.get("dp", 1) > 1 or cp != "off":
+                reasons.append(_refusal(eng, DSPARK_PD_DP1_CP1, pool))
+        elif cp != "off" and pool["role"] != "prefill":
+            reasons.append(_refusal(eng, DSPARK_PD_DCP1, pool))
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
+def _pool_engine(pool: Mapping[str, Any], engine: Engine | None) -> Engine | None:
+    own = pool.get("engine")
+    if own is None:
+        return engine
+    return own if isinstance(own, Engine) else Engine.model_validate(own)
+
+
+def _refusal(engine: Engine, rule: Rule, pool: Mapping[str, Any]) -> str:
+    return (f"{engine.label} would not start this deployment (pool {pool.get('name', '?')!r}): it refuses "
+            f"{rule.value} [{rule.source}]")  # fmt: skip
 
 
 def scenario_refusal(scn: Scenario, model: str) -> str | None:
-    """`engine_refusal` of `model` on the scenario's own pools and speculative-decoding switch."""
-    return engine_refusal(model, [p.model_dump() for p in scn.cluster.pools], scn.spec_decode.enabled)
+    """`engine_refusal` of `model` on the scenario's own pools, speculative-decoding switch and engine."""
+    return engine_refusal(
+        model, [p.model_dump() for p in scn.cluster.pools], scn.spec_decode.enabled, scn.engine
+    )
+
+
+def profile_rows() -> list[dict[str, str]]:
+    """Every rule as a row (engine, versions, rule, value, source) for `sim scenario fields`."""
+    return [{"engine": r.engine, "versions": ", ".join(r.versions), "rule": r.rule, "value": r.value,
+             "source": r.source} for r in RULES]  # fmt: skip

@@ -7,6 +7,7 @@ Top-level keys (details and units in each section's module):
     name, description, seed               identity and the one seed of the run (sim.rng)
     models       list of model names or {name, prefill_mode, kv_layout}; each run simulates one
     hardware     default hardware profile id (hwprofiles/<id>.yaml)
+    engine       the serving engine {name: vllm|sglang, version} whose rules apply (sim.config.engine_rules)
     cluster      pools of nodes and instances (sim.config.cluster)
     workload     trace or generator, replay mode, time window (sim.config.workload)
     cache        KV tier policy and per-family rules (sim.config.cache)
@@ -30,6 +31,7 @@ from sim.config.base import StrictModel
 from sim.config.cache import Cache
 from sim.config.capacity import CapacitySearch
 from sim.config.cluster import Cluster, Pool, known_hardware
+from sim.config.engine_rules import Engine, StepRules, pool_step_rules
 from sim.config.errors import Problem, field_error, raise_problems, validate_or_raise
 from sim.config.families import model_family, servable_models
 from sim.config.objectives import Outputs, ScenarioPricing, Slo
@@ -78,7 +80,7 @@ class ModelRef(StrictModel):
         None,
         ge=1,
         description="this model's mean accepted tokens per verify step when spec_decode is enabled; "
-        "null = spec_decode.<family>.accepted_tokens_per_step",
+        "null = spec_decode.<family>.accepted_tokens_per_step, else the measured curve (sim/model/acceptance.yaml)",
     )
 
     @field_validator("name")
@@ -129,6 +131,11 @@ class Scenario(StrictModel):
     seed: int = Field(0, ge=0, description="the run's only seed (sim.rng.RngStreams)")
     models: list[ModelRef] = Field(min_length=1, description="models to simulate, one run each")
     hardware: str = Field(description="default hardware profile id for pools that name none")
+    engine: Engine | None = Field(
+        None,
+        description="the serving engine whose rules apply (a pool's own `engine` overrides); null = sim's "
+        "generic defaults and no engine's refusals (sim.config.engine_rules)",
+    )
     cluster: Cluster
     workload: Workload
     cache: Cache = Field(default_factory=Cache)
@@ -180,7 +187,7 @@ class Scenario(StrictModel):
                 problems += _own_pools_problems(where, self.cluster, pools)
         self._profiles = profiles
         problems += _spec_decode_problems(self.models, self.spec_decode)
-        problems += _step_composition_problems(self.cluster.pools, self.scheduler, self.spec_decode)
+        problems += [p for pool in self.cluster.pools for p in _step_composition_problems(pool, self)]
         problems += _pricing_problems(self.pricing, profiles)
         problems += _capacity_problems(self.capacity, self.workload)
         raise_problems(problems)
@@ -197,6 +204,15 @@ class Scenario(StrictModel):
     def source_file(self) -> str | None:
         """The YAML file this scenario was read from, or None when built in code."""
         return self._file
+
+    def pool_engine(self, pool: Pool) -> Engine | None:
+        """The engine serving a pool (its own, or the scenario's), or None."""
+        return pool.engine or self.engine
+
+    def pool_step_rules(self, pool: Pool) -> StepRules:
+        """How the pool's engine makes its steps: `scheduler` settings, else its engine's rules."""
+        return pool_step_rules(self.pool_engine(pool), pool.model_dump(), self.spec_decode.enabled,
+                               self.scheduler.model_dump())  # fmt: skip
 
     def pool_hardware(self, pool: Pool) -> str:
         """The hardware profile id a pool runs on (its own, or the scenario default)."""
@@ -265,28 +281,30 @@ class Scenario(StrictModel):
         )
 
 
-def _step_composition_problems(pools: list[Pool], sch: Scheduler, sd: SpecDecode) -> list[Problem]:
+def _step_composition_problems(pool: Pool, scn: Scenario) -> list[Problem]:
     """prefill_first on a colocated DP-attention pool needs speculative decoding: only then does SGLang
     put every rank in the prefill step (sim.sched.batcher); without it a rank with no chunk decodes in
     that step, per-rank decode progress the engine model does not keep."""
-    if sch.step_composition != "prefill_first" or sd.enabled:
+    if pool.role != "colocated" or pool.dp == 1 or scn.spec_decode.enabled:
+        return []
+    if scn.pool_step_rules(pool).step_composition != "prefill_first":
         return []
     return [
         Problem(
             "scheduler.step_composition",
             f"prefill_first on the colocated DP-attention pool {pool.name!r} (dp {pool.dp}) needs "
             "spec_decode.enabled: true (SGLang syncs the DP ranks' step mode only with speculative decoding)",
-            sch.step_composition,
+            "prefill_first",
             "mixed, or prefill_first with spec_decode on or dp 1",
         )
-        for pool in pools
-        if pool.role == "colocated" and pool.dp > 1
     ]
 
 
 def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Problem]:
-    """A model's acceptance fits its family's verified rows; the drafter named is the model's own."""
+    """A model's acceptance fits its family's verified rows and exists (given, or measured for its drafter,
+    draft length and workload kind); the drafter named is the model's own."""
     from sim.model import load_model
+    from sim.model.acceptance import measured_combinations
 
     problems = []
     for i, ref in enumerate(models):
@@ -309,6 +327,28 @@ def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Proble
                     f"{ref.name} has no {fam.method} drafter",
                     fam.method,
                     drafter.kind if drafter else "(none: disable spec_decode)",
+                )
+            )
+            continue
+        if not sd.enabled:
+            continue
+        accepted, why = sd.accepted(ref.family, ref.accepted_tokens_per_step)
+        if accepted is None:
+            problems.append(
+                Problem(
+                    f"spec_decode.{ref.family}.draft_tokens",
+                    f"{why} (sim/model/acceptance.yaml); give spec_decode.{ref.family}.accepted_tokens_per_step",
+                    fam.draft_tokens,
+                    f"draft_tokens/workload_kind measured: {measured_combinations(ref.family, fam.method)}",
+                )
+            )
+        elif ref.accepted_tokens_per_step is None and accepted > rows:
+            problems.append(
+                Problem(
+                    f"spec_decode.{ref.family}.verify_rows",
+                    f"the acceptance {accepted:g} ({why}) exceeds the {rows} rows verified per step",
+                    fam.verify_rows,
+                    f">= {math.ceil(accepted)}",
                 )
             )
     return problems

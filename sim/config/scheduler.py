@@ -50,24 +50,31 @@ class Scheduler(StrictModel):
         ge=1,
         description="prefill tokens per engine step; with DP attention (dp > 1) see dp_prefill_budget",
     )
-    dp_prefill_budget: Literal["divided", "per_rank"] = Field(
-        "divided",
-        description="with DP attention (dp > 1), the budget each rank prefills its own requests under: "
+    dp_prefill_budget: Literal["divided", "per_rank"] | None = Field(
+        None,
+        description="with DP attention (dp > 1), the budget each rank prefills its own requests under "
+        "(null = the pool's engine rule, sim.config.engine_rules; divided without an engine): "
         "divided = prefill_budget_tokens / dp (SGLang divides --chunked-prefill-size by the DP size); "
         "per_rank = prefill_budget_tokens on every rank (vLLM: each DP rank is an engine with its own "
         "--max-num-batched-tokens)",
     )
-    step_composition: Literal["mixed", "prefill_first"] = Field(
-        "mixed",
+    step_composition: Literal["mixed", "prefill_first"] | None = Field(
+        None,
         description="how a colocated instance's step combines prefill chunks with its running decodes "
-        "(sim.sched.batcher): mixed = every step decodes the running sequences and fills the rest of "
+        "(sim.sched.batcher; null = the pool's engine rule, sim.config.engine_rules; mixed without an engine): "
+        "mixed = every step decodes the running sequences and fills the rest of "
         "prefill_budget_tokens with chunks (vLLM's scheduler); prefill_first = a step with chunks runs them "
         "alone under the whole budget and the running decodes wait for it (SGLang, --enable-mixed-chunk off, "
         "its default; with DP attention it needs spec_decode on, where SGLang syncs the ranks' step mode); "
         "prefill-only and decode-only pools never hold both",
     )
     chunk_tokens: int = Field(8192, ge=1, description="chunked-prefill chunk size")
-    max_decode_batch: int = Field(256, ge=1, description="sequences decoded together per instance")
+    max_decode_batch: int = Field(
+        256,
+        ge=1,
+        description="requests running per instance (vLLM --max-num-seqs, SGLang --max-running-requests): decoded "
+        "together, and a colocated instance admits no new request to prefill while this many are in it",
+    )
     admission: Admission = Field(default_factory=Admission)
 
     @model_validator(mode="after")

@@ -23,6 +23,7 @@ UNIT_SUFFIXES: dict[str, str] = {
     "_bytes": "bytes",
     "_gb": "gigabytes (1e9 bytes)",
     "_tb": "terabytes (1e12 bytes)",
+    "_MHz": "megahertz (1e6 cycles/s)",
     "_kw": "kilowatts",
     "_w": "watts",
     "_ms": "milliseconds",

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
 from sim.config.families import family, with_family_fields
+from sim.model.acceptance import AcceptancePoint, WorkloadKind, lookup
 
 
 class Efficiency(StrictModel):
@@ -47,11 +48,13 @@ class Timing(StrictModel):
     model: Literal["auto", "roofline", "calibrated"] = Field(
         "auto", description="auto: measured kernel tables where they exist, roofline elsewhere"
     )
-    kernels: Literal["production", "kernels_bench"] = Field(
+    kernels: Literal["production", "kernels_bench", "aic"] = Field(
         "production",
         description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
-        "vLLM/SGLang run them, ours where production has none) or kernels_bench (the project's own kernels)",
-    )  # sim.timing.stacks: the composition rules; `sim calibrate show h200` shows both
+        "vLLM/SGLang run them, ours where production has none), kernels_bench (the project's own kernels) or "
+        "aic (NVIDIA AIConfigurator's measured GEMMs, MoE and mHC where it has the GPU, production elsewhere; "
+        'needs pip install ".[aic]")',
+    )  # sim.timing.stacks / sim.timing.aic: the composition rules; `sim calibrate show GPU` shows them
     forward_term: Literal["fused_glue", "measured", "served", "unfused_glue", "none"] = Field(
         "fused_glue",
         description="calibrated steps: what a real forward pass on the H200 took beyond the kernel sum "
@@ -114,9 +117,11 @@ class SpecDecodeFamily(StrictModel):
     method: Literal["mtp", "dspark"] = Field(
         description="the drafter: mtp (V4's multi-token-prediction block) or dspark (V4.1's 3-block drafter)"
     )
-    accepted_tokens_per_step: float = Field(
+    accepted_tokens_per_step: float | None = Field(
+        None,
         ge=1,
-        description="mean tokens a sequence advances per verify step (accepted drafts + the bonus token)",
+        description="mean tokens a sequence advances per verify step (accepted drafts + the bonus token); null = "
+        "the measured point of this drafter, draft_tokens and spec_decode.workload_kind (sim/model/acceptance.yaml)",
     )
     draft_tokens: int = Field(
         ge=1,
@@ -128,7 +133,6 @@ class SpecDecodeFamily(StrictModel):
         description="query rows each decoding sequence puts through the target per step (null = 1 + draft_tokens); "
         "attention FLOPs, GEMM rows and communication scale with it, KV bytes read do not",
     )
-    acceptance_is_assumption: bool = Field(True, description="true while no measured acceptance is known")
 
     @property
     def rows_per_step(self) -> int:
@@ -147,7 +151,7 @@ class SpecDecodeFamily(StrictModel):
                     f"2 .. {1 + self.draft_tokens}",
                 )
             )
-        elif self.accepted_tokens_per_step > self.rows_per_step:
+        elif self.accepted_tokens_per_step is not None and self.accepted_tokens_per_step > self.rows_per_step:
             problems.append(
                 Problem(
                     "accepted_tokens_per_step",
@@ -168,24 +172,53 @@ class SpecDecodeChoice:
     draft_tokens: int
     verify_rows: int
     accepted_tokens_per_step: float
+    # where the acceptance comes from (_SpecDecodeSwitch.accepted); None when spec decoding is off
+    acceptance_source: str | None
 
 
 class _SpecDecodeSwitch(StrictModel):
     enabled: bool = Field(False, description="simulate speculative decoding for every model")
+    workload_kind: WorkloadKind = Field(
+        "coding",
+        description="what the served text is like, for the measured acceptance (sim/model/acceptance.yaml): coding = "
+        "SPEED-Bench coding with thinking on, the agent workloads' kind",
+    )
 
     def for_family(self, key: str) -> SpecDecodeFamily:
         """The block of family `key` (`ModelRef.family` gives the family of a model)."""
         block: SpecDecodeFamily = getattr(self, family(key).key)
         return block
 
+    def measured(self, family: str) -> AcceptancePoint | None:
+        """The measured acceptance of `family`'s drafter at its draft length and `workload_kind`, or None."""
+        fam = self.for_family(family)
+        return lookup(family, fam.method, fam.draft_tokens, self.workload_kind)
+
+    def accepted(self, family: str, accepted_override: float | None = None) -> tuple[float | None, str]:
+        """(mean accepted tokens per step, where it comes from): the model's override, the family block's
+        number, else the measured point; (None, why) when none applies."""
+        fam = self.for_family(family)
+        if accepted_override is not None:
+            return accepted_override, "models[].accepted_tokens_per_step"
+        if fam.accepted_tokens_per_step is not None:
+            return fam.accepted_tokens_per_step, f"spec_decode.{family}.accepted_tokens_per_step"
+        point = self.measured(family)
+        if point is None:
+            return (
+                None,
+                f"no measured acceptance for {fam.method} with {fam.draft_tokens} draft tokens on {self.workload_kind}",
+            )
+        return point.accepted, f"[{point.tag}] {point.source} (measured on {point.measured_on})"
+
     def choice(self, family: str, accepted_override: float | None = None) -> SpecDecodeChoice:
         """The engine's per-step behaviour for a model of `family` (`accepted_override`: the model's
-        own `models[].accepted_tokens_per_step`)."""
+        own `models[].accepted_tokens_per_step`); validation guarantees an acceptance when enabled."""
         if not self.enabled:
-            return SpecDecodeChoice(None, 0, 1, 1.0)
+            return SpecDecodeChoice(None, 0, 1, 1.0, None)
         fam = self.for_family(family)
-        accepted = fam.accepted_tokens_per_step if accepted_override is None else accepted_override
-        return SpecDecodeChoice(fam.method, fam.draft_tokens, fam.rows_per_step, accepted)
+        accepted, source = self.accepted(family, accepted_override)
+        assert accepted is not None, source  # sim.config.scenario refuses a scenario without one
+        return SpecDecodeChoice(fam.method, fam.draft_tokens, fam.rows_per_step, accepted, source)
 
 
 class SpecDecode(

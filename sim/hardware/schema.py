@@ -79,6 +79,12 @@ class Accelerator(StrictModel):
     hbm_bw_TBps: Sourced[float] = Field(description="peak HBM bandwidth per GPU, terabytes/s")
     dense_tflops: DenseTflops
     tdp_w: Sourced[float]
+    # what a kernel bound by neither peak scales with (sim.timing.carry rule 2b): streaming multiprocessors
+    # (AMD: compute units) and their maximum clock
+    sm_count: Sourced[int] | None = Field(
+        None, description="streaming multiprocessors (AMD: compute units) per GPU"
+    )
+    sm_clock_max_MHz: Sourced[float] | None = Field(None, description="maximum (boost) SM clock, MHz")
 
 
 class ScaleUp(StrictModel):
@@ -88,6 +94,14 @@ class ScaleUp(StrictModel):
         description="per-GPU bidirectional aggregate, as vendors quote"
     )
     latency_us: Sourced[float]
+    # the engines' small-message TP all-reduce (vLLM / SGLang custom all-reduce inside a CUDA graph), as
+    # latency + 2 (p - 1) / p x bytes / bus bandwidth; absent: latency_us and the link at scale_up_bw_frac
+    allreduce_latency_us: Sourced[float] | None = Field(
+        None, description="per-call latency of the TP all-reduce"
+    )
+    allreduce_bus_GBps: Sourced[float] | None = Field(
+        None, description="its bus bandwidth per GPU, one direction"
+    )
 
 
 class HostLink(StrictModel):

@@ -14,8 +14,9 @@ A layout is an instance shape (`LAYOUTS`): `tp4` (4 GPUs, TP4 / EP4: the Dynamo 
 two whole nodes: SGLang's large-EP serving), `cp4` / `cp8` (TP4 / TP8 with round-robin prefill context
 parallelism, SGLang's DeepSeek-V4 "Context-Parallel" recipe; decode as tp4 / tp8; prefill and
 colocated roles only, sim.timing.context_parallel). A deployment whose weights leave no KV room is listed as
-pruned, not simulated, and so is one the engine refuses to start (sim.config.engine_rules: SGLang serves V4.1
-with DSpark disaggregated only on DP 1 / CP 1 pools). The scheduler's limits are per instance (`max_decode_batch`,
+pruned, not simulated, and so is one the template's engine refuses to start (`engine:`, sim.config.engine_rules:
+e.g. SGLang before main@006cbb66 serves V4.1 with DSpark disaggregated only on DP 1 / CP 1 pools; the pruned
+row carries the rule's source and version; no engine named: nothing is refused). The scheduler's limits are per instance (`max_decode_batch`,
 `prefill_budget_tokens`); engines with DP attention schedule per DP group, so a `wide` instance of n
 nodes gets n times the template's limits (`scheduler_overrides`: the template's per-node limits kept,
 an assumption [D]). Each remaining deployment runs `run_sweep` at the given concurrencies, or
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config.engine_rules import engine_refusal
+from sim.config.engine_rules import Engine, engine_refusal, pool_step_rules
 from sim.errors import InputError
 from sim.model import load_model, resolve_prefill_mode
 from sim.plan.backend import SimBackend
@@ -195,7 +196,7 @@ class SpaceResult:
     ttft_limit_s: float
     rows: list[dict[str, Any]]  # one per deployment and model
     sweeps: dict[str, SweepResult]  # deployment label -> its points (all rounds)
-    step_composition: str  # the template's scheduler.step_composition: how aggregated steps are made
+    step_composition: str  # how the template's engine (or scheduler) composes aggregated steps
     tpot_percentile: str = "p50"  # the runs' TPOT percentile the target is read on
 
     def best(self, model: str, kind: str) -> dict[str, Any] | None:
@@ -311,7 +312,9 @@ def _sweep(scenario: dict[str, Any], models: list[str], gpus: int, concurrencies
             levels[m] = [nxt[m] * 2**i for i in range(AUTO_ROUND)]
             nxt[m] *= 2**AUTO_ROUND
         add(levels)
-        active = {m for m in active if not _done(list(points[m].values()), target_s, ttft_limit_s, percentile)}
+        active = {
+            m for m in active if not _done(list(points[m].values()), target_s, ttft_limit_s, percentile)
+        }
     refine = {}
     for m in models:
         cross = at_tpot(list(points[m].values()), target_s, ("concurrency",), percentile)
@@ -350,6 +353,7 @@ def run_space(
 
     backend = SimBackend()
     spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
+    engine = Engine.model_validate(template["engine"]) if template.get("engine") else None
     rows, sweeps = [], {}
     for dep in deps:
         limits = dep.scheduler_overrides(template, gpus_per_node)
@@ -358,7 +362,7 @@ def run_space(
         for model in model_names(template):
             doc = apply_overrides(scenario, backend.model_overrides(scenario, model))
             reason = backend.inspect(doc, model, file=f"deployment {dep.label}").prune_reason
-            reason = reason or engine_refusal(model, dep.pools, spec_on)
+            reason = reason or engine_refusal(model, dep.pools, spec_on, engine)
             if reason:
                 pruned[model] = reason
             else:
@@ -375,5 +379,6 @@ def run_space(
             row = _row(dep, model, data["points"] if data else None, pruned.get(model), target_tpot_s,
                        ttft_limit_s, tpot_percentile)  # fmt: skip
             rows.append({**row, "prefill_modes": prefill_modes(dep, template, model), "scheduler": limits})
-    composition = Scheduler.model_validate(template.get("scheduler") or {}).step_composition
+    sch = Scheduler.model_validate(template.get("scheduler") or {}).model_dump()
+    composition = pool_step_rules(engine, {"role": "colocated", "dp": 1}, spec_on, sch).step_composition
     return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps, composition, tpot_percentile)

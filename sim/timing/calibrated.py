@@ -102,7 +102,7 @@ from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
-from sim.timing.carry import tables_available, tables_for
+from sim.timing.carry import tables_available
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, allgather_s
 from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
 from sim.timing.host import NO_HOST, HostCosts
@@ -969,10 +969,11 @@ class CalibratedTiming(RooflineTiming):
 def build_calibrated(ctx) -> CalibratedTiming:
     """The factory's builder: the tables of the context's GPU and kernel stack, measured on it or
     carried from the H200 (sim.timing.carry), and the term a real forward pass measured beyond
-    the kernels (sim.timing.forward)."""
+    the kernels (sim.timing.forward); the `aic` stack from AIConfigurator's measurements (sim.timing.aic)."""
+    from sim.timing.aic import stack_tables
     from sim.timing.forward import forward_term_of
 
-    tables = tables_for(ctx.hw_profile, ctx.kernels)
+    tables = stack_tables(ctx.hw_profile, ctx.kernels)
     term = forward_term_of(ctx)
     return CalibratedTiming(
         ctx.arith,

@@ -16,6 +16,18 @@ BF16) say which peaks it runs against. The rule, per row:
    limit, so its fraction only bounds its efficiency from below: for it the kernel gets the best
    fraction of that resource any kernel of its op class reached (`class_best`). The per-class
    curves `efficiency_curves` summarise these separate compute and bandwidth efficiencies.
+2b. Bound by neither peak (issue 28): a row whose compute fraction and bandwidth fraction are both below
+   `KNEE` x what that resource delivers at saturation on the H200 (its ceiling rows: the SM copy at
+   4.24 TB/s = 0.88 of the datasheet, cuBLAS BF16 / FP8 at 0.78 / 0.72, kernels.md §1 [M]) is limited by
+   what its SMs keep in flight and issue (latency x outstanding requests, Little's law: achieved bandwidth
+   = bytes in flight / latency, which a higher peak does not change), not by either peak. Below about half
+   the saturated rate the memory latency is near its unloaded value, so the achieved rate is set by the
+   concurrency [D: KNEE = 0.5, chosen from that argument before any second GPU was measured]. Its work
+   carries with the SMs' issue rate (SM count x maximum clock, `sm_count`, `sm_clock_max_MHz` of the
+   profile): `t_X = t_lat + max(w x SM_H / SM_X, F_X / (P_X s_c), Y_X / (B_X s_b))`, the floors being X's
+   peaks at the H200's saturation fractions. Same SMs and clocks (H100 vs H200): the same time. The
+   small-M projections (router, wkv, compressors), FlashMLA sparse decode, the decode pipelines and the
+   mHC boundary sit there on the H200 (`sim calibrate show GPU` lists each row's regime).
 3. On GPU X the same software reaches the same fractions of X's peaks:
    `t_X = t_lat + max(F_X / (P_X ec), Y_X / (B_X eb))`; identical to t on the H200 itself (the
    bound term reproduces w, the other is smaller). A kernel compute-bound on the H200 can become
@@ -50,6 +62,10 @@ REFERENCE_GPU = "h200"
 H200_HBM_BYTES_PER_S = 4.8e12
 H200_PEAK_FLOPS_PER_S = {"bf16": 989e12, "fp8": 1979e12}
 LAUNCH_S = 2e-6  # kernels.md §1 [M]: one kernel launch inside a CUDA graph costs ~1.5-3 us
+KNEE = 0.5  # rule 2b [D]: below half the saturated rate of both resources a row is concurrency-bound
+H200_SM_RATE = (
+    132 * 1980e6
+)  # SMs x maximum clock (hwprofiles/nvidia-h200-hgx8.yaml sm_count, sm_clock_max_MHz)
 PIPELINE_KERNELS = 3  # indexer scoring + top-k + sparse MLA (kernels_bench decode_layer)
 MXFP4_BYTES_PER_WEIGHT = 0.53125  # 4-bit values + one UE8M0 scale per 32 (model.md §2, spec weight_formats)
 FP8_INDEX_KEY_BYTES, FP4_INDEX_KEY_BYTES = 132.0, 68.0  # kernels.md §2: V4 index key on Hopper / Blackwell
@@ -104,6 +120,7 @@ class GpuPeaks:
     fp8_flops_per_s: float
     fp4_flops_per_s: float  # 0: no native FP4
     vendor: str
+    sm_rate: float = H200_SM_RATE  # SMs x maximum clock (Hz); the H200's where the profile does not say
 
     @classmethod
     def of(cls, profile) -> GpuPeaks:
@@ -115,6 +132,7 @@ class GpuPeaks:
             fp8_flops_per_s=profile.peak_flops_per_s("fp8"),
             fp4_flops_per_s=profile.peak_flops_per_s("fp4") if fp4 else 0.0,
             vendor=str(profile.vendor),
+            sm_rate=_sm_rate(profile.accelerator),
         )
 
     @property
@@ -128,6 +146,12 @@ class GpuPeaks:
 
     def flops_per_s(self, prec: str) -> float:
         return {"bf16": self.bf16_flops_per_s, "fp8": self.fp8_flops_per_s, "fp4": self.fp4_flops_per_s}[prec]
+
+
+def _sm_rate(acc) -> float:
+    if acc.sm_count is None or acc.sm_clock_max_MHz is None:
+        return H200_SM_RATE
+    return acc.sm_count.value * acc.sm_clock_max_MHz.value * 1e6
 
 
 def op_class(row: KernelRow) -> str | None:
@@ -187,6 +211,43 @@ def _is_expert_gemm(row: KernelRow) -> bool:
 Best = dict[tuple[str, str], float]  # (op class, "compute" | "bandwidth") -> best fraction
 
 
+@dataclass(frozen=True)
+class Saturation:
+    """What each resource delivers at saturation on the H200, as fractions of its datasheet peaks: the
+    best of the tables' ceiling rows (rule 2b)."""
+
+    bandwidth: float
+    compute: tuple[tuple[str, float], ...]  # (precision, fraction)
+
+    def compute_of(self, prec: str) -> float:
+        return dict(self.compute).get(prec, 1.0)
+
+
+def saturation(tables: KernelTables) -> Saturation:
+    bw, comp = 0.0, {}
+    for r in tables.rows:
+        if r.family != "ceiling" or r.median_s <= 0.0:
+            continue
+        bw = max(bw, r.bytes / (H200_HBM_BYTES_PER_S * r.median_s))
+        if r.flops:
+            prec = precision(r)
+            comp[prec] = max(comp.get(prec, 0.0), r.flops / (H200_PEAK_FLOPS_PER_S[prec] * r.median_s))
+    return Saturation(min(bw, 1.0) or 1.0, tuple(sorted((k, min(v, 1.0)) for k, v in comp.items())))
+
+
+def regime(row: KernelRow, sat: Saturation) -> str:
+    """What binds a row on the H200 by rules 1-2b: compute, bandwidth or concurrency (neither peak)."""
+    work = work_of(row)
+    if concurrency_bound(work, precision(row), sat):
+        return "concurrency"
+    return "compute" if work.compute_bound else "bandwidth"
+
+
+def concurrency_bound(work: Work, prec: str, sat: Saturation) -> bool:
+    """Rule 2b: neither resource reaches KNEE of its saturated fraction."""
+    return work.compute_frac < KNEE * sat.compute_of(prec) and work.bandwidth_frac < KNEE * sat.bandwidth
+
+
 def class_best(tables: KernelTables) -> Best:
     """The highest compute and bandwidth fraction any row of each op class reached (rule 2)."""
     best: Best = {}
@@ -200,29 +261,41 @@ def class_best(tables: KernelTables) -> Best:
     return best
 
 
-def carried_time_s(row: KernelRow, gpu: GpuPeaks, best: Best) -> float:
-    """Rules 1-4 for one row on `gpu` (anchors apply per operation, see `carry_tables`)."""
+def carried_time_s(row: KernelRow, gpu: GpuPeaks, best: Best, sat: Saturation | None = None) -> float:
+    """Rules 1-4 for one row on `gpu` (anchors apply per operation, see `carry_tables`); without `sat`,
+    rule 2b is off (every row bound by one of the peaks)."""
     work = work_of(row)
     if work.compute_frac == 0.0 and work.bandwidth_frac == 0.0:
         return row.median_s
+    if sat is not None and concurrency_bound(work, precision(row), sat):
+        w = row.median_s - work.latency_s
+        nbytes, prec = _native_bytes(row, gpu)
+        floors = (row.flops / (gpu.flops_per_s(prec) * sat.compute_of(precision(row))),
+                  nbytes / (gpu.hbm_bytes_per_s * sat.bandwidth))  # fmt: skip
+        return work.latency_s + max(w * H200_SM_RATE / gpu.sm_rate, *floors)
     cls = op_class(row) or ""
     ec, eb = work.compute_frac, work.bandwidth_frac
     if work.compute_bound:
         eb = max(eb, best.get((cls, "bandwidth"), 0.0))
     else:
         ec = max(ec, best.get((cls, "compute"), 0.0))
-    prec, nbytes = precision(row), row.bytes
-    if gpu.native_fp4 and _is_expert_gemm(row) and prec == "fp8":
-        weights = (row.groups or 1.0) * (row.n or 0.0) * (row.k or 0.0)  # FP8: one byte a weight
-        nbytes = max(nbytes - weights, 0.0) + weights * MXFP4_BYTES_PER_WEIGHT
-        prec = "fp4"
-    elif gpu.blackwell and reads_fp8_index_keys(row):
-        keys = (row.batch or 1.0) * ((row.n if row.family == "indexer" else row.k) or 0.0)
-        index = min(nbytes, keys * FP8_INDEX_KEY_BYTES)
-        nbytes += index * (FP4_INDEX_KEY_BYTES / FP8_INDEX_KEY_BYTES - 1.0)
+    nbytes, prec = _native_bytes(row, gpu)
     compute_s = row.flops / (gpu.flops_per_s(prec) * ec) if ec else 0.0
     memory_s = nbytes / (gpu.hbm_bytes_per_s * eb) if eb else 0.0
     return work.latency_s + max(compute_s, memory_s)
+
+
+def _native_bytes(row: KernelRow, gpu: GpuPeaks) -> tuple[float, str]:
+    """(bytes, precision) of a row on `gpu` in the formats it runs natively (rule 4)."""
+    prec, nbytes = precision(row), row.bytes
+    if gpu.native_fp4 and _is_expert_gemm(row) and prec == "fp8":
+        weights = (row.groups or 1.0) * (row.n or 0.0) * (row.k or 0.0)  # FP8: one byte a weight
+        return max(nbytes - weights, 0.0) + weights * MXFP4_BYTES_PER_WEIGHT, "fp4"
+    if gpu.blackwell and reads_fp8_index_keys(row):
+        keys = (row.batch or 1.0) * ((row.n if row.family == "indexer" else row.k) or 0.0)
+        index = min(nbytes, keys * FP8_INDEX_KEY_BYTES)
+        nbytes += index * (FP4_INDEX_KEY_BYTES / FP8_INDEX_KEY_BYTES - 1.0)
+    return nbytes, prec
 
 
 def _anchored(row: KernelRow, t: float, gpu: GpuPeaks) -> float:
@@ -239,12 +312,12 @@ def _anchored(row: KernelRow, t: float, gpu: GpuPeaks) -> float:
 def carry_tables(ref: KernelTables, gpu: GpuPeaks) -> KernelTables:
     """The reference GPU's stack carried to `gpu` by the module's rules; pipelines pick up the
     anchored sparse MLA rows' excess over the plain rule at their (context, batch)."""
-    best = class_best(ref)
+    best, sat = class_best(ref), saturation(ref)
     rows, plain_mla, anchored_mla = [], [], []
     for r in ref.rows:
         if r.family == "pipeline":
             continue
-        t = carried_time_s(r, gpu, best)
+        t = carried_time_s(r, gpu, best, sat)
         t_anchor = _anchored(r, t, gpu)
         if (r.family, r.kernel) == ("attention", "sparse_mla_decode"):
             plain_mla.append(replace(r, median_s=t))
@@ -254,7 +327,7 @@ def carry_tables(ref: KernelTables, gpu: GpuPeaks) -> KernelTables:
     for r in ref.rows:
         if r.family != "pipeline":
             continue
-        t = carried_time_s(r, gpu, best)
+        t = carried_time_s(r, gpu, best, sat)
         kind = r.layer_kind if r.model == "V4" else "CSA2"
         key = (r.model if r.layer_kind != "SWA" else "V4", kind)
         if key in plain:  # verify-step pipelines (stacks rule 5) hold batch x s_q query rows

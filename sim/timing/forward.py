@@ -32,10 +32,20 @@ pass's other kernels, and what back-to-back replay costs or saves; glue cost in 
 engine assumed within the kernels, an assumption [D]), `measured` (the whole term, glue as the
 pass ran it) or `none` (the kernel sum alone). The term is carried to other GPUs point by
 point: the gaps between kernels are small (the pass's kernel sum is within 8 % of its time at
-every point, column `kernel_sum_us`), so the term is kernel time our tables miss, and on GPU X
-each measured pass is taken to run in its H200 time x (our kernels composed on X / on the H200
-at that point), an assumption [D]; the term is then fitted on X as on the H200
-(`carried_check`). Without a forward-pass table the term is zero and `calibrate show` says so.
+every point, column `kernel_sum_us`). On GPU X each measured pass is carried part by part, each by what
+bounds it (issue 28, item 2; `carried_check`, `TERM_PARTS`):
+- `launch`: the pass's time beyond its ops timed alone (measured - kernel_sum: launch gaps and graph
+  replay between back-to-back ops; negative where neighbouring prefill ops overlap): host- and
+  launch-bound, the same on every GPU;
+- `glue`: the pass's own small glue ops (activation quantisation, routing, norms / RoPE / SwiGLU): tens of
+  microseconds of tiny kernels far below either peak, carried as sim.timing.carry's rule 2b carries such
+  kernels (by the SMs' issue rate, SM count x clock); dropped by `fused_glue`;
+- `kernels_missed`: the rest of the pass's kernel time beyond our composed kernels (kernel_sum - glue -
+  our kernels at the point): kernel work our tables do not time, carried by the ratio of our composed
+  kernels on X to the H200's at the point [D].
+The pass on X is our kernels there plus the three parts, and the term is fitted on X as on the H200; each
+part is fitted alike (the fit is linear, so the parts add up to the term) and `calibrate show` prints the
+split per GPU. Without a forward-pass table the term is zero and `calibrate show` says so.
 """
 
 from __future__ import annotations
@@ -375,12 +385,16 @@ def forward_term(profile, which: str = "fused_glue") -> Term:
     )
 
 
+TERM_PARTS = ("launch", "glue", "kernels_missed")  # what bounds each part of the term (module doc)
+
+
 @dataclass(frozen=True)
 class CarriedCheck:
-    """The reference GPU's passes carried to another GPU, and the term fitted to them."""
+    """The reference GPU's passes carried to another GPU, the term fitted to them, and the term's parts."""
 
     term: Term
     ratio: float  # median over the points of our kernels on the GPU / on the reference GPU
+    parts: tuple[tuple[str, Term], ...] = ()  # TERM_PARTS, each fitted like the term
 
 
 def carried_check(profile, which: str = "fused_glue") -> CarriedCheck:
@@ -400,18 +414,39 @@ def carried_check(profile, which: str = "fused_glue") -> CarriedCheck:
     return carried
 
 
+def pass_parts(p: ForwardPoint, kernels_ref_s: float, kernel_ratio: float, sm_ratio: float,
+               which: str) -> dict[str, float]:  # fmt: skip
+    """A measured pass's time beyond our kernels, split by what bounds it and carried to a GPU whose
+    composed kernels take `kernel_ratio` and whose SMs issue `sm_ratio` x the reference GPU's (module doc)."""
+    glue = 0.0 if which == "fused_glue" else p.glue_s
+    return {
+        "launch": p.measured_s - p.kernel_sum_s,
+        "glue": glue / sm_ratio,
+        "kernels_missed": (p.kernel_sum_s - p.glue_s - kernels_ref_s) * kernel_ratio,
+    }
+
+
 def _carry(ref: ForwardCheck, which: str, profile, tables: KernelTables) -> CarriedCheck:
-    points, kernels, ratios = [], [], []
+    from sim.timing.carry import H200_SM_RATE, GpuPeaks
+
+    sm_ratio = GpuPeaks.of(profile).sm_rate / H200_SM_RATE
+    points, kernels, ratios, parts = [], [], [], []
     for row, p in zip(ref.rows, load_points(ref.path)[1], strict=True):
+        k_ref = row["predicted_kernels_us"] * 1e-6
         k_x = kernels_s(p, tables, profile)
-        ratio = k_x / (row["predicted_kernels_us"] * 1e-6)
-        pass_s = p.measured_s - (p.glue_s if which == "fused_glue" else 0.0)
-        points.append(replace(p, measured_s=pass_s * ratio, glue_s=0.0))
+        ratio = k_x / k_ref
+        split = pass_parts(p, k_ref, ratio, sm_ratio, which)
+        points.append(replace(p, measured_s=k_x + sum(split.values()), glue_s=0.0))
         kernels.append(k_x)
         ratios.append(ratio)
+        parts.append(split)
     a, b = fit_term(points, kernels)
-    source = f"fitted to {len(points)} forward passes carried from {REFERENCE_GPU}"
-    return CarriedCheck(Term(a, b, len(points), source), statistics.median(ratios))
+    source = f"fitted to {len(points)} forward passes carried from {REFERENCE_GPU} part by part"
+    fitted = []
+    for name in TERM_PARTS:  # each part alone, on the same points and weights: they add up to (a, b)
+        pa, pb = fit_term(points, [pt.measured_s - sp[name] for pt, sp in zip(points, parts, strict=True)])
+        fitted.append((name, Term(pa, pb, len(points), f"{name} part of the term")))
+    return CarriedCheck(Term(a, b, len(points), source), statistics.median(ratios), tuple(fitted))
 
 
 # --- the served engine's own term (timing.forward_term: served) ----------------------------------------
@@ -527,15 +562,15 @@ def served_check(path: Path, ctx) -> ForwardCheck:
 
 def served_term(ctx) -> ForwardCheck:
     """`served_check` on the context's GPU, memoised by its kernel tables (one fit per model and engine
-    settings). Measured on the H200 only: another GPU is an InputError, as is a missing table."""
+    settings). A GPU without its own served step table (hwprofiles/<gpu>/serve/) is an InputError."""
     from sim.timing.carry import tables_for
     from sim.timing.tables import gpu_key
 
     key = gpu_key(ctx.hw_profile)
     path = served_paths(key, ctx.model_name)[0]
-    if key != REFERENCE_GPU or not path.is_file():
+    if not path.is_file():
         raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
-                         value="served", allowed="fused_glue, measured, none (served: the H200 only)")  # fmt: skip
+                         value="served", allowed="fused_glue, measured, none (served: GPUs with a served bench table)")  # fmt: skip
     tables = tables_for(ctx.hw_profile, ctx.kernels)
     memo = ("served_forward_term", path, path.stat().st_mtime_ns, ctx.model_name, ctx.par, ctx.row_buckets,
             ctx.prefill_through_decode, ctx.host)  # fmt: skip
@@ -545,15 +580,12 @@ def served_term(ctx) -> ForwardCheck:
 
 def unfused_glue_term(ctx) -> Term:
     """The served engine's unfused glue as a term (sim.timing.served): per layer, its glue launches per layer x
-    the launch floor; per layer and row, the glue time per graph row / layers. Measured on the H200 only."""
+    the launch floor; per layer and row, the glue time per graph row / layers. From the GPU's own profiled bench
+    points (an InputError without them, sim.timing.served)."""
     from sim.timing.served import served_engine
     from sim.timing.tables import gpu_key
 
-    key = gpu_key(ctx.hw_profile)
-    if key != REFERENCE_GPU:
-        raise InputError("no profiled served-model steps for this GPU", where="timing.forward_term",
-                         value="unfused_glue", allowed="fused_glue, measured, none (unfused_glue: the H200 only)")  # fmt: skip
-    eng = served_engine(key, ctx.model_name)
+    eng = served_engine(gpu_key(ctx.hw_profile), ctx.model_name)
     layers = ctx.arith.spec.n_layers
     return Term(eng.launches_per_step * eng.launch_floor_s / layers, eng.glue_per_row_s / layers,
                 len(eng.glue.points), f"the served model's unfused glue: {eng.source}")  # fmt: skip

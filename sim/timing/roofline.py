@@ -61,6 +61,8 @@ class HwRates:
     hbm_bw_bytes_per_s: float  # per GPU
     scale_up_bw_bytes_per_s: float  # per GPU, one direction
     scale_up_latency_s: float
+    allreduce_latency_s: float  # the TP all-reduce inside the scale-up domain (hardware profile scale_up)
+    allreduce_bw_bytes_per_s: float  # its bus bandwidth, one direction, achievable (already a measured rate)
     scale_out_bw_per_gpu_bytes_per_s: float  # one direction
     scale_out_bw_per_node_bytes_per_s: float
     scale_out_latency_s: float
@@ -124,9 +126,11 @@ class RooflineTiming:
         if within_domain:
             self._comm_bw = hw.scale_up_bw_bytes_per_s * eff.scale_up_bw_frac
             self._comm_lat = hw.scale_up_latency_s
+            self._ar_bw, self._ar_lat = hw.allreduce_bw_bytes_per_s, hw.allreduce_latency_s
         else:
             self._comm_bw = hw.scale_out_bw_per_gpu_bytes_per_s * eff.scale_out_bw_frac
             self._comm_lat = hw.scale_out_latency_s
+            self._ar_bw, self._ar_lat = self._comm_bw, self._comm_lat
         self._pcie_rate = g * hw.pcie_bw_per_gpu_bytes_per_s * eff.pcie_bw_frac
         self._dense_weight_bytes_per_gpu = arith.dense_weight_bytes / par.tp
         self._draft_flops = arith.draft_flops_per_token * draft_tokens  # per sequence per step
@@ -185,10 +189,12 @@ class RooflineTiming:
                 layers=a.layers,
                 allreduces_per_layer=2,  # after attention and after the MoE block
                 act_bytes_per_elem=2.0,  # BF16 activations
-                bw_bytes_per_s=self._comm_bw,
-                latency_s=self._comm_lat,
+                bw_bytes_per_s=self._ar_bw,
+                latency_s=self._ar_lat,
             )
-            v = (ep_s + tp_s) * (1.0 - self.eff.comm_overlap_frac)
+            # the EP all-to-all overlaps with the other micro-batch (two-batch overlap); the TP all-reduce
+            # does not: the next block needs its sum (vLLM's and SGLang's custom all-reduce run in line)
+            v = ep_s * (1.0 - self.eff.comm_overlap_frac) + tp_s
             if self.engram_in_dram:
                 v += rows * a.engram_bytes_per_token / self._pcie_rate
             v += self.eff.step_overhead_s

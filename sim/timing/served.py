@@ -211,5 +211,5 @@ def served_engine(key: str, model: str = "") -> ServedEngine:
         if not p.is_file():
             raise InputError("no profiled served-model steps for this GPU", file=str(p),
                              where="timing.forward_term", value="unfused_glue",
-                             allowed="fused_glue, measured, none (unfused_glue: the H200 only)")  # fmt: skip
+                             allowed="fused_glue, measured, none (unfused_glue: GPUs with a profiled served bench table)")  # fmt: skip
     return _engine(times, kernels, (times.stat().st_mtime_ns, kernels.stat().st_mtime_ns))

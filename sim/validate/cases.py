@@ -1,15 +1,24 @@
-"""Case files: one YAML per published result (README: Validation cases).
+"""Case files: one YAML per published result (README: Validation cases; docs/engines_and_validation.md).
 
     name: v4-flash-4xh200-agg
-    source: "where the number was published, with date"
+    source: "where the numbers were published, with date"
     scenario: {...}          # an inline scenario mapping, or a path relative to the case file
     model: deepseek-v4-flash
-    at: {tpot_p50_ms: 20}    # the operating point: the benchmark's concurrency is raised until it holds
-    metric: output_tokens_per_s_per_gpu
-    published: 145.4
+    at: {concurrency: 16}    # the operating point (one of three forms, below)
+    published: {output_tokens_per_s_per_gpu: 145.4, tokens_per_s_per_user: 50.7}
     setup: ["each modelling choice and where it comes from", ...]
 
-The scenario must have a `workload.benchmark` block (the load that `at` raises) and serve `model`.
+`at` is one of
+    {concurrency: N}                      the published point itself: the benchmark held at N requests
+    {floor_pick: {min_tokens_per_s_per_user: 50, concurrencies: [8, 16, 32]}}
+                                          the recipes' rule: of those concurrencies, the one with the most
+                                          output tokens/s per GPU whose tokens/s per user (1 / TPOT p50) clears
+                                          the floor
+    {tpot_p50_ms: 20}                     the concurrency is raised (`sim sweep --auto`) until TPOT p50 is 20 ms,
+                                          and the metrics are interpolated there
+`published` compares one or more summary keys (METRICS) at once.
+
+The scenario must have a `workload.benchmark` block (the load that `at` sets) and serve `model`.
 Every problem of a case file is reported at once, naming the file and the field.
 """
 
@@ -18,23 +27,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from sim.config.base import StrictModel
-from sim.config.errors import field_error, validate_or_raise
+from sim.config.errors import Problem, field_error, raise_problems, validate_or_raise
 from sim.config.scenario import Scenario
 from sim.config.yamlio import read_yaml_mapping
 from sim.errors import InputError
 
-# summary keys a case may compare (sim.metrics.summarize); all are interpolated at the operating point
+# summary keys a case may compare (sim.metrics.summarize)
 METRICS = (
     "output_tokens_per_s_per_gpu",
     "output_tokens_per_s",
     "tokens_per_s_per_user",
     "input_tokens_per_s",
+    "ttft_mean_s",
     "ttft_p50_s",
     "ttft_p90_s",
     "ttft_p99_s",
+    "tpot_p50_s",
     "tpot_p90_s",
     "tpot_p99_s",
     "e2e_p50_s",
@@ -45,32 +56,72 @@ METRICS = (
 )
 
 
-class OperatingPoint(StrictModel):
-    tpot_p50_ms: float = Field(
-        gt=0, description="TPOT p50 at which the metric is read (1000 / tok/s per user)"
+class FloorPick(StrictModel):
+    min_tokens_per_s_per_user: float = Field(
+        gt=0, description="the floor on tokens/s per user (1 / TPOT p50)"
     )
+    concurrencies: list[int] = Field(min_length=1, description="the concurrencies the publisher ran")
+
+    @field_validator("concurrencies")
+    @classmethod
+    def _positive(cls, values: list[int]) -> list[int]:
+        if any(c < 1 for c in values) or len(set(values)) != len(values):
+            raise field_error("concurrencies must be distinct and >= 1", "e.g. [8, 16, 32, 64]")
+        return sorted(values)
+
+
+class OperatingPoint(StrictModel):
+    """Exactly one of the three forms (module doc)."""
+
+    concurrency: int | None = Field(None, ge=1, description="the published point: requests held in flight")
+    floor_pick: FloorPick | None = Field(None, description="best tok/s/GPU whose tok/s/user clears the floor")
+    tpot_p50_ms: float | None = Field(
+        None, gt=0, description="TPOT p50 at which the metrics are interpolated (1000 / tok/s per user)"
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> OperatingPoint:
+        given = [k for k in ("concurrency", "floor_pick", "tpot_p50_ms") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise_problems([Problem("", f"{len(given)} forms given ({', '.join(given) or 'none'})",
+                                    allowed="exactly one of: concurrency, floor_pick, tpot_p50_ms")])  # fmt: skip
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("concurrency", "floor_pick", "tpot_p50_ms") if getattr(self, k) is not None)
+
+    def label(self) -> str:
+        """How a table names the operating point."""
+        if self.concurrency is not None:
+            return f"concurrency {self.concurrency}"
+        if self.floor_pick is not None:
+            return f"floor pick >= {self.floor_pick.min_tokens_per_s_per_user:g} tok/s/user"
+        return f"TPOT p50 {self.tpot_p50_ms:g} ms"
 
 
 class Case(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="short unique name")
-    source: str = Field(min_length=1, description="where the number was published, with its date")
+    source: str = Field(min_length=1, description="where the numbers were published, with their date")
     scenario: dict[str, Any] | str = Field(
         description="inline scenario mapping, or a path relative to the case"
     )
     model: str = Field(description="the model whose result is compared")
     at: OperatingPoint
-    metric: str = Field(description="summary key compared (one of METRICS)")
-    published: float = Field(description="the published value of `metric` at `at`")
+    published: dict[str, float] = Field(
+        min_length=1, description="summary key (one of METRICS) -> the published value at `at`"
+    )
     setup: list[str] = Field(
         default_factory=list, description="how the scenario mirrors the deployment, sourced"
     )
 
-    @field_validator("metric")
+    @field_validator("published")
     @classmethod
-    def _known_metric(cls, metric: str) -> str:
-        if metric not in METRICS:
-            raise field_error("not a metric a case can compare", METRICS)
-        return metric
+    def _known_metrics(cls, published: dict[str, float]) -> dict[str, float]:
+        unknown = [m for m in published if m not in METRICS]
+        if unknown:
+            raise field_error(f"not a metric a case can compare: {', '.join(unknown)}", METRICS)
+        return published
 
 
 class LoadedCase:
@@ -98,7 +149,7 @@ def load_case(path: Path) -> LoadedCase:
         raise InputError("not one of the scenario's models", file=str(path), where="model", value=case.model,
                          allowed=", ".join(models))  # fmt: skip
     if scn.workload.benchmark is None:
-        raise InputError("a case's scenario needs a benchmark client (its concurrency is raised to reach `at`)",
+        raise InputError("a case's scenario needs a benchmark client (`at` sets its concurrency)",
                          file=str(path), where="scenario.workload.benchmark")  # fmt: skip
     for name in ("trace", "generator"):  # absolute, so the points can run from any folder
         if getattr(scn.workload, name) is not None:

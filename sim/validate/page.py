@@ -13,16 +13,19 @@ from sim.report.theme import layout, new_figure
 PUBLISHED, SIMULATED = "#4c72b0", "#dd8452"
 
 
-def _bars(results) -> go.Figure:
+def _errors(results) -> go.Figure:
+    """Each case's error per metric: one bar group per case, one bar per metric compared."""
     fig = new_figure()
-    names = [r.name for r in results]
-    fig.add_trace(go.Bar(x=names, y=[r.published for r in results], name="published", marker_color=PUBLISHED))
-    fig.add_trace(go.Bar(
-        x=names, y=[r.simulated for r in results], name="simulated", marker_color=SIMULATED,
-        text=[f"{r.error_frac:+.0%}" if r.error_frac is not None else "n/a" for r in results], textposition="outside",
-    ))  # fmt: skip
+    metrics = sorted({m for r in results for m in r.published})
+    for metric in metrics:
+        rows = [r for r in results if metric in r.published]
+        errors = [r.error_frac[metric] for r in rows]
+        fig.add_trace(go.Bar(
+            x=[r.name for r in rows], y=[100 * e if e is not None else None for e in errors], name=metric,
+            text=[f"{e:+.0%}" if e is not None else "n/a" for e in errors], textposition="outside",
+        ))  # fmt: skip
     fig.update_layout(
-        **layout("Published vs simulated", "case", "value of the case's metric", barmode="group")
+        **layout("Error per case and metric", "case", "simulated vs published (%)", barmode="group")
     )
     return fig
 
@@ -35,10 +38,11 @@ def _case_frontier(r) -> go.Figure:
         mode="lines+markers+text", text=[str(p["concurrency"]) for p in pts], textposition="top center",
         name="simulated", line=dict(color=SIMULATED),
     ))  # fmt: skip
-    if r.metric == "output_tokens_per_s_per_gpu":
-        fig.add_trace(go.Scatter(x=[1000.0 / r.tpot_p50_ms], y=[r.published], mode="markers", name="published",
+    gpu, user = r.published.get("output_tokens_per_s_per_gpu"), r.published.get("tokens_per_s_per_user")
+    user = user or (1000.0 / r.at["tpot_p50_ms"] if "tpot_p50_ms" in r.at else None)
+    if gpu is not None and user is not None:
+        fig.add_trace(go.Scatter(x=[user], y=[gpu], mode="markers", name="published",
                                  marker=dict(color=PUBLISHED, size=14, symbol="diamond")))  # fmt: skip
-    fig.add_vline(x=1000.0 / r.tpot_p50_ms, line_dash="dot")
     fig.update_layout(
         **layout(f"{r.name}: frontier", "tokens/s per user (1 / TPOT p50)", "output tokens/s per GPU")
     )
@@ -46,16 +50,18 @@ def _case_frontier(r) -> go.Figure:
 
 
 def _table(results) -> str:
-    head = "<tr><th>case</th><th>metric at TPOT p50</th><th>published</th><th>simulated</th><th>error</th><th>source</th></tr>"
+    head = "<tr><th>case</th><th>metric at</th><th>published</th><th>simulated</th><th>error</th><th>source</th></tr>"
     rows = []
     for r in results:
-        sim = f"{r.simulated:,.2f}" if r.simulated is not None else html.escape(r.note or "n/a")
-        err = f"{r.error_frac:+.1%}" if r.error_frac is not None else "n/a"
-        rows.append(
-            f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.metric)} at {r.tpot_p50_ms:g} ms</td>"
-            f'<td class="num">{r.published:,.2f}</td><td class="num">{sim}</td><td class="num">{err}</td>'
-            f"<td>{html.escape(r.source)}</td></tr>"
-        )
+        for metric, published in r.published.items():
+            value, error = r.simulated[metric], r.error_frac[metric]
+            sim = f"{value:,.4g}" if value is not None else html.escape(r.note or "n/a")
+            err = f"{error:+.1%}" if error is not None else "n/a"
+            rows.append(
+                f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(metric)} at {html.escape(r.at_label)}</td>"
+                f'<td class="num">{published:,.4g}</td><td class="num">{sim}</td><td class="num">{err}</td>'
+                f"<td>{html.escape(r.source)}</td></tr>"
+            )
     return f'<table class="data">{head}{"".join(rows)}</table>'
 
 
@@ -66,7 +72,7 @@ def _setup(r) -> str:
 
 def validate_page(results) -> str:
     sections = [
-        Section("Cases", [Panel("", html=_table(results), wide=True), Panel("Published vs simulated", _bars(results))],
+        Section("Cases", [Panel("", html=_table(results), wide=True), Panel("Error per case and metric", _errors(results))],
                 intro="A measurement of the simulator's error, not a test: nothing is tuned to these numbers."),
     ]  # fmt: skip
     for r in results:

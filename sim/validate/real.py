@@ -3,7 +3,8 @@ GPU) against the simulator on the same trace, model and engine settings.
 
 What is compared:
 - requests: the run's trace (RUN_DIR/trace.parquet, think times times the run's think scale) replayed
-  closed-loop by `sim run` on one colocated instance of one H200 (tp = ep = dp = 1) with the run's
+  closed-loop by `sim run` on one colocated instance of one GPU of the run's machine (tp = ep = dp = 1;
+  the GPU named in the run's provenance, `hardware_of`, and that GPU's own tables) with the run's
   engine settings (`engine_settings`): scheduler (prefill_budget_tokens, chunk_tokens,
   max_decode_batch), what its prefix cache keeps of the sliding window (`cache.swa_prefix_rows`: the
   engine reuses whole blocks and the served model keeps every token's raw window row in them, so a hit
@@ -12,7 +13,7 @@ What is compared:
   synchronous loop's host time (`timing.host`, sim.timing.host: in the step, fitted on the bench's profiled
   points, sim.timing.served; between steps, the scheduler's gaps measured on the *other* committed runs,
   sim.validate.real_gaps: leave-one-run-out), the served model's glue as a forward-pass term
-  (`timing.forward_term: served`, fitted on the bench table hwprofiles/h200/serve/serve_step_times.csv on
+  (`timing.forward_term: served`, fitted on the GPU's bench table hwprofiles/<gpu>/serve/serve_step_times.csv on
   top of that host time, measured outside the run; `unfused_glue`, the same glue as launches x launch floor
   + time per row from the kernel profile, is reported beside it), and its KV capacity:
   HBM for KV = num_blocks x block_tokens x the model's KV bytes per token (global KV + the raw window
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +71,6 @@ REQUESTS = "requests.parquet"
 STEPS = "steps.parquet"
 TRACE = "trace.parquet"
 PROVENANCE = "provenance.json"
-HARDWARE = "nvidia-h200-hgx8"  # one GPU of it: the run's machine (hardware.md)
 
 REQUEST_COLUMNS = ("request_id", "status", "arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s",
                    "input_tokens", "output_tokens", "hit_tokens")  # fmt: skip
@@ -105,6 +106,18 @@ class RealRun:
         return self.provenance["engine"]
 
     @property
+    def hardware(self) -> str:
+        """The hardware profile of the run's GPU (`hardware_of`)."""
+        return hardware_of(self.provenance, str(self.folder / PROVENANCE))
+
+    @property
+    def gpu_key(self) -> str:
+        from sim.hardware import load_hw
+        from sim.timing.tables import gpu_key
+
+        return gpu_key(load_hw(self.hardware))
+
+    @property
     def think_scale(self) -> float:
         return float(self.provenance.get("trace", {}).get("think_scale", 1.0))
 
@@ -116,6 +129,27 @@ class RealRun:
             "graph_row_buckets": [int(b) for b in step.get("row_buckets") or []],
             "prefill_attention": step.get("prefill_attention", SERVED_PREFILL_ATTENTION),
         }
+
+
+def hardware_of(provenance: dict[str, Any], where: str) -> str:
+    """The hardware profile of the GPU the run measured on (its provenance's `gpu_name`, e.g. "NVIDIA H100 80GB
+    HBM3"): the profile whose `gpu` (H100, H200, ...) is a word of that name; the first such profile by id, since
+    the twin takes one GPU of it and a GPU's tables are per GPU, not per node build. A run that names no GPU (a
+    CPU stand-in, kernels_bench.serve.standin) is taken as the reference GPU's."""
+    from sim.hardware import load_all_hw
+    from sim.timing.tables import gpu_key
+
+    machine = provenance.get("machine") or (provenance.get("step_function") or {}).get("provenance") or {}
+    name = str(machine.get("gpu_name") or "")
+    if not name:
+        return sorted(p.id for p in load_all_hw() if gpu_key(p) == REFERENCE_GPU)[0]
+    matches = sorted(
+        p.id for p in load_all_hw() if re.search(rf"\b{re.escape(str(p.gpu))}\b", name, re.IGNORECASE)
+    )
+    if not matches:
+        raise InputError("the run's GPU has no hardware profile", file=where, where="machine.gpu_name", value=name,
+                         allowed=sorted({str(p.gpu) for p in load_all_hw()}))  # fmt: skip
+    return matches[0]
 
 
 def _read_parquet(path: Path, columns: tuple[str, ...]) -> pa.Table:
@@ -179,7 +213,7 @@ def _scenario(
         "name": "real-run",
         "seed": 0,
         "models": [model],
-        "hardware": HARDWARE,
+        "hardware": run.hardware,
         "cluster": {
             "pools": [{"name": "engine", "role": "colocated", "instances": 1, "gpus_per_instance": 1}]
         },
@@ -225,13 +259,24 @@ def _scaled_trace(run: RealRun, folder: Path) -> Path:
     return out
 
 
+def reference_runs() -> list[Path]:
+    """The committed run folders of the reference GPU (hwprofiles/h200/serve/run_*)."""
+    from sim.paths import hwprofiles_dir
+
+    return sorted(p for p in (hwprofiles_dir() / REFERENCE_GPU / "serve").glob("run_*") if p.is_dir())
+
+
 def engine_host(run: RealRun, model: str) -> tuple[dict[str, float], GapFit]:
     """The served engine's host time (`timing.host`): in the step from `model`'s profiled bench points
     (sim.timing.served), between steps from the other committed runs (sim.validate.real_gaps)."""
     from sim.timing.served import served_engine
 
-    inside = served_engine(REFERENCE_GPU, model).host
+    inside = served_engine(run.gpu_key, model).host
     gaps = held_out_gaps(run.folder)
+    if gaps is NO_GAPS and run.gpu_key != REFERENCE_GPU:
+        # the first run on a GPU, with no other beside it: the gaps of the reference GPU's committed runs (the
+        # scheduler's host-side time between steps, taken as the same on another GPU's machine [D])
+        gaps = fit_gaps(reference_runs())
     host = {"step_s": inside.step_s, "per_sequence_s": inside.per_sequence_s, "per_row_s": inside.per_row_s,
             "gap_s": gaps.gap_s, "gap_per_sequence_s": gaps.gap_per_sequence_s, "gap_per_chunk_s": gaps.gap_per_chunk_s}  # fmt: skip
     return {k: max(0.0, v) for k, v in host.items()}, gaps
@@ -273,7 +318,7 @@ def simulate(run: RealRun, model: str) -> Twin:
         if kv_bytes > pool.kv_bytes_per_instance:
             raise InputError(
                 f"the run's KV ({kv_bytes / 1e9:.1f} GB) does not fit beside {model}'s weights "
-                f"({pool.weights_bytes_per_instance / 1e9:.1f} GB) on one GPU of {HARDWARE} "
+                f"({pool.weights_bytes_per_instance / 1e9:.1f} GB) on one GPU of {run.hardware} "
                 f"({pool.kv_bytes_per_instance / 1e9:.1f} GB left for KV)",
                 where="--model", value=model, allowed="the model the run served (provenance.json `model`)",
             )  # fmt: skip
@@ -447,7 +492,7 @@ def validate_real(run_dir: Path, model: str | None = None) -> RealReport:
     predicted = predict_steps(run.steps, twin.timing)
     kinds = step_kinds(run.steps)
     engine = run.engine_settings()
-    settings = {**run.engine, "think_scale": run.think_scale, "hardware": f"1 GPU of {HARDWARE}",
+    settings = {**run.engine, "think_scale": run.think_scale, "hardware": f"1 GPU of {run.hardware}",
                 "hbm_kv_bytes": twin.kv_bytes,
                 "timing": getattr(twin.timing, "name", type(twin.timing).__name__),
                 "forward_term": SERVED_FORWARD_TERM,

@@ -1,10 +1,12 @@
-"""Run validation cases: each case's scenario, serving its model, through `sim sweep --auto` (doubling
-from concurrency 1, then refined inside the bracket around the target), and the case's metric
-interpolated at the operating point.
+"""Run validation cases: each case's scenario, serving its model, at the case's operating point
+(sim.validate.cases: a concurrency, a floor pick over concurrencies, or a TPOT p50 target reached by
+`sim sweep --auto`), and every published metric read there.
 
-error_frac = (simulated - published) / published. A case whose target is never bracketed (TPOT p50
-stays under it up to the highest load, or is over it at concurrency 1) reports simulated None and
-says why. Nothing is tuned here: the step-time model, cache and scheduler are whatever runs now.
+error_frac[metric] = (simulated - published) / published. Every case yields numbers or one clear
+reason. A TPOT target the load never brackets because TPOT stays under it up to the highest
+concurrency run (a disaggregated cluster whose prefill pool saturates first) is read at the floor pick
+of the points run (the most tokens/s per GPU whose TPOT meets the target), and the note says so.
+Nothing is tuned here: the step-time model, cache and scheduler are whatever runs now.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.sweep.points import at_tpot, point_record, unbracketed_reason
+from sim.sweep.points import at_tpot, floor_pick, point_record, unbracketed_reason
 from sim.sweep.runner import run_sweep
 from sim.validate.cases import LoadedCase
 
@@ -25,12 +27,12 @@ class CaseResult:
     name: str
     source: str
     model: str
-    metric: str
-    tpot_p50_ms: float
-    published: float
-    simulated: float | None
-    error_frac: float | None
-    concurrency: float | None
+    at: dict[str, Any]  # the case's `at`, as written
+    at_label: str
+    published: dict[str, float]
+    simulated: dict[str, float | None]
+    error_frac: dict[str, float | None]
+    concurrency: float | None  # where the metrics were read (interpolated under a TPOT target)
     note: str | None
     points: list[dict[str, Any]] = field(default_factory=list)
     setup: list[str] = field(default_factory=list)
@@ -39,11 +41,10 @@ class CaseResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "at": self.at,
             "published": self.published,
             "simulated": self.simulated,
             "error_frac": self.error_frac,
-            "metric": self.metric,
-            "at": {"tpot_p50_ms": self.tpot_p50_ms},
             "model": self.model,
             "concurrency": self.concurrency,
             "source": self.source,
@@ -54,47 +55,78 @@ class CaseResult:
         }
 
 
-def _records(result, model: str, metric: str) -> dict[int, dict[str, Any]]:
-    out = {}
-    for c, summary in result.summaries[model].items():
+def _records(result, model: str, metrics: tuple[str, ...]) -> list[dict[str, Any]]:
+    out = []
+    for c, summary in sorted(result.summaries[model].items()):
         wall = next(p["wall_s"] for p in result.models[model]["points"] if p["concurrency"] == c)
-        out[c] = {**point_record(c, summary, wall), metric: summary.get(metric)}
+        out.append({**point_record(c, summary, wall), **{m: summary.get(m) for m in metrics}})
     return out
+
+
+def _read(loaded: LoadedCase, run: Callable[..., Any]) -> tuple[dict[str, Any] | None, list, str | None]:
+    """(the point the metrics are read at, all points run, a note) for the case's operating point."""
+    case = loaded.case
+    metrics = tuple(case.published)
+    at = case.at
+    if at.concurrency is not None:
+        points = _records(run([at.concurrency], None), case.model, metrics)
+        return points[0], points, None
+    if at.floor_pick is not None:
+        fp = at.floor_pick
+        target_s = 1.0 / fp.min_tokens_per_s_per_user
+        points = _records(run(fp.concurrencies, target_s), case.model, metrics)
+        best = floor_pick(points, target_s)
+        if best is None:
+            return None, points, (f"no concurrency of {fp.concurrencies} clears {fp.min_tokens_per_s_per_user:g} "
+                                  f"tok/s/user (TPOT p50 <= {target_s * 1e3:.3g} ms)")  # fmt: skip
+        return best, points, None
+    target_s = (at.tpot_p50_ms or 0.0) / 1e3
+    points = _records(run(None, target_s), case.model, metrics)
+    point = at_tpot(points, target_s, ("concurrency", *metrics))
+    if point is not None:
+        return point, points, None
+    reason = unbracketed_reason(points, target_s)
+    best = floor_pick(points, target_s)
+    if best is None or max(p["tpot_p50_s"] for p in points if p.get("tpot_p50_s") is not None) >= target_s:
+        return None, points, reason
+    return (
+        best,
+        points,
+        f"{reason}: read at the floor pick of the points run (concurrency {best['concurrency']})",
+    )
 
 
 def run_case(
     loaded: LoadedCase, *, workers: int, ray: str | None, progress: Progress | None = None
 ) -> CaseResult:
     case = loaded.case
-    target_s = case.at.tpot_p50_ms / 1e3
-    keys = ("concurrency", case.metric) if case.metric != "concurrency" else ("concurrency",)
 
     def hook(done: int, planned: int) -> None:
         if progress is not None:
             progress(case.name, done, planned)
 
-    common = dict(target_tpot_s=target_s, workers=workers, ray=ray, models=[case.model], progress=hook)
-    result = run_sweep(loaded.scenario, concurrencies=None, **common)
-    records = _records(result, case.model, case.metric)
-    point = at_tpot(list(records.values()), target_s, keys)
-    points = [records[c] for c in sorted(records)]
-    simulated = point.get(case.metric) if point is not None else None
-    if case.metric == "tokens_per_s_per_user" and point is not None:
-        simulated = point["tokens_per_s_per_user"]
-    error = (
-        (simulated - case.published) / case.published if simulated is not None and case.published else None
-    )
+    def run(concurrencies: list[int] | None, target_s: float | None):
+        scn_target = (loaded.scenario.get("slo") or {}).get("tpot_s", 0.05)  # only names the sweep's own read
+        return run_sweep(loaded.scenario, concurrencies=concurrencies, target_tpot_s=target_s or scn_target,
+                         workers=workers, ray=ray, models=[case.model], progress=hook)  # fmt: skip
+
+    point, points, note = _read(loaded, run)
+    simulated = {m: (point.get(m) if point is not None else None) for m in case.published}
+    errors = {
+        m: (simulated[m] - v) / v if simulated[m] is not None and v else None
+        for m, v in case.published.items()
+    }
     return CaseResult(
         name=case.name,
         source=case.source,
         model=case.model,
-        metric=case.metric,
-        tpot_p50_ms=case.at.tpot_p50_ms,
-        published=case.published,
+        at=case.at.model_dump(exclude_none=True),
+        at_label=case.at.label(),
+        published=dict(case.published),
         simulated=simulated,
-        error_frac=error,
+        error_frac=errors,
         concurrency=point["concurrency"] if point is not None else None,
-        note=None if point is not None else unbracketed_reason(points, target_s),
+        note=note,
         points=points,
         setup=list(case.setup),
         file=str(loaded.path),

@@ -1,4 +1,5 @@
-"""Deployments SGLang would not start (sim.config.engine_rules), read on a scenario's pools."""
+"""Engine profiles (sim.config.engine_rules): the step rules a named engine gives each pool, and the
+deployments it would not start, each refusal with its source and version."""
 
 from __future__ import annotations
 
@@ -9,57 +10,126 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.config.engine_rules import DSPARK_PD_REFUSAL, engine_refusal
+from sim.config.engine_rules import VERSIONS, Engine, StepRules, engine_refusal, pool_step_rules, profile_rows
+from sim.config.errors import validate_or_raise
 from sim.config.scenario import load_scenario
+from sim.errors import InputError
 from sim.paths import project_root
 
 V41, V4 = "deepseek-v4.1-flash", "deepseek-v4-flash"
+OLD, NEW = Engine(name="sglang", version="0.5.16"), Engine(name="sglang")
 
 
 def _pool(role: str, **kw) -> dict:
-    return {"role": role, "dp": 1, "prefill_context_parallel": "off", **kw}
+    return {"name": role, "role": role, "dp": 1, "prefill_context_parallel": "off", **kw}
 
 
-def test_the_main_job_runs_each_model_on_a_deployment_its_engine_starts():
+def test_the_main_job_names_sglang_and_its_newest_rule_starts_it():
     scn = load_scenario(project_root() / "scenarios" / "agent_1M.yaml")
-    assert scn.spec_decode.enabled
-    for model in (V4, V41):
+    assert scn.engine == NEW and NEW.resolved_version == VERSIONS["sglang"][-1] == "main@006cbb66"
+    for model in (V4, V41):  # each on its own deployment (models[].pools, else cluster.pools)
         pools = [p.model_dump() for p in scn.for_model(model).cluster.pools]
-        assert engine_refusal(model, pools, True) is None, model
-    v4_pools = [
-        p.model_dump() for p in scn.for_model(V4).cluster.pools
-    ]  # CP4 prefill: V4's MTP, no such rule
-    assert engine_refusal(V41, v4_pools, True) == DSPARK_PD_REFUSAL
+        assert engine_refusal(model, pools, True, NEW) is None, model
+    cell = [_pool("prefill", prefill_context_parallel="round_robin"), _pool("decode", dp=8)]  # the 1P + 1D cell
+    refusal = engine_refusal(V41, cell, True, OLD)  # the rule as SGLang first added DSpark PD
+    assert (
+        "sglang 0.5.16 would not start" in refusal and "PR #38949" in refusal and "DP=1 and CP=1" in refusal
+    )
+    assert engine_refusal(V4, cell, True, OLD) is None  # V4's MTP: no such rule
 
 
 @pytest.mark.parametrize(
-    ("pools", "spec_decode", "refused"),
+    ("pools", "spec_decode", "old", "new"),
     [
-        ([_pool("prefill", dp=8), _pool("decode")], True, True),
-        ([_pool("prefill", prefill_context_parallel="round_robin"), _pool("decode")], True, True),
-        ([_pool("prefill"), _pool("decode", dp=8)], True, True),
-        ([_pool("prefill"), _pool("decode")], True, False),  # plain TP on both sides
-        ([_pool("prefill", dp=8), _pool("decode", dp=8)], False, False),  # no DSpark
-        ([_pool("colocated", dp=8)], True, False),  # aggregated
+        (
+            [_pool("prefill", dp=8), _pool("decode")],
+            True,
+            True,
+            False,
+        ),  # DP attention: accepted since 006cbb66
+        (
+            [_pool("prefill", prefill_context_parallel="round_robin"), _pool("decode", dp=8)],
+            True,
+            True,
+            False,
+        ),
+        (
+            [_pool("prefill"), _pool("decode", prefill_context_parallel="round_robin")],
+            True,
+            True,
+            True,
+        ),  # decode CP
+        (
+            [_pool("prefill", prefill_context_parallel="zigzag"), _pool("decode")],
+            True,
+            True,
+            True,
+        ),  # NPU only
+        ([_pool("prefill"), _pool("decode")], True, False, False),  # plain TP on both sides
+        ([_pool("prefill", dp=8), _pool("decode", dp=8)], False, False, False),  # no DSpark
+        ([_pool("colocated", dp=8)], True, False, False),  # aggregated
     ],
 )
-def test_dspark_pd_needs_dp1_cp1_pools(pools, spec_decode, refused):
-    assert (engine_refusal(V41, pools, spec_decode) is not None) is refused
+def test_sglang_dspark_pd_rule_as_it_changed(pools, spec_decode, old, new):
+    assert (engine_refusal(V41, pools, spec_decode, OLD) is not None) is old
+    assert (engine_refusal(V41, pools, spec_decode, NEW) is not None) is new
 
 
-def test_scenario_check_notes_the_refusal(tmp_path):
-    doc = yaml.safe_load((project_root() / "scenarios" / "agent_1M.yaml").read_text())
-    doc["models"] = [V4, V41]  # both on the scenario's pools: V4.1's TP pools, V4's CP4 prefill
-    doc["cluster"]["pools"][0]["prefill_context_parallel"] = "round_robin"
-    doc["workload"]["generator"] = str(project_root() / "scenarios" / doc["workload"]["generator"])
-    path = tmp_path / "refused.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    result = CliRunner().invoke(app, ["scenario", "check", str(path)], env={"COLUMNS": "300"})
+def test_vllm_and_no_engine_refuse_nothing_sim_can_express():
+    pools = [_pool("prefill", dp=8), _pool("decode", prefill_context_parallel="round_robin")]
+    assert engine_refusal(V41, pools, True, Engine(name="vllm")) is None
+    assert engine_refusal(V41, pools, True, None) is None
+    # a pool's own engine replaces the scenario's for that pool
+    assert engine_refusal(V41, [{**pools[0], "engine": {"name": "sglang", "version": "0.5.15"}}, pools[1]], True,
+                          Engine(name="vllm")) is not None  # fmt: skip
+
+
+def test_step_rules_follow_the_engine_unless_the_scheduler_sets_them():
+    coloc_dp = _pool("colocated", dp=4)
+    assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, {}) == StepRules("mixed", "per_rank")
+    assert pool_step_rules(NEW, coloc_dp, True, {}) == StepRules("prefill_first", "divided")
+    assert (
+        pool_step_rules(NEW, coloc_dp, False, {}).step_composition == "mixed"
+    )  # no per-rank sync without spec
+    assert pool_step_rules(None, coloc_dp, True, {}) == StepRules(
+        "mixed", "divided"
+    )  # sim's generic defaults
+    explicit = {"step_composition": "mixed", "dp_prefill_budget": "divided"}
+    assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, explicit) == StepRules("mixed", "divided")
+
+
+def test_an_unknown_version_gets_one_clear_message():
+    with pytest.raises(InputError) as err:
+        validate_or_raise(Engine, {"name": "sglang", "version": "9.9"}, file="x.yaml")
+    assert "version: not a sglang version sim has rules for (got '9.9'); allowed: 0.5.15, 0.5.16" in str(
+        err.value
+    )
+
+
+def test_every_rule_has_a_source_and_scenario_fields_lists_them():
+    rows = profile_rows()
+    assert rows and all(r["source"] and r["versions"] for r in rows)
+    assert {r["engine"] for r in rows} == {"vllm", "sglang"}
+    result = CliRunner().invoke(app, ["scenario", "fields", "--json"])
+    fields = {r["field"]: r for r in json.loads(result.stdout)}
+    assert fields["engine.name"]["type"] == "Literal['vllm', 'sglang']"
+    assert fields["engine rule: sglang 0.5.15, 0.5.16: refuses"]["description"].startswith("sglang python/")
+    text = CliRunner().invoke(app, ["scenario", "fields"], env={"COLUMNS": "300"}).stdout
+    assert "Engine profiles" in text and "main@006cbb66" in text
+
+
+def test_scenario_check_notes_a_refusal_with_its_version(tmp_path):
+    path = project_root() / "scenarios" / "agent_1M.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["engine"]["version"] = "0.5.16"
+    doc["cluster"]["pools"][0]["prefill_context_parallel"] = "round_robin"  # V4.1 on CP prefill
+    doc["workload"]["generator"] = str(path.parent / doc["workload"]["generator"])
+    old = tmp_path / "agent_1M_old.yaml"
+    old.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = CliRunner().invoke(app, ["scenario", "check", str(old)], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
-    assert "note: deepseek-v4.1-flash: SGLang would not start this deployment" in result.stdout
+    assert "note: deepseek-v4.1-flash: sglang 0.5.16 would not start this deployment" in result.stdout
     assert "note: deepseek-v4-flash" not in result.stdout
     data = CliRunner().invoke(app, ["scenario", "check", str(path), "--json"]).stdout
     models = {m["name"]: m["engine_refusal"] for m in json.loads(data)["summary"]["models"]}
-    assert models["deepseek-v4-flash"] is None and models["deepseek-v4.1-flash"] == DSPARK_PD_REFUSAL
-    main = CliRunner().invoke(app, ["scenario", "check", str(project_root() / "scenarios" / "agent_1M.yaml")])
-    assert main.exit_code == 0 and "SGLang would not start" not in main.stdout
+    assert models == {"deepseek-v4-flash": None, "deepseek-v4.1-flash": None}  # the newest rule starts it

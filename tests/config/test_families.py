@@ -39,7 +39,7 @@ def test_every_family_has_its_blocks_models_prices_and_kernel_key():
 
 def test_schema_fields_follow_the_registry_in_order():
     assert list(Cache.model_fields)[-len(FAMILIES) :] == family_names()
-    assert list(SpecDecode.model_fields) == ["enabled", *family_names()]
+    assert list(SpecDecode.model_fields) == ["enabled", "workload_kind", *family_names()]
 
 
 def test_a_new_family_is_one_registry_entry(monkeypatch):

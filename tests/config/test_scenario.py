@@ -326,5 +326,9 @@ def test_prefill_first_loads_where_the_engine_rule_is_known(folder):
         data = variant(cluster__pools=pools, scheduler={"step_composition": "prefill_first"},
                        spec_decode={"enabled": spec})  # fmt: skip
         assert load_scenario(write(folder, data)).scheduler.step_composition == "prefill_first"
-    # the default: vLLM's rule
-    assert load_scenario(write(folder, VALID)).scheduler.step_composition == "mixed"
+    # unset: the pool's engine rule (sim.config.engine_rules); no engine named: mixed
+    scn = load_scenario(write(folder, VALID))
+    assert scn.scheduler.step_composition is None
+    assert {scn.pool_step_rules(p).step_composition for p in scn.cluster.pools} == {"mixed"}
+    scn = load_scenario(write(folder, variant(engine={"name": "sglang"}, cluster__pools=tp)))
+    assert scn.pool_step_rules(scn.cluster.pools[0]).step_composition == "prefill_first"

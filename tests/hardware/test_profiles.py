@@ -118,7 +118,7 @@ def test_wrong_unit_suffix_is_rejected_with_the_expected_name(tmp_path):
     assert err.value.lines == [
         f"{path}: accelerator.hbm_bw_Gbps: wrong unit suffix '_Gbps' = gigabits/s (1e9 bits/s); "
         "this field is 'hbm_bw_TBps', in terabytes/s (1e12 bytes/s); allowed: model, count_per_node, "
-        "hbm_capacity_gb, hbm_capacity_nominal_gb, hbm_bw_TBps, dense_tflops, tdp_w"
+        "hbm_capacity_gb, hbm_capacity_nominal_gb, hbm_bw_TBps, dense_tflops, tdp_w, sm_count, sm_clock_max_MHz"
     ]
 
 
@@ -159,7 +159,7 @@ def test_unknown_profile_lists_known_ids():
 
 
 # Count fields carry no unit suffix by design; every other numeric field must have one.
-_COUNTS = {"count_per_node", "gpus_per_link", "cpu_cores", "nvme_drives", "nics", "gpus", "trays",
+_COUNTS = {"count_per_node", "sm_count", "gpus_per_link", "cpu_cores", "nvme_drives", "nics", "gpus", "trays",
            "commitment_years", "value", "pue"}  # fmt: skip
 _DTYPE_KEYS = set(DTYPES)
 

@@ -42,16 +42,20 @@ def test_sim_run_says_when_the_engine_would_not_start_the_deployment(tmp_path):
         {"name": "d", "role": "decode", "nodes": 1, "gpus_per_instance": 8, "tp": 1, "ep": 8, "dp": 8},
     ]
     smoke["spec_decode"] = {"enabled": True}
+    smoke["engine"] = {"name": "sglang", "version": "0.5.16"}  # before main@006cbb66 accepted DP attention
     path = tmp_path / "dspark_pd.yaml"
     path.write_text(yaml.safe_dump(smoke))
-    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app, ["run", str(path), "--out", str(tmp_path / "out")], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     words = " ".join(result.stdout.split())
-    assert "deepseek-v4.1-flash: SGLang would not start this deployment" in words
-    assert "deepseek-v4-flash: SGLang" not in words
+    assert "deepseek-v4.1-flash: sglang 0.5.16 would not start this deployment" in words
+    assert "deepseek-v4-flash: sglang" not in words
     models = json.loads((tmp_path / "out" / "summary.json").read_text())["models"]
     assert models["deepseek-v4-flash"]["engine_refusal"] is None
-    assert "DP 1 and prefill CP off" in models["deepseek-v4.1-flash"]["engine_refusal"]
+    refusal = models["deepseek-v4.1-flash"]["engine_refusal"]
+    assert "DP 1 and CP off" in refusal and "sglang PR #38949" in refusal
 
 
 def test_sim_bench_reports_requests_per_second():

@@ -156,3 +156,27 @@ def test_summary_json_has_the_documented_keys(tmp_path):
     assert s["session_ssd_bytes_at_1m_tokens"] == pytest.approx(
         1_048_576 * 890.0
     )  # V4.1 persists global KV only
+
+
+def test_the_running_cap_holds_requests_before_their_prefill():
+    """vLLM --max-num-seqs / SGLang --max-running-requests (scheduler.max_decode_batch) count requests in
+    prefill too: over the cap a request waits for its prefill (TTFT), and TPOT is the decode step alone."""
+    import yaml
+
+    from sim.api import run_scenario
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+
+    base = yaml.safe_load((project_root() / "tests" / "sweep" / "bench_tiny.yaml").read_text())
+    bench = base["workload"]["benchmark"]
+    base["workload"]["benchmark"] = {**bench, "concurrency": 8, "prefix_reuse_frac": 0.0}
+    out = {}
+    for cap in (2, 8):
+        doc = {**base, "scheduler": {"max_decode_batch": cap}}
+        scn = validate_or_raise(Scenario, doc, file="cap", context={"base_dir": project_root()})
+        out[cap] = run_scenario(scn, 3, out_dir=None).summary["models"]["deepseek-v4-flash"]
+    # six of eight wait a whole request's turn before prefill: TTFT grows by more than a decode of 128 tokens
+    assert out[2]["ttft_p50_s"] > out[8]["ttft_p50_s"] + 100 * out[2]["tpot_p50_s"]
+    # a smaller batch decodes no slower, and no wait to join the batch is in its TPOT
+    assert out[2]["tpot_p50_s"] <= out[8]["tpot_p50_s"]

@@ -14,6 +14,8 @@ def test_a_models_own_acceptance_reaches_its_engines(tmp_path):
     summary = run_scenario(scenario(tmp_path, trace, models=models, spec_decode={"enabled": True})).summary
     assert summary["models"][V41]["spec_decode"] == {
         "enabled": True, "method": "dspark", "accepted_tokens_per_step": 3.0, "draft_tokens": 5, "verify_rows": 4,
+        "acceptance_source": "models[].accepted_tokens_per_step", "workload_kind": "coding",
     }  # fmt: skip
-    assert summary["models"][V4]["spec_decode"]["accepted_tokens_per_step"] == 1.85  # the family default
+    v4 = summary["models"][V4]["spec_decode"]
+    assert v4["accepted_tokens_per_step"] == 1.79 and "dsv4_mtp.yaml" in v4["acceptance_source"]  # measured
     assert summary["models"][V4]["spec_decode"]["verify_rows"] == 2

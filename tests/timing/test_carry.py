@@ -10,11 +10,15 @@ from sim.hardware import load_hw
 from sim.timing.batch import DecodeTerms
 from sim.timing.carry import (
     ANCHORS,
+    H200_SM_RATE,
+    KNEE,
     LAUNCH_S,
     MXFP4_BYTES_PER_WEIGHT,
     GpuPeaks,
     carry_tables,
     efficiency_curves,
+    regime,
+    saturation,
     work_of,
 )
 from sim.timing.factory import make_timing
@@ -54,11 +58,40 @@ def test_the_rule_is_the_identity_on_the_h200(h200_tables, gpus):
 
 def test_a_bandwidth_bound_row_scales_with_hbm_and_keeps_its_floor(h200_tables, gpus):
     h100 = carry_tables(h200_tables, gpus["nvidia-h100-hgx8"])
-    for h, c in _pairs(h200_tables, h100, family="gemm_dense", kernel="proj_wq_b", rows=1.0):
+    sat = saturation(h200_tables)
+    pairs = [
+        (h, c) for h, c in _pairs(h200_tables, h100, family="gemm_dense") if regime(h, sat) == "bandwidth"
+    ]
+    assert pairs
+    for h, c in pairs:
         work = work_of(h)
-        assert not work.compute_bound and work.latency_s == LAUNCH_S
-        want = LAUNCH_S + (h.median_s - LAUNCH_S) * 4.8 / 3.35  # H200 vs H100 datasheet HBM (TB/s)
+        want = (
+            work.latency_s + (h.median_s - work.latency_s) * 4.8 / 3.35
+        )  # H200 vs H100 datasheet HBM (TB/s)
         assert c.median_s == pytest.approx(want, rel=1e-6)
+
+
+def test_the_ceilings_set_the_saturation_and_a_row_below_the_knee_is_concurrency_bound(h200_tables, gpus):
+    """Rule 2b: the ceiling rows give what HBM and the tensor cores deliver at saturation (kernels.md §1 [M]:
+    4.24 TB/s, 775 BF16 / 1432 FP8 TFLOP/s); a row below KNEE of both keeps its H200 time on a GPU with the same
+    SMs and clock (the H100) and scales with SM count x clock on the B200, never below the floors there."""
+    sat = saturation(h200_tables)
+    assert sat.bandwidth == pytest.approx(4240.42e9 / 4.8e12, rel=1e-3)
+    assert sat.compute_of("bf16") == pytest.approx(774.53 / 989.0, rel=1e-3)
+    assert sat.compute_of("fp8") == pytest.approx(1432.37 / 1979.0, rel=1e-3)
+    h100 = carry_tables(h200_tables, gpus["nvidia-h100-hgx8"])
+    b200 = carry_tables(h200_tables, gpus["nvidia-b200-hgx8"])
+    assert gpus["nvidia-b200-hgx8"].sm_rate == pytest.approx(148 * 1980e6)
+    low = [(h, c, b) for (h, c), (_, b) in zip(_pairs(h200_tables, h100, family="gemm_dense"),
+                                               _pairs(h200_tables, b200, family="gemm_dense"), strict=True)
+           if regime(h, sat) == "concurrency"]  # fmt: skip
+    assert len(low) > 20
+    for h, c, b in low:
+        work = work_of(h)
+        assert work.bandwidth_frac < KNEE * sat.bandwidth
+        assert c.median_s == pytest.approx(h.median_s, rel=1e-9)
+        scaled = work.latency_s + (h.median_s - work.latency_s) * H200_SM_RATE / (148 * 1980e6)
+        assert b.median_s >= scaled * (1 - 1e-9) and b.median_s <= h.median_s
 
 
 def test_a_compute_bound_row_scales_with_the_peak_of_its_precision(h200_tables, b200_tables):
@@ -73,10 +106,11 @@ def test_a_compute_bound_row_scales_with_the_peak_of_its_precision(h200_tables, 
 
 
 def test_blackwell_runs_the_experts_in_mxfp4(h200_tables, b200_tables):
+    sat = saturation(h200_tables)
     pairs = _pairs(h200_tables, b200_tables, family="gemm_grouped", kernel="moe_gate_up", fmt="fp8_rowwise")
-    small = [(h, c) for h, c in pairs if h.batch == 1.0]
-    assert small
-    for h, c in small:  # weight streaming: FP8 bytes -> MXFP4 bytes, 4.8 -> 8 TB/s
+    streaming = [(h, c) for h, c in pairs if regime(h, sat) == "bandwidth"]
+    assert streaming
+    for h, c in streaming:  # weight streaming: FP8 bytes -> MXFP4 bytes, 4.8 -> 8 TB/s
         weights = h.groups * h.n * h.k
         nbytes = h.bytes - weights + weights * MXFP4_BYTES_PER_WEIGHT
         want = LAUNCH_S + (h.median_s - LAUNCH_S) * (nbytes / h.bytes) * (4.8 / 8.0)

@@ -76,8 +76,9 @@ def synthetic(tmp_path_factory, h200, h200_tables):
                 context_tokens=context,
                 chunk_tokens=chunk,
                 measured_us_p50=measured * 1e6,
-                kernel_sum_us=k * 1e6,
-                routing_us=len(kinds) * (A_S + B_S * p.rows) / 2 * 1e6,  # half the term is glue
+                # half the term is glue ops the pass times (in its kernel sum), half launch gaps beyond it
+                kernel_sum_us=(k + len(kinds) * (A_S + B_S * p.rows) / 2) * 1e6,
+                routing_us=len(kinds) * (A_S + B_S * p.rows) / 2 * 1e6,
             )
         )
     rows.append({**rows[0], "measured_us_p50": "", "note": "RuntimeError: a failed point"})
@@ -115,8 +116,9 @@ def test_fit_without_row_variation_takes_a_constant():
 
 def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monkeypatch, tmp_path):
     """With a forward table in place, H200 steps carry the fitted term, TP ranks its per-row part
-    over their share of the rows, and B200 the term of each pass scaled by our kernels' B200/H200
-    ratio at its point."""
+    over their share of the rows, and B200 each pass carried part by part (forward.TERM_PARTS): the launch
+    gaps unscaled, the glue ops by the SMs' issue rate, the kernel time our tables miss by our kernels'
+    B200/H200 ratio at its point."""
     from sim.timing import forward
     from sim.timing.carry import tables_for
 
@@ -130,15 +132,21 @@ def test_the_term_enters_the_step_and_is_carried(synthetic, h200, context, monke
     b200 = forward_term(b200_hw, "measured")
     b200_tables = tables_for(b200_hw, "production")
     ratios = []
+    sm = 148 / 132  # B200 / H200 SMs, same maximum clock (hwprofiles sm_count, sm_clock_max_MHz)
     for p in load_points(path)[1]:
         k_h, k_b = kernels_s(p, tables, h200), kernels_s(p, b200_tables, b200_hw)
         ratios.append(k_b / k_h)
-        # the pass on B200 is the H200 pass x the kernels' ratio; the fitted term predicts it
-        carried = (k_h + len(p.layer_kinds) * (A_S + B_S * p.rows)) * k_b / k_h
+        launch, glue, missed = p.measured_s - p.kernel_sum_s, p.glue_s, p.kernel_sum_s - p.glue_s - k_h
+        assert forward.pass_parts(p, k_h, k_b / k_h, sm, "measured") == pytest.approx(
+            {"launch": launch, "glue": glue / sm, "kernels_missed": missed * k_b / k_h}
+        )
+        carried = k_b + launch + glue / sm + missed * k_b / k_h
         predicted = k_b + len(p.layer_kinds) * (b200.per_layer_s + b200.per_layer_row_s * p.rows)
         assert predicted == pytest.approx(carried, rel=0.02)
     assert max(ratios) < 1.0  # B200 runs every point faster, so the term shrinks with it
     assert b200.per_layer_s < A_S and b200.per_layer_row_s < B_S
+    parts = dict(forward.carried_check(b200_hw, "measured").parts)
+    assert sum(t.per_layer_s for t in parts.values()) == pytest.approx(b200.per_layer_s, rel=1e-6)
     from sim.timing.calibrated import build_calibrated
 
     parts = {

@@ -227,3 +227,23 @@ def test_the_committed_run_is_predicted_within_the_stated_band() -> None:
         abs(err[("output_tokens_per_s", "makespan")]) < 0.05
         and abs(err[("prefix_hit_frac", "of input tokens")]) < 0.05
     )
+
+
+def test_the_twin_runs_on_the_gpu_the_run_names() -> None:
+    """The hardware comes from the run's provenance (issue 28 item 3): each GPU name maps to its own profile
+    (H20 is not H200), a CPU stand-in's run (no GPU) to the reference GPU, an unknown GPU to one clear error."""
+    from sim.errors import InputError
+    from sim.validate.real import hardware_of
+
+    def named(gpu: str) -> dict:
+        return {"machine": {"gpu_name": gpu}}
+
+    assert hardware_of(named("NVIDIA H100 80GB HBM3"), "p") == "nvidia-h100-hgx8"
+    assert hardware_of(named("NVIDIA H200"), "p") == "nvidia-h200-hgx8"
+    assert hardware_of(named("NVIDIA H20"), "p") == "nvidia-h20-hgx8"
+    assert (
+        hardware_of({"step_function": {"provenance": {"gpu_name": "NVIDIA B200"}}}, "p") == "nvidia-b200-hgx8"
+    )
+    assert hardware_of({}, "p") == "nvidia-h200-hgx8"
+    with pytest.raises(InputError, match="no hardware profile.*A100"):
+        hardware_of(named("NVIDIA A100-SXM4-80GB"), "p")

@@ -1,4 +1,5 @@
-"""`sim validate`: case files (clear messages for bad ones) and the JSON shape of a tiny case."""
+"""`sim validate`: case files (clear messages for bad ones), the three operating points (a concurrency,
+a floor pick, a TPOT target) and the JSON shape of a tiny case."""
 
 import json
 from pathlib import Path
@@ -21,8 +22,7 @@ def write_case(folder: Path, **fields) -> Path:
         "scenario": str(TINY),
         "model": "deepseek-v4-flash",
         "at": {"tpot_p50_ms": 16},
-        "metric": "output_tokens_per_s_per_gpu",
-        "published": 100.0,
+        "published": {"output_tokens_per_s_per_gpu": 100.0},
     }
     case.update(fields)
     case = {k: v for k, v in case.items() if v is not None}
@@ -35,9 +35,12 @@ def write_case(folder: Path, **fields) -> Path:
 def test_shipped_cases_load():
     cases = load_cases(project_root() / "scenarios" / "validation")
     names = {c.case.name for c in cases}
-    assert {"v4-flash-4xh200-agg", "v4-flash-4xb200-agg"} <= names
-    for c in cases:
-        assert c.case.source and c.case.setup and c.case.at.tpot_p50_ms == 20
+    assert {"v4-flash-4xh200-agg", "v4-flash-4xb200-agg", "v4-flash-24xb200-disagg"} <= names
+    assert len(cases) >= 10
+    assert len({c.scenario["hardware"] for c in cases}) >= 2
+    for c in cases:  # every published point compares per-GPU and per-user speed, each with its setup
+        assert c.case.source and c.case.setup
+        assert {"output_tokens_per_s_per_gpu", "tokens_per_s_per_user"} <= set(c.case.published)
 
 
 def test_validate_json_shape(tmp_path):
@@ -51,9 +54,10 @@ def test_validate_json_shape(tmp_path):
     assert data == json.loads((out / "validate.json").read_text())
     (case,) = data["cases"]
     assert {"name", "published", "simulated", "error_frac"} <= set(case)
-    assert case["name"] == "tiny" and case["published"] == 100.0
-    if case["simulated"] is not None:
-        assert case["error_frac"] == pytest.approx((case["simulated"] - 100.0) / 100.0)
+    assert case["name"] == "tiny" and case["published"] == {"output_tokens_per_s_per_gpu": 100.0}
+    simulated = case["simulated"]["output_tokens_per_s_per_gpu"]
+    if simulated is not None:
+        assert case["error_frac"]["output_tokens_per_s_per_gpu"] == pytest.approx((simulated - 100.0) / 100.0)
     else:
         assert case["note"]
     assert (out / "validate.html").read_text().startswith("<!DOCTYPE html>")
@@ -62,8 +66,15 @@ def test_validate_json_shape(tmp_path):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"metric": "speed"}, "metric: not a metric a case can compare (got 'speed')"),
+        ({"published": {"speed": 1.0}}, "published: not a metric a case can compare: speed"),
         ({"published": None}, "published"),
+        ({"published": {}}, "published"),
+        ({"at": {"concurrency": 4, "tpot_p50_ms": 20}}, "at: 2 forms given (concurrency, tpot_p50_ms)"),
+        (
+            {"at": {"floor_pick": {"min_tokens_per_s_per_user": 50, "concurrencies": []}}},
+            "at.floor_pick.concurrencies",
+        ),
+        ({"at": {"concurrency": 0}}, "at.concurrency"),
         ({"model": "deepseek-v4.1-flash"}, "model: not one of the scenario's models"),
         ({"scenario": "missing.yaml"}, "scenario: scenario file not found"),
         ({"at": {"tpot_p50_ms": -5}}, "at.tpot_p50_ms"),
@@ -81,3 +92,59 @@ def test_bad_case_file_gives_one_clear_message(tmp_path, fields, message):
 def test_validate_needs_a_folder_of_cases(tmp_path):
     result = CliRunner().invoke(app, ["validate", "--cases", str(tmp_path)])
     assert "no case files" in str(result.exception)
+
+
+def _run(tmp_path, **fields) -> dict:
+    write_case(tmp_path / "cases", **fields)
+    result = CliRunner().invoke(
+        app, ["validate", "--cases", str(tmp_path / "cases"), "--json", "--workers", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads(result.stdout)["cases"]
+    return case
+
+
+def test_at_concurrency_reads_every_published_metric_at_that_point(tmp_path):
+    published = {"output_tokens_per_s_per_gpu": 100.0, "tokens_per_s_per_user": 50.0, "ttft_mean_s": 0.5}
+    case = _run(tmp_path, at={"concurrency": 2}, published=published)
+    (point,) = case["points"]
+    assert point["concurrency"] == case["concurrency"] == 2 and case["note"] is None
+    for metric, value in published.items():
+        assert case["simulated"][metric] == point[metric] and case["simulated"][metric] is not None
+        assert case["error_frac"][metric] == pytest.approx((point[metric] - value) / value)
+
+
+def test_floor_pick_takes_the_best_point_that_clears_the_floor(tmp_path):
+    # a floor every point clears picks the most tok/s/GPU; one no point clears gives a reason, no number
+    case = _run(tmp_path, at={"floor_pick": {"min_tokens_per_s_per_user": 1.0, "concurrencies": [1, 4]}})
+    best = max(case["points"], key=lambda p: p["output_tokens_per_s_per_gpu"])
+    assert case["concurrency"] == best["concurrency"]
+    assert case["simulated"]["output_tokens_per_s_per_gpu"] == best["output_tokens_per_s_per_gpu"]
+    none = _run(
+        tmp_path / "b", at={"floor_pick": {"min_tokens_per_s_per_user": 1e6, "concurrencies": [1, 4]}}
+    )
+    assert none["simulated"]["output_tokens_per_s_per_gpu"] is None and "clears" in none["note"]
+
+
+def test_tpot_target_never_reached_reads_the_floor_pick(tmp_path):
+    """A disaggregated cluster whose TPOT stays under the target at every load (its prefill pool
+    saturates first) still gets a number: the best tok/s/GPU of the points run, with a note."""
+    from types import SimpleNamespace
+
+    from sim.validate.cases import load_case
+    from sim.validate.runner import _read
+
+    loaded = load_case(write_case(tmp_path, at={"tpot_p50_ms": 20}))
+    tpot_s = {1: 0.008, 2: 0.009, 4: 0.010}
+    gpu = {1: 50.0, 2: 90.0, 4: 80.0}  # past saturation throughput falls while TPOT stays low
+    summaries = {c: {"tpot_p50_s": tpot_s[c], "output_tokens_per_s_per_gpu": gpu[c]} for c in tpot_s}
+    fake = SimpleNamespace(
+        summaries={"deepseek-v4-flash": summaries},
+        models={"deepseek-v4-flash": {"points": [{"concurrency": c, "wall_s": 0.0} for c in gpu]}},
+    )
+    point, points, note = _read(loaded, lambda concurrencies, target_s: fake)
+    assert point["concurrency"] == 2 and point["output_tokens_per_s_per_gpu"] == 90.0
+    assert "stays under 20 ms" in note and "floor pick" in note and len(points) == 3
+    summaries.update({c: {**summaries[c], "tpot_p50_s": 0.05} for c in summaries})  # over at the lowest
+    point, _, note = _read(loaded, lambda concurrencies, target_s: fake)
+    assert point is None and "over 20 ms already" in note

@@ -1,0 +1,93 @@
+"""kernels_bench.aic_compare on a small AIConfigurator-shaped data folder written here (AIC itself is not
+needed: CI does not install it)."""
+
+from __future__ import annotations
+
+import csv
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kernels_bench import aic_compare
+from sim.errors import InputError
+from sim.timing.aic_data import find_aic
+
+
+def _write(path, rows: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(rows), path)
+
+
+@pytest.fixture()
+def aic_dir(tmp_path):
+    root = tmp_path / "site" / "aiconfigurator_core" / "systems" / "data"
+    (tmp_path / "site" / "aiconfigurator_core-9.9.9.dist-info").mkdir(parents=True)
+    for system in ("b200_sxm", "h200_sxm"):
+        _write(root / system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", {
+            "kernel_source": ["k"] * 3, "gemm_dtype": ["fp8_block"] * 3, "m": [1, 128, 16384],
+            "n": [512, 512, 77], "k": [4096, 4096, 77], "latency": [1e9, 1e9, 1e9]})  # fmt: skip
+        _write(root / system / "mhc" / "vllm" / "0.24.0" / "mhc_module_perf.parquet", {
+            "op_name": ["pre", "post"], "kernel_source": ["t", "t"], "num_tokens": [64, 64],
+            "hidden_size": [4096, 4096], "latency": [1e9, 1e9]})  # fmt: skip
+    return root
+
+
+def test_predict_reads_shapes_only_and_writes_sims_times(aic_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(pq, "read_table", _shape_only(pq.read_table))
+    aic = find_aic(aic_dir)
+    assert aic.version == "9.9.9"
+    written = {p.name: p for p in aic_compare.predict(aic, tmp_path / "out")}
+    assert set(written) == {f"{g}_vllm_{c}.csv" for g in ("b200", "h200") for c in ("gemm", "mhc")}
+    rows = _rows(written["b200_vllm_gemm.csv"])
+    assert [(r["m"], r["sim_op"], r["in_sim_grid"]) for r in rows] == [
+        ("1", "wkv", "True"),
+        ("128", "wkv", "True"),
+    ]
+    b200 = {r["m"]: float(r["sim_us"]) for r in rows}
+    h200 = {r["m"]: float(r["sim_us"]) for r in _rows(written["h200_vllm_gemm.csv"])}
+    assert 0 < b200["128"] < h200["128"] < 1e3  # carried to a faster GPU: faster, never AIC's 1e9
+    assert len(_rows(written["b200_vllm_mhc.csv"])) == 1  # pre and post: one boundary
+
+
+def test_compare_flags_the_fp8_block_artifact_and_reads_ms(aic_dir, tmp_path):
+    aic = find_aic(aic_dir)
+    for system in ("b200_sxm", "h200_sxm"):  # BF16 rows 0.01 ms, FP8-block 0.18 ms: the flat-180-us artifact
+        _write(aic_dir / system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", {
+            "kernel_source": ["b", "b", "f", "f"], "gemm_dtype": ["bfloat16", "bfloat16", "fp8_block", "fp8_block"],
+            "m": [1, 128, 1, 128], "n": [512] * 4, "k": [4096] * 4, "latency": [0.01, 0.01, 0.18, 0.18]})  # fmt: skip
+    aic_compare.predict(aic, tmp_path / "pred")
+    summary = aic_compare.compare(aic, tmp_path / "pred", tmp_path / "out")
+    gemm = {(r["gpu"], r["aic_variant"]): r for r in summary if r["op_class"] == "gemm"}
+    assert gemm["b200", "fp8_block"]["excluded"] == "2 aic_table_artifact"
+    assert gemm["b200", "bfloat16"]["in_summary"] == 2
+    rows = _rows(tmp_path / "out" / "compare" / "h200_vllm_gemm.csv")
+    bf16 = next(r for r in rows if r["gemm_dtype"] == "bfloat16" and r["m"] == "128")
+    assert float(bf16["aic_us"]) == 10.0  # AIC's latency is milliseconds
+    assert float(bf16["error"]) == round(float(bf16["sim_us"]) / 10.0 - 1.0, 4)
+    assert (tmp_path / "out" / "carry_ratio.csv").is_file()
+
+
+def test_shapes_refuses_a_time_column(aic_dir):
+    path = next(aic_dir.rglob("gemm_perf.parquet"))
+    with pytest.raises(ValueError, match="shape columns only"):
+        aic_compare._shapes(path, ["m", "latency"])
+
+
+def test_missing_data_folder_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("SIM_AIC_DATA", raising=False)
+    with pytest.raises(InputError, match="pip install"):
+        find_aic(tmp_path / "nowhere")
+
+
+def _shape_only(read):
+    def guarded(path, columns=None, **kw):
+        assert columns is not None and "latency" not in columns
+        return read(path, columns=columns, **kw)
+
+    return guarded
+
+
+def _rows(path):
+    with path.open() as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
