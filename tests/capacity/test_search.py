@@ -122,7 +122,7 @@ def test_the_reported_load_meets_the_slo_and_the_load_just_above_fails(tmp_path)
     plan = steady_state(
         summary, workload, decode_capacity(built_cluster(at, "deepseek-v4-flash"), context, 0.05)
     )
-    assert plan.load <= 1.0
+    assert plan.load <= 1.0 + 1e-9  # the sustained point keeps up (then both costs are $/h / rate)
     assert plan.cost_per_task_usd == pytest.approx(cap["cost_per_task_usd"], rel=1e-12)
     # same seed, same bytes
     again = run_scenario(scn).summary["models"]["deepseek-v4-flash"]["capacity"]
