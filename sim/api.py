@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from sim.capacity.run import SearchStep, search_block
 from sim.cluster.build import build_simulation
 from sim.cluster.simpy_loop import SimPyLoop
 from sim.config.engine_rules import scenario_refusal
@@ -51,6 +52,8 @@ from sim.workload.io import arrow_without_pandas, trace_info
 
 # progress(model_name, model_index, models, simulated_s, requests_ended, requests_expected)
 Progress = Callable[[str, int, int, float, int, int], None]
+# search_progress(step): a point of a model's capacity search (sim.capacity.run)
+SearchProgress = Callable[[SearchStep], None]
 
 
 @dataclass
@@ -110,10 +113,20 @@ def run_scenario(
     force: bool = False,
     jobs: int = 1,
     loop: str | None = None,
+    search_progress: SearchProgress | None = None,
+    capacity: bool = True,
 ) -> RunResult:
     """Simulate every model of `scenario` (module doc); `jobs` > 1 simulates up to that many models
     at once, each in its own process, with the same outputs byte for byte as one after the other.
-    `loop` (`native` | `simpy`) overrides the scenario's `event_loop` (sim.config.extensions)."""
+    `loop` (`native` | `simpy`) overrides the scenario's `event_loop` (sim.config.extensions). Each model's
+    process then runs its capacity search (sim.capacity), whose points `search_progress` hears of, unless
+    the scenario says `capacity: off` or the caller `capacity=False` (the deployment search and the planner,
+    which run loads of their own)."""
+    if not capacity:
+        scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+        scenario = scenario.model_copy(
+            update={"capacity": scenario.capacity.model_copy(update={"enabled": False})}
+        )
     scn = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     seed = scn.seed if seed is None else seed
     if seed < 0:
@@ -132,14 +145,33 @@ def run_scenario(
         "models": {},
     }
     if target is None:
-        _run_models(scn, seed, None, rid, progress, result["models"], jobs, loop)
+        _run_models(scn, seed, None, rid, _deliver(progress, search_progress), result["models"], jobs, loop)
         return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=None)
     with staged_output_dir(target, run_id=rid, command="sim run") as stage:
-        written = _run_models(scn, seed, stage, rid, progress, result["models"], jobs, loop)
+        written = _run_models(
+            scn, seed, stage, rid, _deliver(progress, search_progress), result["models"], jobs, loop
+        )
         (stage / "summary.json").write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
         written.append(stage / "summary.json")
     files = [target.path / path.relative_to(stage) for path in written]
     return RunResult(scenario=scn.name, seed=seed, summary=result, out_dir=target.path, files=files)
+
+
+def _deliver(
+    progress: Progress | None, search_progress: SearchProgress | None
+) -> Callable[[object], None] | None:
+    """One receiver for a worker's messages: a run's progress tuple, or a search step."""
+    if progress is None and search_progress is None:
+        return None
+
+    def deliver(message) -> None:
+        if isinstance(message, SearchStep):
+            if search_progress is not None:
+                search_progress(message)
+        elif progress is not None:
+            progress(*message)
+
+    return deliver
 
 
 def _require_measured(scn: Scenario, model: str, summary: dict) -> None:
@@ -190,7 +222,7 @@ def _run_models(
     seed: int,
     out: Path | None,
     rid: str,
-    progress: Progress | None,
+    deliver: Callable[[object], None] | None,
     models: dict,
     jobs: int,
     loop: str,
@@ -202,16 +234,17 @@ def _run_models(
         trace = _trace_path(scn, seed, Path(tmp))
         expected = _expected_requests(scn, trace)
         runs = [
-            ModelRun(scn, index, trace, seed, out, rid, expected, loop) for index in range(len(scn.models))
+            ModelRun(scn.for_model(ref.name), index, trace, seed, out, rid, expected, loop)
+            for index, ref in enumerate(scn.models)
         ]
         if min(jobs, len(runs)) <= 1:
-            send = (lambda message: progress(*message)) if progress is not None else None
+            send = deliver
             outcomes = []
             for run in runs:
                 outcomes.append(_model_job(run, send))
                 _require_measured(scn, str(run), outcomes[-1][0])  # before the next model runs
         else:
-            on_message = (lambda _index, message: progress(*message)) if progress is not None else None
+            on_message = (lambda _index, message: deliver(message)) if deliver is not None else None
             outcomes = run_jobs(_model_job_alone, runs, min(jobs, len(runs)), on_message)
             for run, (summary, _written) in zip(runs, outcomes, strict=True):
                 _require_measured(scn, str(run), summary)
@@ -273,8 +306,29 @@ def _model_job_alone(run: ModelRun, send: Callable[[tuple], None] | None) -> tup
         return _model_job(run, send)
 
 
-def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dict, list[Path]]:
-    """Simulate one model: (its summary, the files written); `send` gets the progress tuples."""
+def _model_job(run: ModelRun, send: Callable[[object], None] | None) -> tuple[dict, list[Path]]:
+    """Simulate one model, then search its capacity (sim.capacity.run): (its summary, the files
+    written); `send` gets the progress tuples and search steps."""
+    hook = None
+    if send is not None:
+
+        def hook(now: float, ended: int) -> None:
+            send((str(run), run.index, len(run.scn.models), now, ended, run.expected))
+
+    summary, written = _simulate(run, hook)
+
+    def simulate(at: Scenario, trace: Path | None, progress: Callable[[int, int], None]) -> dict:
+        expected = _expected_requests(at, trace)
+        point = ModelRun(at, run.index, trace, run.seed, None, run.run_id, expected, run.loop)
+        return _simulate(point, lambda _now, ended: progress(ended, expected))[0]
+
+    block = search_block(run.scn, str(run), run.index, run.seed, run.trace, simulate, send, summary)
+    summary["capacity"].update(block)
+    return summary, written
+
+
+def _simulate(run: ModelRun, hook: Callable[[float, int], None] | None) -> tuple[dict, list[Path]]:
+    """One simulation of one model: (its summary, the files written); `hook(now, ended)` hears of it."""
     scn, ref, trace, seed, out, rid = (
         run.scn,
         run.scn.models[run.index],
@@ -284,12 +338,6 @@ def _model_job(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dic
         run.run_id,
     )
     arith = build_arith(ref.name, prefill_mode=ref.prefill_mode, kv_layout=ref.kv_layout)
-    hook = None
-    if send is not None:
-
-        def hook(now: float, ended: int) -> None:
-            send((ref.name, run.index, len(scn.models), now, ended, run.expected))
-
     env = SimPyLoop() if run.loop == "simpy" else None
     sim = build_simulation(scn, ref, arith, out_dir=out, progress=hook, run_id=rid, env=env)
     w = scn.workload

@@ -66,14 +66,15 @@ def _hbm_problems(scn: Scenario) -> list[str]:
     lines = []
     for ref in scn.models:
         spec = load_model(ref.name)
-        for i, pool in enumerate(scn.cluster.pools):
+        where = "cluster.pools" if ref.pools is None else f"models[{scn.models.index(ref)}].pools"
+        for i, pool in enumerate(scn.for_model(ref.name).cluster.pools):
             budget = hbm_budget(scn, pool, spec, engram_in_hbm=scn.cluster.engram_placement == "hbm")
             if budget.kv_bytes > 0:
                 continue
             hw = scn.pool_profile(pool)
             lines.append(
                 problem_line(
-                    f"cluster.pools[{i}].gpus_per_instance",
+                    f"{where}[{i}].gpus_per_instance",
                     f"{ref.name} weights ({budget.weights_bytes / units.GB:,.0f} GB per instance) leave no HBM "
                     f"for KV in pool '{pool.name}' ({pool.gpus_per_instance} x {hw.id} GPUs: "
                     f"{budget.usable_bytes / units.GB:,.0f} GB after the "
@@ -177,7 +178,9 @@ def _window_problems(scn: Scenario, workload: Workload) -> list[str]:
     if span_s is None:
         return lines
     interval_s = scn.outputs.timeseries_interval_s
-    series = len(scn.cluster.pools) + 1  # one per pool, one cluster-wide
+    series = (
+        max(len(scn.for_model(m.name).cluster.pools) for m in scn.models) + 1
+    )  # per pool, one cluster-wide
     rows = math.ceil(span_s / interval_s) * series
     if rows > MAX_SAMPLE_ROWS:
         least = span_s * series / MAX_SAMPLE_ROWS

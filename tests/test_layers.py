@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cluster",),  # 3: the engine (instances, links, the event loop, the build of a simulation)
     ("workload", "extensions"),  # 4: traces and the arrival driver that feeds the engine (told of ends by callback);
     # users' SimPy processes on the engine's operations API
-    ("api", "preflight", "outputs", "processes"),  # 5: one run
+    ("api", "preflight", "outputs", "processes", "capacity"),  # 5: one run (and its capacity search)
     ("plan", "sweep", "validate", "report"),  # 6: many runs, pages from their outputs
     ("cli",),  # 7: the commands
 )

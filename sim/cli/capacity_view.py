@@ -1,11 +1,70 @@
-"""The capacity lines of `sim run`: load and headroom per pool, sessions per serving node at the SLO,
-and the one-line warning when decode capacity sits mostly idle (definitions: sim.metrics.capacity)."""
+"""The capacity views of `sim run`: first the capacity search's answer per model (sim.capacity), then,
+at the scenario's own rate, load and headroom per pool, sessions per serving node at the SLO, and the
+one-line warning when decode capacity sits mostly idle (definitions: sim.metrics.capacity)."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
+from sim.capacity.verdict import model_label
 from sim.metrics.capacity import low_load_line
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def search_table(summary: dict) -> Table | None:
+    """Per model, the highest load its SLO held at (measured) and what binds there; None when no model
+    searched."""
+    models = [m for m, s in summary["models"].items() if (s.get("capacity") or {}).get("search")]
+    if not models:
+        return None
+    slo = summary["scenario"]["slo"]
+    table = Table(title=f"Capacity: the highest load measured to hold the SLO (TTFT p99 <= "
+                        f"{slo.get('ttft_p99_s') or slo['ttft_s']:g} s, TPOT p99 <= "
+                        f"{(slo.get('tpot_p99_s') or slo['tpot_s']) * 1e3:g} ms, nothing rejected)")  # fmt: skip
+    table.add_column("metric")
+    for m in models:
+        table.add_column(model_label(m), justify="right")
+    caps = [summary["models"][m]["capacity"] for m in models]
+    sessions = any(c.get("sessions_per_hour") is not None for c in caps)
+
+    def row(label: str, cell) -> None:
+        table.add_row(label, *[cell(c) for c in caps])
+
+    if sessions:
+        row("sustained sessions/h", lambda c: _fmt(c.get("sessions_per_hour"), ",d"))
+        row("  per GPU", lambda c: _fmt(c.get("sessions_per_hour_per_gpu"), ".2f"))
+    else:
+        row("sustained concurrency", lambda c: _fmt(c.get("concurrency"), ",d"))
+    row("output tokens/s per GPU", lambda c: _fmt(c.get("output_tokens_per_s_per_gpu"), ",.1f"))
+    row(
+        "TTFT p50 / p99 (s)",
+        lambda c: f"{_fmt(c.get('ttft_p50_s'), '.2f')} / {_fmt(c.get('ttft_p99_s'), '.2f')}",
+    )
+    row(
+        "TPOT p50 / p99 (ms)",
+        lambda c: f"{_fmt(_ms(c.get('tpot_p50_s')), '.1f')} / {_fmt(_ms(c.get('tpot_p99_s')), '.1f')}",
+    )
+    row("SLO attainment", lambda c: _fmt(c.get("slo_attainment"), ".3f"))
+    if sessions:
+        row("cost per task ($, steady)", lambda c: _fmt(c.get("cost_per_task_usd"), ".4f"))
+    row("binding limit", lambda c: c.get("binding_limit") or "-")
+    row("SLO fails at", lambda c: _above(c.get("slo_fails_above")))
+    row(
+        "points run",
+        lambda c: f"{c['search']['points_run']}" + ("" if c["search"]["converged"] else " (cap)"),
+    )
+    return table
+
+
+def _ms(v):
+    return None if v is None else v * 1e3
+
+
+def _above(a) -> str:
+    return "-" if not a else f"{a['load']:,}: {'; '.join(a['violations'])}"
 
 
 def _pct(v) -> str:

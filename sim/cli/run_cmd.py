@@ -1,7 +1,8 @@
 """`sim run SCENARIO [--out DIR] [--force] [--seed N] [--jobs N] [--json]`: simulate every model of a
-scenario on the same cluster and trace (up to --jobs models at once, one process each), write the
-outputs (whole or not at all: sim.outputs), print the models side by side (ratio last/first) next
-to the DeepSeek API list prices."""
+scenario on the same cluster and trace (up to --jobs models at once, one process each), search each
+model's capacity in the same process (sim.capacity), write the outputs (whole or not at all:
+sim.outputs), and print the capacity verdict first, then the models side by side at the scenario's
+own rate (ratio last/first) next to the DeepSeek API list prices."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from rich.table import Table
 
 from sim import native, units
 from sim.api import run_scenario
-from sim.cli.capacity_view import capacity_lines, capacity_table
+from sim.capacity.run import SearchStep
+from sim.capacity.verdict import model_label, verdict_line
+from sim.cli.capacity_view import capacity_lines, capacity_table, search_table
 from sim.cli.options import CORES, Jobs
 from sim.config.scenario import load_scenario
 from sim.extensions import event_loop_of
@@ -88,6 +91,17 @@ def run(
         typer.echo(json.dumps(result.summary, indent=2))
         return
     console = Console()
+    verdict = verdict_line(result.summary)
+    if verdict:
+        console.print(f"Verdict: {verdict}", markup=False, style="bold")
+    table = search_table(result.summary)
+    if table is not None:
+        console.print(table)
+    for model, s in result.summary["models"].items():
+        note = (s.get("capacity") or {}).get("search_note")
+        if note:
+            console.print(f"{model}: no capacity search: {note}", markup=False)
+    console.print("At the scenario's own load (the fixed-rate comparison):", markup=False, style="bold")
     console.print(summary_table(result.summary))
     console.print(cost_table(result.summary))
     console.print(capacity_table(result.summary))
@@ -137,6 +151,7 @@ def _run(
         refresh_per_second=1,
     )
     tasks: dict[str, int] = {}
+    searches: dict[str, int] = {}
 
     def progress(model: str, index: int, models: int, now_s: float, ended: int, expected: int) -> None:
         if not tasks:
@@ -145,16 +160,29 @@ def _run(
             tasks[model] = bar.add_task(f"{model} ({index + 1}/{models})", total=expected, sim_time="")
         bar.update(tasks[model], completed=ended, sim_time=_fmt_sim_time(now_s))
 
+    def search_progress(step: SearchStep) -> None:
+        """A search's bar counts points, its total the search's current estimate (so the ETA moves)."""
+        if step.model in tasks:  # the fixed-rate run is over
+            bar.update(tasks[step.model], completed=bar.tasks[tasks[step.model]].total)
+        if step.model not in searches:
+            label = f"{model_label(step.model)} capacity search"
+            searches[step.model] = bar.add_task(label, total=step.max_points, sim_time="")
+        shown = f"{step.load:,}/h" if step.unit == "sessions/h" else f"concurrency {step.load:,}"
+        bar.update(searches[step.model], total=step.max_points, completed=step.point + step.ended / max(step.expected, 1),
+                   sim_time=f"point {step.point + 1} at {shown}")  # fmt: skip
+
     try:
         with arrow_without_pandas():  # this process ends after the run, which never needs pandas
-            result = run_scenario(
-                scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs, loop=loop
-            )
+            result = run_scenario(scn, seed=seed, out_dir=out_dir, progress=progress, force=force, jobs=jobs,
+                                  loop=loop, search_progress=search_progress)  # fmt: skip
         for model, task in tasks.items():
             s = result.summary["models"][model]
             bar.update(
                 task, completed=bar.tasks[task].total, sim_time=_fmt_sim_time(s["window_s"] + s["warmup_s"])
             )
+        for model, task in searches.items():
+            search = result.summary["models"][model]["capacity"]["search"]
+            bar.update(task, total=search["points_run"], completed=search["points_run"], sim_time="done")
     finally:
         if tasks:
             bar.stop()
@@ -223,21 +251,15 @@ def _value(s: dict, key):
     return key(s) if callable(key) else s.get(key)
 
 
-def _label(model: str) -> str:
-    """'deepseek-v4.1-flash' -> 'V4.1-Flash' (table headers stay narrow)."""
-    name = model.removeprefix("deepseek-")
-    return "-".join(part.upper() if part[:1] == "v" else part.capitalize() for part in name.split("-"))
-
-
 def summary_table(summary: dict) -> Table:
     models = list(summary["models"])
     table = Table(title=f"sim run {summary['scenario']['name']} (seed {summary['seed']})")
     table.add_column("metric")
     for m in models:
-        table.add_column(_label(m), justify="right")
+        table.add_column(model_label(m), justify="right")
     ratio = len(models) >= 2
     if ratio:
-        table.add_column(f"{_label(models[-1])} / {_label(models[0])}", justify="right")
+        table.add_column(f"{model_label(models[-1])} / {model_label(models[0])}", justify="right")
     for label, key, fmt in ROWS:
         vals = [_value(summary["models"][m], key) for m in models]
         cells = [_num(v, fmt) if fmt != "s" else (v or "-") for v in vals]
@@ -255,7 +277,7 @@ def cost_table(summary: dict) -> Table:
         api = s.get("api") or {}
         rows.append(
             (
-                _label(name),
+                model_label(name),
                 _num(s["usd_per_mtok_input"], ".4f"),
                 _num(s["usd_per_mtok_output"], ".4f"),
                 _num(api.get("cache_hit_usd_per_mtok"), ".4f"),

@@ -61,7 +61,8 @@ def _summary(scn: Scenario) -> dict:
                 "family": m.family,
                 "prefill_mode": m.prefill_mode,
                 "kv_layout": m.kv_layout,
-                "engine_refusal": scenario_refusal(scn, m.name),
+                "engine_refusal": scenario_refusal(scn.for_model(m.name), m.name),
+                "pools": None if m.pools is None else [_pool_summary(scn, p) for p in m.pools],
             }
             for m in scn.models
         ],
@@ -109,13 +110,15 @@ def check_cmd(
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[green]ok[/] {file}: scenario '{scn.name}', seed {scn.seed}", markup=True)
     console.print(f"  models:   {', '.join(f'{m.name} ({m.family})' for m in scn.models)}", markup=False)
-    for p in summary["pools"]:
-        console.print(
-            f"  pool {p['name']}: {p['role']}, {p['nodes']} x {p['hardware']} nodes, {p['instances']} instances "
-            f"of {p['gpus_per_instance']} GPUs (tp {p['tp']}, ep {p['ep']}, dp {p['dp']}), "
-            f"${p['usd_per_node_hour']:.2f}/node-h ({p['pricing_term']})",
-            markup=False,
-        )
+    own = [(f"{m['name']} ", m["pools"]) for m in summary["models"] if m["pools"] is not None]
+    for owner, pools in [("", summary["pools"]), *own]:
+        for p in pools:
+            console.print(
+                f"  {owner}pool {p['name']}: {p['role']}, {p['nodes']} x {p['hardware']} nodes, {p['instances']} "
+                f"instances of {p['gpus_per_instance']} GPUs (tp {p['tp']}, ep {p['ep']}, dp {p['dp']}), "
+                f"${p['usd_per_node_hour']:.2f}/node-h ({p['pricing_term']})",
+                markup=False,
+            )
     wl = summary["workload"]
     horizon = "end of input" if wl["horizon_s"] is None else f"{wl['horizon_s']:g} s"
     requests = "" if wl["requests"] is None else f"{wl['requests']:,} requests, "

@@ -15,6 +15,7 @@ Top-level keys (details and units in each section's module):
     timing, spec_decode                   step-time model and speculative decoding (sim.config.timing)
     slo, pricing, outputs                 (sim.config.objectives)
     event_loop, extensions                the loop and user SimPy processes (sim.config.extensions)
+    capacity     the capacity search of `sim run`, or `capacity: off` (sim.config.capacity)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_serializer, mode
 from sim import units
 from sim.config.base import StrictModel
 from sim.config.cache import Cache
+from sim.config.capacity import CapacitySearch
 from sim.config.cluster import Cluster, Pool, known_hardware
 from sim.config.engine_rules import Engine, StepRules, pool_step_rules
 from sim.config.errors import Problem, field_error, raise_problems, validate_or_raise
@@ -69,6 +71,12 @@ class ModelRef(StrictModel):
     )
     kv_layout: str | None = Field(
         None, description="KV byte layout (model.md §9 #2); null = the model's default"
+    )
+    pools: list[Pool] | None = Field(
+        None,
+        min_length=1,
+        description="this model's own pools (cluster.pools' fields), on the scenario's cluster settings: "
+        "the deployment its engine starts, sized for it; null = cluster.pools",
     )
     accepted_tokens_per_step: float | None = Field(
         None,
@@ -141,6 +149,7 @@ class Scenario(StrictModel):
     outputs: Outputs = Field(default_factory=Outputs)
     event_loop: EventLoopName = Field("native", description="native (fast) or simpy: same outputs")
     extensions: list[Extension] = Field(default_factory=list, description="user SimPy processes")
+    capacity: CapacitySearch = Field(default_factory=CapacitySearch)
 
     # Hardware profiles of the pools, read once during validation (not a field; not serialised).
     _profiles: dict[str, HwProfile] = PrivateAttr(default_factory=dict)
@@ -182,16 +191,29 @@ class Scenario(StrictModel):
             if n in names[:i]
         ]
         profiles = {}
-        for i, pool in enumerate(self.cluster.pools):
-            hw_name = self.pool_hardware(pool)
-            profiles.setdefault(hw_name, load_hw(hw_name))
-            problems += _pool_fits_hardware(f"cluster.pools[{i}]", pool, profiles[hw_name])
+        placed = [("cluster.pools", self.cluster.pools)]
+        placed += [(f"models[{k}].pools", m.pools) for k, m in enumerate(self.models) if m.pools is not None]
+        for where, pools in placed:
+            for i, pool in enumerate(pools):
+                hw_name = self.pool_hardware(pool)
+                profiles.setdefault(hw_name, load_hw(hw_name))
+                problems += _pool_fits_hardware(f"{where}[{i}]", pool, profiles[hw_name])
+            if where != "cluster.pools":
+                problems += _own_pools_problems(where, self.cluster, pools)
         self._profiles = profiles
         problems += _spec_decode_problems(self.models, self.spec_decode)
         problems += [p for pool in self.cluster.pools for p in _step_composition_problems(pool, self)]
         problems += _pricing_problems(self.pricing, profiles)
+        problems += _capacity_problems(self.capacity, self.workload)
         raise_problems(problems)
         return self
+
+    def for_model(self, model: str) -> Scenario:
+        """This scenario as `model` runs it: its own pools (`models[].pools`) as `cluster.pools`."""
+        ref = next(m for m in self.models if m.name == model)
+        if ref.pools is None:
+            return self
+        return self.model_copy(update={"cluster": self.cluster.model_copy(update={"pools": ref.pools})})
 
     @property
     def source_file(self) -> str | None:
@@ -416,6 +438,36 @@ def _pool_fits_hardware(path: str, pool: Pool, hw) -> list[Problem]:
             )
         )
     return problems
+
+
+def _own_pools_problems(where: str, cluster: Cluster, pools: list[Pool]) -> list[Problem]:
+    """A model's own pools pass the checks `cluster.pools` passes (sim.config.cluster.Cluster)."""
+    from pydantic import ValidationError
+
+    try:
+        Cluster.model_validate({**cluster.model_dump(), "pools": [p.model_dump() for p in pools]})
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            # the Cluster's own checks name `pools[i].field: message`: put them under `where`
+            path, sep, message = e["msg"].removeprefix("Value error, ").partition(": ")
+            if sep and path.startswith("pools"):
+                problems.append(Problem(where + path.removeprefix("pools"), message))
+            else:
+                problems.append(Problem(where, e["msg"].removeprefix("Value error, ")))
+        return problems
+    return []
+
+
+def _capacity_problems(c: CapacitySearch, w: Workload) -> list[Problem]:
+    """The search window must leave a measured window after the warm-up it runs with."""
+    warmup_s = c.warmup_s if c.warmup_s is not None else w.warmup_s
+    horizon_s = c.horizon_s if c.horizon_s is not None else w.horizon_s
+    if not c.enabled or horizon_s is None or horizon_s > warmup_s:
+        return []
+    field = "capacity.horizon_s" if c.horizon_s is not None else "capacity.warmup_s"
+    return [Problem(field, f"the search's horizon ({horizon_s:g} s) must be after its warm-up ({warmup_s:g} s)",
+                    getattr(c, field.split(".")[1]), "horizon_s > warmup_s")]  # fmt: skip
 
 
 def _pricing_problems(pricing: ScenarioPricing, profiles: dict) -> list[Problem]:

@@ -17,7 +17,15 @@ Definitions (each a stated choice; the summary's `capacity` block carries them):
   to the load at which the first pool saturates, so an upper bound (queueing makes latency pass
   the SLO before any pool is 100% busy). When the run already misses its p99 SLO (TTFT p99 or
   TPOT p99 over `slo`), the latency limit binds first: the figure is None and the sessions now
-  are more than the cluster sustains. `sim sweep` measures the limit by running the loads.
+  are more than the cluster sustains. The capacity search of `sim run` (sim.capacity) measures the
+  limit by running the loads.
+- limits: per pool, the share used of each resource that can bind first (`LIMITS`): prefill busy
+  (the prefill pool's busy share, or a colocated pool's prefill share of it), decode batch at the
+  TPOT SLO (decode load), KV room in HBM (running sequences' reserved KV / the instances' KV budget,
+  time-mean), and the bandwidth of the host-to-GPU link (DRAM tier loads) and of the SSDs (SSD tier
+  loads): bytes moved / what the links carry, time-mean. `binding_limit` names the largest.
+- steady cost per task (`steady_cost_per_task_usd`): cluster $/h x max(1, load) / tasks per hour, the
+  one formula `sim plan` (sim.plan.steady) and the capacity search of `sim run` (sim.capacity) use.
 """
 
 from __future__ import annotations
@@ -28,6 +36,22 @@ import numpy as np
 
 LOW_DECODE_LOAD = 0.30  # below this mean decode load, cost per task mostly measures idle capacity
 SERVING_ROLES = ("decode", "colocated")
+# the resources a pool can run out of (module doc), as named in `binding_limit`
+LIMITS = {
+    "prefill_busy": "prefill busy",
+    "decode_batch": "decode batch at the TPOT SLO",
+    "kv_room": "KV room in HBM",
+    "dram_tier_bandwidth": "DRAM tier bandwidth (host-to-GPU link)",
+    "ssd_tier_bandwidth": "SSD tier bandwidth",
+}
+
+
+def steady_cost_per_task_usd(usd_per_hour: float, tasks_per_hour: float, load: float | None) -> float | None:
+    """What a task costs when tasks arrive at `tasks_per_hour` on a cluster of `usd_per_hour` whose
+    busiest pool carries `load` there: a pool past 1 completes only 1/load of them (sim.plan.steady)."""
+    if not tasks_per_hour > 0:
+        return None
+    return usd_per_hour * max(1.0, load or 0.0) / tasks_per_hour
 
 
 @dataclass(frozen=True)
@@ -131,6 +155,7 @@ def capacity_block(
         sessions_in_progress / serving_nodes if sessions_in_progress is not None and serving_nodes else None
     )
     at_slo = per_node_now / bottleneck if per_node_now is not None and bottleneck and slo_p99_met else None
+    limits = pool_limits(sim, loads, start_s=start_s, end_s=end_s)
     return {
         "context_tokens_mean": context_tokens,
         "tpot_slo_s": tpot_slo_s,
@@ -143,6 +168,7 @@ def capacity_block(
                 "slo_batch": p.slo_batch,
                 "load": p.load,
                 "headroom": p.headroom,
+                "limits": limits[p.name],
             }
             for p in loads
         ],
@@ -155,6 +181,51 @@ def capacity_block(
     }
 
 
+def pool_limits(sim, loads: list[PoolLoad], *, start_s: float, end_s: float) -> dict[str, dict[str, float]]:
+    """Per pool, the share used of each of its `LIMITS` over the window (module doc)."""
+    rows = sim.sampler.pool_rows
+    views = {v.name: v for v in sim.sampler.pools}
+    out: dict[str, dict[str, float]] = {}
+    for p in loads:
+        r, view = rows[p.name], views[p.name]
+        used: dict[str, float] = {}
+        if p.role != "decode":
+            members = [i for i in sim.instances if i.pool == p.name]
+            busy_s = sum(i.busy_s for i in members)
+            share = sum(i.prefill_busy_s for i in members) / busy_s if busy_s else 0.0
+            used["prefill_busy"] = (p.busy or 0.0) * (share if p.role == "colocated" else 1.0)
+        if p.role in SERVING_ROLES and p.decode_batch_mean is not None and p.slo_batch:
+            used["decode_batch"] = p.decode_batch_mean / p.slo_batch
+        reserved = window_mean(r, "hbm_reserved_bytes", start_s, end_s)
+        budget = window_mean(r, "hbm_kv_capacity_bytes", start_s, end_s)
+        if reserved is not None and budget:
+            used["kv_room"] = reserved / budget
+        for key, column, links in (
+            ("dram_tier_bandwidth", "pcie_h2d_bytes_per_s", view.h2d),
+            ("ssd_tier_bandwidth", "ssd_read_bytes_per_s", view.ssd_read),
+        ):
+            rate = window_mean(r, column, start_s, end_s)
+            bw = sum(link.bw_bytes_per_s for link in links)
+            if rate is not None and bw > 0:
+                used[key] = rate / bw
+        out[p.name] = used
+    return out
+
+
+def binding_limit(capacity: dict) -> tuple[str, str, float] | None:
+    """(pool, limit key of LIMITS, share used) of the most-used limit of a `capacity` block's pools."""
+    used = [
+        (share, pool["name"], key)
+        for pool in capacity.get("pools") or []
+        for key, share in (pool.get("limits") or {}).items()
+        if share is not None
+    ]
+    if not used:
+        return None
+    share, pool, key = max(used, key=lambda u: (u[0], u[1], u[2]))
+    return pool, key, share
+
+
 def low_load_line(capacity: dict) -> str | None:
     """The one-line warning when mean decode load is under LOW_DECODE_LOAD (None otherwise)."""
     mean = capacity.get("decode_load_mean") if capacity else None
@@ -162,5 +233,22 @@ def low_load_line(capacity: dict) -> str | None:
         return None
     return (
         f"mean decode load {mean:.0%} < {LOW_DECODE_LOAD:.0%}: cost per task here mostly measures idle capacity; "
-        "find the load the cluster sustains with `sim sweep` or the cheapest cluster with `sim plan`"
+        "the capacity search of `sim run` measures the load the cluster sustains and its cost per task there, "
+        "`sim plan` the cheapest cluster"
     )
+
+# what a load point reports of its run's summary (a sweep point, a capacity-search point)
+POINT_KEYS = (
+    "output_tokens_per_s_per_gpu",
+    "tokens_per_s_per_user",
+    "output_tokens_per_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p99_s",
+    "requests_completed",
+    "requests_rejected",
+    "prefix_hit_rate",
+    "gpus",
+)

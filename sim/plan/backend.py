@@ -67,7 +67,7 @@ def evaluate(task: EvalTask) -> dict[str, Any]:
             f"(fingerprint {here} != {task.fingerprint}); install the same sim and files on every node"
         )
     scenario = validate_or_raise(Scenario, task.scenario, file=f"candidate {task.key}")
-    result = run_scenario(scenario, task.seed, out_dir=None)
+    result = run_scenario(scenario, task.seed, out_dir=None, capacity=False)
     summary = result.summary["models"][task.model]
     capacity = summary.get("capacity") or {}
     context_tokens = capacity.get("context_tokens_mean") or 0.0
@@ -153,9 +153,13 @@ class SimBackend:
         return {**document, "workload": workload}, scenario
 
     def model_overrides(self, template: dict[str, Any], model: str) -> dict[str, Any]:
-        """Serve only `model`, keeping the template's engine options for it when it lists them."""
+        """Serve only `model`, keeping the template's engine options for it when it lists them, but not
+        its own pools (`models[].pools`): a candidate's deployment is the cluster's pools, which the plan
+        or the deployment search sets."""
         listed = [
-            m for m in template.get("models", []) if (m if isinstance(m, str) else m.get("name")) == model
+            m if isinstance(m, str) else {k: v for k, v in m.items() if k != "pools"}
+            for m in template.get("models", [])
+            if (m if isinstance(m, str) else m.get("name")) == model
         ]
         return {"models": listed or [model]}
 

@@ -25,7 +25,9 @@ Whether it keeps up is judged from the load each pool would carry at that rate (
 - colocated: the larger of the two (its busy fraction counts decode steps too: high).
 
 A pool at steady load rho > 1 cannot keep up: its queue grows for as long as tasks arrive and it
-completes at most 1/rho of them, so the cost per task is $/h x max(1, rho) / tasks per hour: a
+completes at most 1/rho of them, so the cost per task is $/h x max(1, rho) / tasks per hour
+(sim.metrics.capacity.steady_cost_per_task_usd, the formula `sim run`'s capacity search prices its
+sustained rate with, so the two agree for the same deployment at the same rate): a
 candidate that cannot keep up is never reported as cheap (and the plan's `max_steady_load` makes it
 infeasible). No figure depends on where the window cuts sessions: the rate is the workload's, the
 loads are work per request and capacities.
@@ -53,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from sim import units
-from sim.metrics.capacity import SERVING_ROLES, slo_batch
+from sim.metrics.capacity import SERVING_ROLES, slo_batch, steady_cost_per_task_usd
 from sim.workload.io import read_trace_table
 
 METHOD = "steady state: cluster $/h x max(1, steady load) / task arrivals per hour (sim.plan.steady)"
@@ -143,7 +145,7 @@ def steady_state(
     bottleneck = max(loads, key=lambda name: (loads[name], name))
     load = loads[bottleneck]
     return SteadyState(
-        load, bottleneck, summary["cluster_usd_per_hour"] * max(1.0, load) / rate.tasks_per_hour
+        load, bottleneck, steady_cost_per_task_usd(summary["cluster_usd_per_hour"], rate.tasks_per_hour, load)
     )
 
 

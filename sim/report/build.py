@@ -6,7 +6,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sim.report import capacity, cost, headline, inputs, kvtiers, latency, links, timeaxis, timeseries
+from sim.report import (
+    capacity,
+    cost,
+    headline,
+    inputs,
+    kvtiers,
+    latency,
+    links,
+    sustained,
+    timeaxis,
+    timeseries,
+)
 from sim.report.page import Section, figures_of, render_page
 from sim.report.rundata import RunData
 from sim.report.series import build_series
@@ -14,12 +25,17 @@ from sim.report.theme import fit_legend
 
 
 def sections_for(runs: list[RunData]) -> list[Section]:
-    """Ordered to answer "which model, how much cheaper, why": verdict and cost first, then the capacity
-    and cache behaviour that explain it, then latency, load and I/O, then the inputs."""
+    """Ordered to answer "which model, how much cheaper, why": the capacity verdict (the load each model
+    sustains and its cost per task there) when the run searched it, then the run at the scenario's own
+    load: its verdict and cost, the capacity and cache behaviour that explain it, latency, load and I/O,
+    then the inputs."""
     series = build_series(runs)
     axis = timeaxis.time_axis(runs)
+    first = sustained.sustained_panels(series)
+    searched = [Section("Capacity at the SLO", first, CAPACITY_INTRO)] if first else []
     return [
-        Section("Summary", headline.headline_panels(series)),
+        *searched,
+        Section("Summary" if not first else "At the scenario's own load", headline.headline_panels(series)),
         Section("Cost", cost.cost_panels(series), "Over the measured window (after the warm-up)."),
         Section(
             "Capacity per model",
@@ -46,6 +62,13 @@ def sections_for(runs: list[RunData]) -> list[Section]:
         Section("Network and I/O", [links.bandwidth_panel(series, axis)]),
         Section("Inputs", [inputs.scenario_panel(series)]),
     ]
+
+
+CAPACITY_INTRO = (
+    "The highest load at which each model's SLO still held, measured by simulating each load "
+    "(sim.capacity), and the steady-state cost per task there; the sections below are the run at the "
+    "scenario's own load."
+)
 
 
 def describe(run: RunData) -> str:

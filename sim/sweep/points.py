@@ -13,21 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from sim.metrics.capacity import POINT_KEYS
+
 # what each point shows (all summary keys of sim.metrics.summarize)
-POINT_KEYS = (
-    "output_tokens_per_s_per_gpu",
-    "tokens_per_s_per_user",
-    "output_tokens_per_s",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "tpot_p50_s",
-    "tpot_p90_s",
-    "tpot_p99_s",
-    "requests_completed",
-    "requests_rejected",
-    "prefix_hit_rate",
-    "gpus",
-)
 
 
 TPOT_PERCENTILES = ("p50", "p90", "p99")
@@ -57,7 +45,7 @@ def evaluate(task: SweepTask) -> dict[str, Any]:
 
     started = time.perf_counter()
     scenario = validate_or_raise(Scenario, task.scenario, file=f"sweep point {task.key}")
-    result = run_scenario(scenario, task.seed, out_dir=None)
+    result = run_scenario(scenario, task.seed, out_dir=None, capacity=False)
     return {"summary": result.summary["models"][task.model], "wall_s": time.perf_counter() - started}
 
 
@@ -88,7 +76,13 @@ def at_tpot(
     else:  # what a user sees there (1 / TPOT p50) is read between the points, not set by the target
         at = {key_t: target_s}
         default_keys = ("tpot_p50_s", "tokens_per_s_per_user")
-    keys = keys or ("concurrency", "output_tokens_per_s_per_gpu", "output_tokens_per_s", "ttft_p50_s", *default_keys)
+    keys = keys or (
+        "concurrency",
+        "output_tokens_per_s_per_gpu",
+        "output_tokens_per_s",
+        "ttft_p50_s",
+        *default_keys,
+    )
     pts = sorted((p for p in points if p.get(key_t) is not None), key=lambda p: p["concurrency"])
     if not pts:
         return None
@@ -108,7 +102,9 @@ def at_tpot(
     return None
 
 
-def floor_pick(points: list[dict[str, Any]], target_s: float, percentile: str = "p50") -> dict[str, Any] | None:
+def floor_pick(
+    points: list[dict[str, Any]], target_s: float, percentile: str = "p50"
+) -> dict[str, Any] | None:
     """The point with the most output tokens/s per GPU among those whose TPOT (`percentile`) meets
     `target_s` (the "floor-pick" of the NVIDIA Dynamo recipes: best tok/s/GPU at user p50 >= 1 /
     target). It answers where TPOT never reaches the target (a prefill-bound cluster) and the

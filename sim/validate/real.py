@@ -325,7 +325,7 @@ def simulate(run: RealRun, model: str) -> Twin:
         gpus_per_node = first.pool_profile(first.cluster.pools[0]).gpus_per_node
         kv_gb = kv_bytes * gpus_per_node / units.GB
         scn = _load(_scenario(run, model, trace, kv_gb, host=host), folder)
-        result = run_scenario(scn, out_dir=folder / "sim")  # its checks (preflight) apply
+        result = run_scenario(scn, out_dir=folder / "sim", capacity=False)  # its checks (preflight) apply
         requests = pq.read_table(folder / "sim" / ref.name / "requests.parquet")
         timing = build_simulation(scn, ref, arith, out_dir=None).instances[0].timing
         alternatives = {}

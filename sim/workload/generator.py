@@ -74,14 +74,22 @@ class Sessions:
 
 
 def generate_trace(spec: GeneratorSpec | str | os.PathLike, out_path: str | os.PathLike, seed: int | None = None,
-                   days: float | None = None, progress: Callable[[int, int], None] | None = None) -> dict:  # fmt: skip
+                   days: float | None = None, progress: Callable[[int, int], None] | None = None,
+                   sessions_per_hour: float | None = None) -> dict:  # fmt: skip
     """Generate the trace a spec describes into `out_path` (atomically) and return its summary.
 
     `spec` is a GeneratorSpec or a YAML path (relative file names in it are resolved against its
-    folder). `seed` defaults to the spec's, `days` to the spec's horizon. `progress(done, total)`
-    is called with sessions generated so far. Same spec, seed and days -> byte-identical file.
+    folder). `seed` defaults to the spec's, `days` to the spec's horizon, `sessions_per_hour` to the
+    spec's arrivals (the capacity search raises it: the same seed draws the same sessions, started
+    faster). `progress(done, total)` is called with sessions generated so far. Same spec, seed, days
+    and rate -> byte-identical file.
     """
     spec, base = (spec, Path.cwd()) if isinstance(spec, GeneratorSpec) else load_spec(spec)
+    if sessions_per_hour is not None:
+        arrivals = spec.arrivals.model_copy(
+            update={"sessions_per_hour": sessions_per_hour, "concurrent_sessions": None}
+        )
+        spec = spec.model_copy(update={"arrivals": arrivals})
     seed = spec.seed if seed is None else seed
     days = spec.days if days is None else days
     if not days > 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
@@ -25,14 +26,16 @@ def _pool(role: str, **kw) -> dict:
 
 def test_the_main_job_names_sglang_and_its_newest_rule_starts_it():
     scn = load_scenario(project_root() / "scenarios" / "agent_1M.yaml")
-    pools = [p.model_dump() for p in scn.cluster.pools]  # CP8 prefill, DP8 decode, DSpark on
     assert scn.engine == NEW and NEW.resolved_version == VERSIONS["sglang"][-1] == "main@006cbb66"
-    assert engine_refusal(V41, pools, True, NEW) is None
-    refusal = engine_refusal(V41, pools, True, OLD)  # the rule as SGLang first added DSpark PD
+    for model in (V4, V41):  # each on its own deployment (models[].pools, else cluster.pools)
+        pools = [p.model_dump() for p in scn.for_model(model).cluster.pools]
+        assert engine_refusal(model, pools, True, NEW) is None, model
+    cell = [_pool("prefill", prefill_context_parallel="round_robin"), _pool("decode", dp=8)]  # the 1P + 1D cell
+    refusal = engine_refusal(V41, cell, True, OLD)  # the rule as SGLang first added DSpark PD
     assert (
         "sglang 0.5.16 would not start" in refusal and "PR #38949" in refusal and "DP=1 and CP=1" in refusal
     )
-    assert engine_refusal(V4, pools, True, OLD) is None  # V4's MTP: no such rule
+    assert engine_refusal(V4, cell, True, OLD) is None  # V4's MTP: no such rule
 
 
 @pytest.mark.parametrize(
@@ -117,10 +120,12 @@ def test_every_rule_has_a_source_and_scenario_fields_lists_them():
 
 def test_scenario_check_notes_a_refusal_with_its_version(tmp_path):
     path = project_root() / "scenarios" / "agent_1M.yaml"
-    text = path.read_text().replace("engine: {name: sglang}", "engine: {name: sglang, version: 0.5.16}")
+    doc = yaml.safe_load(path.read_text())
+    doc["engine"]["version"] = "0.5.16"
+    doc["cluster"]["pools"][0]["prefill_context_parallel"] = "round_robin"  # V4.1 on CP prefill
+    doc["workload"]["generator"] = str(path.parent / doc["workload"]["generator"])
     old = tmp_path / "agent_1M_old.yaml"
-    old.write_text(text.replace("generator: agent_1M_workload.yaml",
-                                f"generator: {path.parent / 'agent_1M_workload.yaml'}"))  # fmt: skip
+    old.write_text(yaml.safe_dump(doc, sort_keys=False))
     result = CliRunner().invoke(app, ["scenario", "check", str(old)], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "note: deepseek-v4.1-flash: sglang 0.5.16 would not start this deployment" in result.stdout

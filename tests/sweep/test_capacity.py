@@ -28,7 +28,7 @@ def test_light_load_is_flagged_and_extrapolated():
     assert cap["low_decode_load"] and cap["slo_p99_met"]
     assert cap["sessions_per_serving_node_at_slo"] > cap["sessions_in_progress_per_serving_node"] > 0
     lines = capacity_lines(summary)
-    assert any("sim sweep" in line and "sim plan" in line for line in lines)
+    assert any("capacity search of `sim run`" in line and "sim plan" in line for line in lines)
 
 
 def test_a_missed_slo_gives_no_extrapolation():
