@@ -53,8 +53,11 @@ def _absolute_paths(data: dict[str, Any], folder: Path) -> None:
 def _short(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A scenario mapping cut short: a trace or generator to its first 30 requests, measured from the
     start; a benchmark client to its first 30 simulated seconds, all measured (at a high concurrency every
-    request of so short a run arrives at once)."""
+    request of so short a run arrives at once). The capacity search of `sim run` is off: each of its points
+    regenerates the whole workload at another rate, which no request cap shortens (tests/capacity checks
+    the search on a small scenario)."""
     _absolute_paths(data, folder)
+    data["capacity"] = False  # `capacity: off`
     workload = data["workload"]
     if "benchmark" in workload:
         workload.update(warmup_s=0, horizon_s=30)
