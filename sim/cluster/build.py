@@ -516,8 +516,9 @@ def build_tier_chain(env: EventLoop, cache, policy: CachePolicy, lay: Layout) ->
     return TierChain(store=store, links=links, net_out=net_out, read_links=read_links)
 
 
-def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain) -> list[Instance]:
-    """The serving instances, in the run's order, each on its node's links under its pool's step rules."""
+def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain, cluster: Cluster) -> list[Instance]:
+    """The serving instances of `cluster`, in the run's order, each on its node's links under its pool's
+    step rules."""
     sch = scn.scheduler
     step_rules = {p.name: scn.pool_step_rules(p) for p in scn.cluster.pools}  # sim.config.engine_rules
     return [
@@ -530,6 +531,7 @@ def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain) -> list[
             s.gpus,
             s.timing,
             chain.store,
+            cluster=cluster,
             budget_tokens=sch.prefill_budget_tokens,
             chunk_tokens=sch.chunk_tokens,
             max_decode_batch=sch.max_decode_batch,
@@ -548,16 +550,16 @@ def wire_cluster(
     env: EventLoop,
     scn,
     arith: ModelArith,
-    instances: list[Instance],
+    lay: Layout,
     chain: TierChain,
     router: Router,
     recorder: Recorder,
 ) -> Cluster:
-    """The cluster over the instances: prefill or colocated in front, decode behind."""
-    cluster = Cluster(
+    """The cluster and its instances (it makes them, each given the cluster: sim.cluster.cluster says why):
+    prefill or colocated in front, decode behind."""
+    return Cluster(
         env,
-        front=[inst for inst in instances if inst.role != "decode"],
-        back=[inst for inst in instances if inst.role == "decode"],
+        instances=lambda cluster: build_instances(env, scn, lay, chain, cluster),
         net_out=chain.net_out,
         store=chain.store,
         router=router,
@@ -565,12 +567,6 @@ def wire_cluster(
         max_context_tokens=arith.max_context_tokens,
         max_queue_per_instance=scn.scheduler.admission.max_queue_per_instance,
     )
-    # The one link set after construction, a genuine cycle: the cluster routes among its instances
-    # (and sizes admission by what they hold), and each instance hands its requests back to the cluster
-    # (to decode, done, rejected). Breaking it would split the cluster's bookkeeping from its routing.
-    for inst in instances:
-        inst.cluster = cluster
-    return cluster
 
 
 def pool_views(pools: list[PoolBuild], instances: list[Instance], chain: TierChain, cluster: Cluster):
@@ -617,7 +613,7 @@ def build_simulation(
     env: EventLoop | None = None,
 ) -> Simulation:
     """One model's simulation, step by step: the pools (hardware, timing, placement), the tier chain and
-    its links, the instances, the cluster that wires them, then the recorder and the sampler.
+    its links, the recorder and the router, the cluster with its instances, then the sampler.
     `env`: the loop to build on (the own loop if None; sim.cluster.simpy_loop for SimPy)."""
     env = EventLoop() if env is None else env
     family = model_ref.family
@@ -642,8 +638,8 @@ def build_simulation(
         tiers=tier_names[1:],
     )
     router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, chain.store)
-    instances = build_instances(env, scn, lay, chain)
-    cluster = wire_cluster(env, scn, arith, instances, chain, router, recorder)
+    cluster = wire_cluster(env, scn, arith, lay, chain, router, recorder)
+    instances = cluster.instances
     sampler = Sampler(
         env,
         pools=pool_views(pools, instances, chain, cluster),
