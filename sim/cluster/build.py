@@ -32,7 +32,7 @@ from sim.cluster.link import FifoLink, SharedLink
 from sim.config.cache import LINK_OWNER, TierPath
 from sim.config.cluster import Pool
 from sim.errors import InputError
-from sim.hardware import load_hw
+from sim.hardware import HwProfile, load_hw
 from sim.kvcache.paths import kv_regions_per_block, link_lanes, path_cost, path_rates
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.store import KVStore, StoreTier
@@ -78,15 +78,6 @@ class PoolInfo:
     kv_bytes_per_instance: float
     usd_per_hour: float
     timing: str
-
-
-@dataclass(frozen=True)
-class PoolPlacement:
-    """Where a pool's nodes and instances sit in the run's per-node and per-instance lists."""
-
-    pool: Pool
-    node_ids: list[int]
-    instance_ids: list[int]
 
 
 @dataclass(frozen=True)
@@ -218,38 +209,58 @@ class LinkSet:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Where the run's instances and nodes are, and what each node brings (per-node lists by node index)."""
+class NodeSpec:
+    """One node as its pool brings it: the hardware, and the share of its host memory the pool may use."""
 
-    inst_node: list[int]
-    inst_gpus: list[int]
-    node_hw: list
-    node_ach: list[dict]
-    node_share: list[float]  # the share of each node's host memory its pool may use
-    node_memory: list[tuple[float, float]]  # (installed host DRAM, raw NVMe) the pool may use
-    node_pool: list[int]  # the cluster pool of each node
-    node_net_latency_s: list[float]
+    pool: int  # index of its cluster pool
+    hw: HwProfile
+    achievable: dict  # its pool's hardware fractions with the scenario's overrides
+    share: float  # the share of the node's host memory its pool may use (sim.config.cluster)
+    dram_bytes: float  # installed host DRAM the pool may use, after the overrides
+    ssd_bytes: float  # raw NVMe the pool may use
+    net_bw_bytes_per_s: float  # one NIC direction, as the pool's timing model sees it
+    net_latency_s: float
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the run's instances and nodes are, and what each node brings (by instance and node index)."""
+
+    instances: list[InstanceSpec]
+    nodes: list[NodeSpec]
+
+
+@dataclass(frozen=True)
+class PoolBuild:
+    """One pool built: its summary, and its nodes and instances with their indices in the run."""
+
+    pool: Pool
+    info: PoolInfo
+    nodes: list[NodeSpec]
+    instances: list[InstanceSpec]
+    node_ids: list[int]
+    instance_ids: list[int]
 
 
 def _units(scope: str, lay: Layout) -> tuple[list[int], list[int], int]:
     """(unit of each instance, unit of each node, units) of a tier of `scope`."""
-    n_nodes = len(lay.node_hw)
+    n_nodes = len(lay.nodes)
     if scope == "instance":
-        n = len(lay.inst_node)
+        n = len(lay.instances)
         return list(range(n)), [-1] * n_nodes, n  # no node-level copy moves into one instance's tier
     if scope == "node":
         of_node = list(range(n_nodes))
     elif scope == "pool":
-        of_node = list(lay.node_pool)
+        of_node = [node.pool for node in lay.nodes]
     else:
         of_node = [0] * n_nodes
-    return [of_node[n] for n in lay.inst_node], of_node, max(of_node) + 1
+    return [of_node[s.node] for s in lay.instances], of_node, max(of_node) + 1
 
 
 def _node_capacity(name: str, tier, lay: Layout, n: int, swa_bytes: float) -> float:
     """Bytes node `n` contributes to tier `name` (see the module doc); `swa_bytes`: V4.1's SWA pool here."""
-    hw, share = lay.node_hw[n], lay.node_share[n]
-    installed, raw_ssd = lay.node_memory[n]
+    node = lay.nodes[n]
+    hw, share, installed, raw_ssd = node.hw, node.share, node.dram_bytes, node.ssd_bytes
     if tier.capacity_gb_per_node is not None:
         cap = tier.capacity_gb_per_node * units.GB * share
     elif tier.medium == "host_dram":
@@ -267,9 +278,9 @@ def store_tiers(
 ) -> tuple[list[StoreTier], list[float]]:
     """The tiers below HBM of the enabled chain, fastest first, and V4.1's SWA pool per node."""
     eps = TIMESCALE_EPS_S
-    n_nodes = len(lay.node_hw)
-    installed = [lay.node_memory[n][0] for n in range(n_nodes)]
-    swa_caps = [policy.swa_pool_dram_frac * installed[n] if policy.swa_pool else 0.0 for n in range(n_nodes)]
+    n_nodes = len(lay.nodes)
+    inst_node = [s.node for s in lay.instances]
+    swa_caps = [policy.swa_pool_dram_frac * node.dram_bytes if policy.swa_pool else 0.0 for node in lay.nodes]
     swa_beside = next((name for name, t in cache.chain() if t.medium == "host_dram"), None)
     tiers = []
     for name, tier in cache.chain():
@@ -279,19 +290,19 @@ def store_tiers(
         of_inst, of_node, n_units = _units(tier.scope, lay)
         caps = [0.0] * n_units
         per_inst = [0] * n_nodes
-        for node in lay.inst_node:
+        for node in inst_node:
             per_inst[node] += 1
         for n in range(n_nodes):
             cap = _node_capacity(name, tier, lay, n, swa_caps[n] if name == swa_beside else 0.0)
             if tier.scope == "instance":
-                for i, node in enumerate(lay.inst_node):
+                for i, node in enumerate(inst_node):
                     if node == n:
                         caps[i] += cap / per_inst[n]
             elif of_node[n] >= 0:
                 caps[of_node[n]] += cap
         demote = tier.fill == "demote"
         write_through_ttl = 0.0 if demote else policy.retention_s
-        write_inst = [_link(links, "write", tier.write, lay, i=i) for i in range(len(lay.inst_node))]
+        write_inst = [_link(links, "write", tier.write, lay, i=i) for i in range(len(inst_node))]
         write_node = [_link(links, "write", tier.write, lay, n=n) for n in range(n_nodes)] if demote else []
         tiers.append(
             StoreTier(
@@ -315,14 +326,15 @@ def store_tiers(
 def _link(links: LinkSet, direction: str, path, lay: Layout, *, i: int = -1, n: int = -1):
     """The link `path` uses for instance `i` (its own lanes or its node's, by link kind) or node `n`."""
     if i >= 0 and LINK_OWNER[path.link] == "instance":
-        owner, idx, node = "instance", i, lay.inst_node[i]
+        owner, idx, node = "instance", i, lay.instances[i].node
     else:
-        owner, node = "node", (lay.inst_node[i] if i >= 0 else n)
+        owner, node = "node", (lay.instances[i].node if i >= 0 else n)
         idx = node
-    hw = lay.node_hw[node]
-    gpus = lay.inst_gpus[i] if i >= 0 else hw.gpus_per_node
-    bw = path_rates(path, hw, lay.node_ach[node], link_lanes(path.link, owner, gpus, hw)).bw_bytes_per_s
-    latency = lay.node_net_latency_s[node] if path.link == "net" else 0.0
+    spec = lay.nodes[node]
+    hw = spec.hw
+    gpus = lay.instances[i].gpus if i >= 0 else hw.gpus_per_node
+    bw = path_rates(path, hw, spec.achievable, link_lanes(path.link, owner, gpus, hw)).bw_bytes_per_s
+    latency = spec.net_latency_s if path.link == "net" else 0.0
     make = links.read if direction == "read" else links.write
     return make(path.link, owner, idx, bw, latency)
 
@@ -343,6 +355,253 @@ def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
     )
 
 
+def pool_timing(
+    scn, pool: Pool, hw: HwProfile, arith: ModelArith, model_ref, spec_step, engram_in_dram: bool
+):
+    """The timing model of one instance of `pool` on its hardware (sim.timing.factory)."""
+    ctx = TimingContext.of_instance(
+        arith.name,
+        _pool_arith(arith, pool, model_ref.kv_layout),
+        hw,
+        Parallelism(gpus=pool.gpus_per_instance, tp=pool.tp, ep=pool.ep, dp=pool.dp),
+        scn.timing,
+        scn.achievable(pool),
+        accepted_tokens_per_step=spec_step.accepted_tokens_per_step,
+        draft_tokens=spec_step.draft_tokens,
+        verify_rows=spec_step.verify_rows,
+        engram_in_dram=engram_in_dram,
+        vision_on_instance=True,
+        kernels=scn.timing.kernels,
+        forward_term=scn.timing.forward_term,
+        row_buckets=tuple(scn.timing.graph_row_buckets),
+        prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
+        prefill_cp=pool.prefill_context_parallel,
+        host=HostCosts(**scn.timing.host.model_dump()),
+    )
+    return make_timing(scn.timing.model, ctx)
+
+
+def build_pool(
+    scn,
+    pool: Pool,
+    pool_index: int,
+    arith: ModelArith,
+    model_ref,
+    spec_step,
+    *,
+    engram_in_dram: bool,
+    first_node: int,
+    first_instance: int,
+) -> PoolBuild:
+    """One pool's hardware, timing and HBM budget, and where its nodes and instances sit: its nodes are
+    numbered from `first_node`, its instances from `first_instance` (pools follow each other in order)."""
+    hw_id = scn.pool_hardware(pool)
+    hw = load_hw(hw_id)
+    gpn = hw.gpus_per_node
+    gpi = pool.gpus_per_instance
+    layout = scn.pool_layout(pool)
+    timing = pool_timing(scn, pool, hw, arith, model_ref, spec_step, engram_in_dram)
+    budget = hbm_budget(scn, pool, arith.spec, engram_in_hbm=not engram_in_dram)
+    kv_cap = budget.kv_bytes
+    if kv_cap <= 0.0:  # sim.preflight reports this, with the file, before any model runs
+        raise InputError(
+            f"{arith.name} weights leave no HBM for KV in pool {pool.name}", where="cluster.pools"
+        )
+    # a pool in instances gets its share of each node's host memory (sim.config.cluster)
+    share = layout.node_share
+    node = NodeSpec(
+        pool=pool_index,
+        hw=hw,
+        achievable=scn.achievable(pool),
+        share=share,
+        dram_bytes=scn.node_dram_bytes(pool) * share,
+        ssd_bytes=scn.node_ssd_bytes(pool) * share,
+        net_bw_bytes_per_s=timing.link_bw_bytes_per_s("net", 1),
+        net_latency_s=timing.link_latency_s("net"),
+    )
+    per_node = max(1, gpn // gpi)
+    nodes_per_inst = max(1, gpi // gpn)
+    instances = [
+        InstanceSpec(
+            pool=pool.name,
+            role=pool.role,
+            node=first_node + (i // per_node if gpi <= gpn else i * nodes_per_inst),
+            gpus=gpi,
+            timing=timing,
+            kv_capacity_bytes=kv_cap,
+            kv_replication=pool.tp,
+            dp_ranks=pool.dp,
+        )
+        for i in range(layout.instances)
+    ]
+    info = PoolInfo(
+        name=pool.name,
+        role=pool.role,
+        hw_id=hw_id,
+        nodes=layout.nodes,
+        gpus=layout.gpus,
+        instances=layout.instances,
+        gpus_per_instance=gpi,
+        weights_bytes_per_instance=budget.weights_bytes,
+        kv_bytes_per_instance=kv_cap,
+        usd_per_hour=scn.pool_usd_per_hour(pool),
+        timing=resolve_timing_name(scn.timing.model, hw, arith.name),
+    )
+    return PoolBuild(
+        pool=pool,
+        info=info,
+        nodes=[node] * layout.nodes,
+        instances=instances,
+        node_ids=list(range(first_node, first_node + layout.nodes)),
+        instance_ids=list(range(first_instance, first_instance + layout.instances)),
+    )
+
+
+def build_pools(scn, arith: ModelArith, model_ref, spec_step, *, engram_in_dram: bool) -> list[PoolBuild]:
+    """Every pool of the cluster in order, its nodes and instances numbered after the previous pool's."""
+    built: list[PoolBuild] = []
+    nodes = instances = 0
+    for index, pool in enumerate(scn.cluster.pools):
+        one = build_pool(
+            scn,
+            pool,
+            index,
+            arith,
+            model_ref,
+            spec_step,
+            engram_in_dram=engram_in_dram,
+            first_node=nodes,
+            first_instance=instances,
+        )
+        built.append(one)
+        nodes += len(one.nodes)
+        instances += len(one.instances)
+    return built
+
+
+@dataclass(frozen=True)
+class TierChain:
+    """The KV store with its tiers below HBM, and the links that move KV between them and the GPUs."""
+
+    store: KVStore
+    links: LinkSet
+    net_out: list[SharedLink]  # per node, RDMA sends (a prefill node's KV to the decode side)
+    read_links: list[list]  # per instance, by chain index: the link a load into its HBM uses ([0], HBM: None)
+
+
+def build_tier_chain(env: EventLoop, cache, policy: CachePolicy, lay: Layout) -> TierChain:
+    """The tier chain below HBM and its links (sim.config.cache, sim.kvcache.paths), and the store over it.
+    The links are made in a fixed order (NICs, tier writes, loads, SWA writes): the run depends on it."""
+    net_out = [
+        SharedLink(env, f"net_out[{n}]", node.net_bw_bytes_per_s, node.net_latency_s)
+        for n, node in enumerate(lay.nodes)
+    ]
+    links = LinkSet(env)
+    tiers, swa_caps = store_tiers(cache, policy, lay, links)
+    n_inst = len(lay.instances)
+    read_links = [
+        [None, *(_link(links, "read", t.read, lay, i=i) for _n, t in cache.chain() if t.read is not None)]
+        for i in range(n_inst)
+    ]
+    swa_write = [_link(links, "write", TierPath(link="pcie_d2h"), lay, i=i) for i in range(n_inst)]
+    store = KVStore(
+        policy,
+        hbm_capacity_bytes=[s.kv_capacity_bytes for s in lay.instances],
+        instance_node=[s.node for s in lay.instances],
+        kv_replication=[s.kv_replication for s in lay.instances],
+        tiers=tiers,
+        swa_pool_capacity_bytes=swa_caps,
+        swa_write_links=swa_write,
+    )
+    return TierChain(store=store, links=links, net_out=net_out, read_links=read_links)
+
+
+def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain, cluster: Cluster) -> list[Instance]:
+    """The serving instances of `cluster`, in the run's order, each on its node's links under its pool's
+    step rules."""
+    sch = scn.scheduler
+    step_rules = {p.name: scn.pool_step_rules(p) for p in scn.cluster.pools}  # sim.config.engine_rules
+    return [
+        Instance(
+            env,
+            i,
+            s.pool,
+            s.role,
+            s.node,
+            s.gpus,
+            s.timing,
+            chain.store,
+            cluster=cluster,
+            budget_tokens=sch.prefill_budget_tokens,
+            chunk_tokens=sch.chunk_tokens,
+            max_decode_batch=sch.max_decode_batch,
+            kv_replication=s.kv_replication,
+            dp_ranks=s.dp_ranks,
+            dp_budget_divided=step_rules[s.pool].dp_prefill_budget == "divided",
+            prefill_first=step_rules[s.pool].step_composition == "prefill_first",
+            read_links=chain.read_links[i],
+            max_queue_wait_s=sch.admission.max_queue_wait_s,
+        )
+        for i, s in enumerate(lay.instances)
+    ]
+
+
+def wire_cluster(
+    env: EventLoop,
+    scn,
+    arith: ModelArith,
+    lay: Layout,
+    chain: TierChain,
+    router: Router,
+    recorder: Recorder,
+) -> Cluster:
+    """The cluster and its instances (it makes them, each given the cluster: sim.cluster.cluster says why):
+    prefill or colocated in front, decode behind."""
+    return Cluster(
+        env,
+        instances=lambda cluster: build_instances(env, scn, lay, chain, cluster),
+        net_out=chain.net_out,
+        store=chain.store,
+        router=router,
+        recorder=recorder,
+        max_context_tokens=arith.max_context_tokens,
+        max_queue_per_instance=scn.scheduler.admission.max_queue_per_instance,
+    )
+
+
+def pool_views(pools: list[PoolBuild], instances: list[Instance], chain: TierChain, cluster: Cluster):
+    """What the sampler reads per pool (sim.metrics.timeseries): its instances, nodes and links."""
+    links = chain.links
+    return [
+        PoolView(
+            name=p.pool.name,
+            role=p.pool.role,
+            instances=[instances[i] for i in p.instance_ids],
+            nodes=p.node_ids,
+            h2d=links.of("read", "pcie_h2d", p.instance_ids, p.node_ids),
+            d2h=links.of("write", "pcie_d2h", p.instance_ids, p.node_ids),
+            ssd_read=links.of("read", "ssd_read", p.instance_ids, p.node_ids),
+            ssd_write=links.of("write", "ssd_write", p.instance_ids, p.node_ids),
+            net_out=[chain.net_out[n] for n in p.node_ids],
+            net_in=[cluster.net_in[n] for n in p.node_ids],
+        )
+        for p in pools
+    ]
+
+
+def spec_decode_summary(sd, spec_step) -> dict:
+    """The speculative decoding the run resolved, as the summary reports it."""
+    return {
+        "enabled": sd.enabled,
+        "method": spec_step.method,
+        "accepted_tokens_per_step": spec_step.accepted_tokens_per_step,
+        "acceptance_source": spec_step.acceptance_source,
+        "workload_kind": sd.workload_kind if sd.enabled else None,
+        "draft_tokens": spec_step.draft_tokens,
+        "verify_rows": spec_step.verify_rows,
+    }
+
+
 def build_simulation(
     scn,
     model_ref,
@@ -353,139 +612,22 @@ def build_simulation(
     run_id: str = "",
     env: EventLoop | None = None,
 ) -> Simulation:
-    """`env`: the loop to build on (the own loop if None; sim.cluster.simpy_loop for SimPy)."""
+    """One model's simulation, step by step: the pools (hardware, timing, placement), the tier chain and
+    its links, the recorder and the router, the cluster with its instances, then the sampler.
+    `env`: the loop to build on (the own loop if None; sim.cluster.simpy_loop for SimPy)."""
     env = EventLoop() if env is None else env
-    spec = arith.spec
     family = model_ref.family
-    policy = cache_policy(scn, family, spec, model_ref.kv_layout)
+    policy = cache_policy(scn, family, arith.spec, model_ref.kv_layout)
     sd = scn.spec_decode
     spec_step = sd.choice(family, model_ref.accepted_tokens_per_step)
     engram_in_dram = scn.cluster.engram_placement == "host_dram" and arith.engram_table_bytes > 0
 
-    # nodes and instances, pools in order
-    inst_specs: list[InstanceSpec] = []
-    node_hw = []  # hardware profile per node
-    node_timing = []
-    pools: list[PoolInfo] = []
-    placements: list[PoolPlacement] = []
-    node_dram = []  # (host DRAM, raw NVMe) per node that the pool may use, after the overrides
-    node_share = []  # the share of each node's host memory its pool may use
-    node_ach = []  # achievable fractions per node (its pool's hardware, the scenario's overrides)
-    for pool in scn.cluster.pools:
-        hw_id = scn.pool_hardware(pool)
-        hw = load_hw(hw_id)
-        gpn = hw.gpus_per_node
-        gpi = pool.gpus_per_instance
-        layout = scn.pool_layout(pool)
-        first_node = len(node_hw)
-        node_hw.extend([hw] * layout.nodes)
-        n_inst = layout.instances
-        par = Parallelism(gpus=gpi, tp=pool.tp, ep=pool.ep, dp=pool.dp)
-        ctx = TimingContext.of_instance(
-            arith.name,
-            _pool_arith(arith, pool, model_ref.kv_layout),
-            hw,
-            par,
-            scn.timing,
-            scn.achievable(pool),
-            accepted_tokens_per_step=spec_step.accepted_tokens_per_step,
-            draft_tokens=spec_step.draft_tokens,
-            verify_rows=spec_step.verify_rows,
-            engram_in_dram=engram_in_dram,
-            vision_on_instance=True,
-            kernels=scn.timing.kernels,
-            forward_term=scn.timing.forward_term,
-            row_buckets=tuple(scn.timing.graph_row_buckets),
-            prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
-            prefill_cp=pool.prefill_context_parallel,
-            host=HostCosts(**scn.timing.host.model_dump()),
-        )
-        timing = make_timing(scn.timing.model, ctx)
-        node_timing.extend([timing] * layout.nodes)
-        budget = hbm_budget(scn, pool, spec, engram_in_hbm=not engram_in_dram)
-        weights, kv_cap = budget.weights_bytes, budget.kv_bytes
-        if kv_cap <= 0.0:  # sim.preflight reports this, with the file, before any model runs
-            raise InputError(
-                f"{arith.name} weights leave no HBM for KV in pool {pool.name}", where="cluster.pools"
-            )
-        per_node = max(1, gpn // gpi)
-        nodes_per_inst = max(1, gpi // gpn)
-        first_inst = len(inst_specs)
-        for i in range(n_inst):
-            node = first_node + (i // per_node if gpi <= gpn else i * nodes_per_inst)
-            inst_specs.append(
-                InstanceSpec(
-                    pool=pool.name,
-                    role=pool.role,
-                    node=node,
-                    gpus=gpi,
-                    timing=timing,
-                    kv_capacity_bytes=kv_cap,
-                    kv_replication=pool.tp,
-                    dp_ranks=pool.dp,
-                )
-            )
-        pools.append(
-            PoolInfo(
-                name=pool.name,
-                role=pool.role,
-                hw_id=hw_id,
-                nodes=layout.nodes,
-                gpus=layout.gpus,
-                instances=n_inst,
-                gpus_per_instance=gpi,
-                weights_bytes_per_instance=weights,
-                kv_bytes_per_instance=kv_cap,
-                usd_per_hour=scn.pool_usd_per_hour(pool),
-                timing=resolve_timing_name(scn.timing.model, hw, arith.name),
-            )
-        )
-        placements.append(
-            PoolPlacement(
-                pool,
-                node_ids=list(range(first_node, first_node + layout.nodes)),
-                instance_ids=list(range(first_inst, first_inst + n_inst)),
-            )
-        )
-        # a pool in instances gets its share of each node's host memory (sim.config.cluster)
-        share = layout.node_share
-        node_dram.extend(
-            [(scn.node_dram_bytes(pool) * share, scn.node_ssd_bytes(pool) * share)] * layout.nodes
-        )
-        node_share.extend([share] * layout.nodes)
-        node_ach.extend([scn.achievable(pool)] * layout.nodes)
-
-    # the tier chain below HBM and its links (sim.config.cache, sim.kvcache.paths)
-    net_out = [
-        SharedLink(env, f"net_out[{n}]", t.link_bw_bytes_per_s("net", 1), t.link_latency_s("net"))
-        for n, t in enumerate(node_timing)
-    ]
+    pools = build_pools(scn, arith, model_ref, spec_step, engram_in_dram=engram_in_dram)
     lay = Layout(
-        inst_node=[s.node for s in inst_specs],
-        inst_gpus=[s.gpus for s in inst_specs],
-        node_hw=node_hw,
-        node_ach=node_ach,
-        node_share=node_share,
-        node_memory=node_dram,
-        node_pool=[i for i, placed in enumerate(placements) for _n in placed.node_ids],
-        node_net_latency_s=[t.link_latency_s("net") for t in node_timing],
+        instances=[s for p in pools for s in p.instances],
+        nodes=[n for p in pools for n in p.nodes],
     )
-    links = LinkSet(env)
-    tiers, swa_caps = store_tiers(scn.cache, policy, lay, links)
-    read_links = [
-        [None, *(_link(links, "read", t.read, lay, i=i) for _n, t in scn.cache.chain() if t.read is not None)]
-        for i in range(len(inst_specs))
-    ]
-    swa_write = [_link(links, "write", TierPath(link="pcie_d2h"), lay, i=i) for i in range(len(inst_specs))]
-    store = KVStore(
-        policy,
-        hbm_capacity_bytes=[s.kv_capacity_bytes for s in inst_specs],
-        instance_node=lay.inst_node,
-        kv_replication=[s.kv_replication for s in inst_specs],
-        tiers=tiers,
-        swa_pool_capacity_bytes=swa_caps,
-        swa_write_links=swa_write,
-    )
+    chain = build_tier_chain(env, scn.cache, policy, lay)
     tier_names = [name for name, _t in sorted(scn.cache.tiers.items(), key=lambda item: item[1].rank)]
     model_dir = out_dir / arith.name if out_dir is not None else None
     recorder = Recorder(
@@ -495,96 +637,33 @@ def build_simulation(
         run_id=run_id,
         tiers=tier_names[1:],
     )
-    router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, store)
-    sch = scn.scheduler
-    step_rules = {p.name: scn.pool_step_rules(p) for p in scn.cluster.pools}  # sim.config.engine_rules
-    instances: list[Instance] = []
-    for i, s in enumerate(inst_specs):
-        instances.append(
-            Instance(
-                env,
-                i,
-                s.pool,
-                s.role,
-                s.node,
-                s.gpus,
-                s.timing,
-                store,
-                budget_tokens=sch.prefill_budget_tokens,
-                chunk_tokens=sch.chunk_tokens,
-                max_decode_batch=sch.max_decode_batch,
-                kv_replication=s.kv_replication,
-                dp_ranks=s.dp_ranks,
-                dp_budget_divided=step_rules[s.pool].dp_prefill_budget == "divided",
-                prefill_first=step_rules[s.pool].step_composition == "prefill_first",
-                read_links=read_links[i],
-                max_queue_wait_s=sch.admission.max_queue_wait_s,
-            )
-        )
-    front = [inst for inst in instances if inst.role != "decode"]
-    back = [inst for inst in instances if inst.role == "decode"]
-    cluster = Cluster(
-        env,
-        front=front,
-        back=back,
-        net_out=net_out,
-        store=store,
-        router=router,
-        recorder=recorder,
-        max_context_tokens=arith.max_context_tokens,
-        max_queue_per_instance=sch.admission.max_queue_per_instance,
-    )
-    for inst in instances:
-        inst.cluster = cluster
-    views = [
-        PoolView(
-            name=p.pool.name,
-            role=p.pool.role,
-            instances=[instances[i] for i in p.instance_ids],
-            nodes=p.node_ids,
-            h2d=links.of("read", "pcie_h2d", p.instance_ids, p.node_ids),
-            d2h=links.of("write", "pcie_d2h", p.instance_ids, p.node_ids),
-            ssd_read=links.of("read", "ssd_read", p.instance_ids, p.node_ids),
-            ssd_write=links.of("write", "ssd_write", p.instance_ids, p.node_ids),
-            net_out=[net_out[n] for n in p.node_ids],
-            net_in=[cluster.net_in[n] for n in p.node_ids],
-        )
-        for p in placements
-    ]
+    router = Router(scn.scheduler.router.policy, scn.scheduler.router.weights, chain.store)
+    cluster = wire_cluster(env, scn, arith, lay, chain, router, recorder)
+    instances = cluster.instances
     sampler = Sampler(
         env,
-        pools=views,
+        pools=pool_views(pools, instances, chain, cluster),
         cluster=cluster,
-        store=store,
+        store=chain.store,
         tier_names=tier_names,
         interval_s=scn.outputs.timeseries_interval_s,
         progress=progress,
     )
+    infos = [p.info for p in pools]
     return Simulation(
         env=env,
         cluster=cluster,
-        store=store,
+        store=chain.store,
         recorder=recorder,
         sampler=sampler,
         policy=policy,
         arith=arith,
-        pools=pools,
+        pools=infos,
         instances=instances,
-        front=front,
-        back=back,
-        usd_per_hour=sum(p.usd_per_hour for p in pools),
+        front=cluster.front,
+        back=cluster.back,
+        usd_per_hour=sum(p.usd_per_hour for p in infos),
         family=family,
         tier_names=tier_names,
-        extra={
-            "spec_decode": {
-                "enabled": sd.enabled,
-                "method": spec_step.method,
-                "accepted_tokens_per_step": spec_step.accepted_tokens_per_step,
-                "acceptance_source": spec_step.acceptance_source,
-                "workload_kind": sd.workload_kind if sd.enabled else None,
-                "draft_tokens": spec_step.draft_tokens,
-                "verify_rows": spec_step.verify_rows,
-            },
-            "engram_in_dram": engram_in_dram,
-        },
+        extra={"spec_decode": spec_decode_summary(sd, spec_step), "engram_in_dram": engram_in_dram},
     )

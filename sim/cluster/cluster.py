@@ -29,8 +29,7 @@ class Cluster:
         self,
         env: EventLoop,
         *,
-        front: list[Instance],
-        back: list[Instance],
+        instances: Callable[[Cluster], list[Instance]],
         net_out: list[SharedLink],
         store: KVStore,
         router: Router,
@@ -39,14 +38,6 @@ class Cluster:
         max_queue_per_instance: int | None,
     ) -> None:
         self.env = env
-        self.front = front  # prefill or colocated instances, by index
-        self.back = back  # decode instances (empty when colocated)
-        # the instances the router may pick: all, unless an operation (sim.extensions.ops) drained
-        # or failed some; requests find none serving wait here until one is back (`resume_held`)
-        self.front_serving = list(front)
-        self.back_serving = list(back)
-        self.held_front: deque[Request] = deque()
-        self.held_back: deque[Request] = deque()
         self.net_out = net_out  # per node, RDMA sends (P -> D KV transfers)
         # per node, bytes received over RDMA: a transfer is charged to its sender's link only
         # (sim.cluster.link: one link per job), the receiver counts it for the time series
@@ -56,13 +47,26 @@ class Cluster:
         self.recorder = recorder
         self.max_context_tokens = max_context_tokens
         self.max_queue_per_instance = max_queue_per_instance
+        # A cycle no order of construction breaks: the cluster routes among its instances, and each
+        # instance hands its requests back to it (to decode, done, rejected). So the cluster makes its
+        # instances through `instances`, which gives each one the cluster (an instance being made only
+        # stores the reference, calling nothing on it), and both are whole when this returns.
+        self.instances = instances(self)  # all, by index
+        self.front = [inst for inst in self.instances if inst.role != "decode"]  # prefill or colocated
+        self.back = [inst for inst in self.instances if inst.role == "decode"]  # decode (none if colocated)
+        # the instances the router may pick: all, unless an operation (sim.extensions.ops) drained
+        # or failed some; requests find none serving wait here until one is back (`resume_held`)
+        self.front_serving = list(self.front)
+        self.back_serving = list(self.back)
+        self.held_front: deque[Request] = deque()
+        self.held_back: deque[Request] = deque()
         # the arrival driver's callback for a request's end (closed-loop follow-ups wait on it): passed in,
         # since the driver sits above the engine (style.md §7)
         self.on_terminal: Callable[[Request], None] | None = None
         self.on_end: Callable[[Request], None] | None = None  # an observer of every end (sim.extensions.ops)
         # the longest sequence (tokens) any instance of each side can ever hold
-        self._front_fit = max(_fit_tokens(i) for i in front)
-        self._back_fit = max(_fit_tokens(i) for i in back) if back else None
+        self._front_fit = max(_fit_tokens(i) for i in self.front)
+        self._back_fit = max(_fit_tokens(i) for i in self.back) if self.back else None
         self.arrived = 0
         self.completed = 0
         self.rejected = 0

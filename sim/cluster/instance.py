@@ -46,8 +46,6 @@ SPAN: Final = 2
 
 
 class Instance:
-    cluster: Cluster  # set by sim.cluster.build once the cluster exists (it needs the instances)
-
     def __init__(
         self,
         env: EventLoop,
@@ -59,6 +57,7 @@ class Instance:
         timing: Any,  # a sim.timing.base.TimingModel: any implementation, compiled or not, plugs in
         store: KVStore,
         *,
+        cluster: Cluster,  # the one that makes it (sim.cluster.cluster) and takes its requests back
         budget_tokens: int,
         chunk_tokens: int,
         max_decode_batch: int,
@@ -77,6 +76,7 @@ class Instance:
         self.gpus = gpus
         self.timing = timing
         self.store = store
+        self.cluster = cluster
         self.hbm = store.hbm[index]
         self.policy = store.policy
         self.budget_tokens = budget_tokens

@@ -5,6 +5,7 @@ only the classes they declare."""
 
 from types import SimpleNamespace
 
+from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
@@ -12,6 +13,8 @@ from sim.core.request import Request
 from sim.kvcache.paths import PathCost
 from sim.kvcache.policies import CachePolicy
 from sim.kvcache.store import KVStore, StoreTier
+from sim.metrics.recorder import Recorder
+from sim.sched.router import Router
 
 GB = 1e9
 
@@ -83,15 +86,25 @@ def request(prefix: int, inp: int, *, parent: int | None = 7, out: int = 1) -> R
     return Request(1, 0, 1, 0, 7, parent, None, 0.0, inp, out, prefix, 0, 0, 0)
 
 
+def cluster(env, st: KVStore, make, *, net_out: list[SharedLink], recorder=None) -> Cluster:
+    """A cluster over `st` whose instances `make(cluster)` makes (sim.cluster.cluster): cache-aware routing,
+    no queue limit, contexts up to 1M tokens; a recorder that writes nothing unless one is given."""
+    weights = SimpleNamespace(prefix_hit=2.0, queue_depth=1.0, kv_usage=1.0)
+    if recorder is None:
+        recorder = Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"])
+    return Cluster(env, instances=make, net_out=net_out, store=st, router=Router("cache_aware", weights, st),
+                   recorder=recorder, max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
+
+
 def instances(st: KVStore, nodes: list[int]) -> list[Instance]:
     """One prefill instance per entry of `nodes` over the store's HBM tiers (instance i: tier i)."""
     env = EventLoop()
     # a step of any batch takes 1 ms (admission tests start steps; nothing here depends on their length)
     timing = SimpleNamespace(verified_tokens_per_step=1, accepted_tokens_per_step=1.0, step_s=lambda *_: 1e-3)
     link = SharedLink(env, "link", 1e12)
-    return [
-        Instance(env, i, "p", "prefill", node, 8, timing, st, budget_tokens=8192, chunk_tokens=8192,
+    return cluster(env, st, lambda c: [
+        Instance(env, i, "p", "prefill", node, 8, timing, st, cluster=c, budget_tokens=8192, chunk_tokens=8192,
                  max_decode_batch=64, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
                  max_queue_wait_s=None)
         for i, node in enumerate(nodes)
-    ]  # fmt: skip
+    ], net_out=[link]).instances  # fmt: skip

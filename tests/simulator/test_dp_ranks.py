@@ -2,14 +2,11 @@
 rank prefills its own requests under its share of the token budget (sim.sched.batcher,
 sim.cluster.instance); the timing model gets each chunk with its rank."""
 
-from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import SharedLink
 from sim.core.request import Request
-from sim.metrics.recorder import Recorder
 from sim.sched.batcher import prefill_chunks_dp, rank_prefill_budget
-from sim.sched.router import Router
 
 from . import objects
 from .test_engine_log import RoundSteps
@@ -48,14 +45,11 @@ def test_requests_go_round_robin_and_prefill_on_their_own_rank():
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
     timing = Recording()
-    inst = Instance(loop, 0, "p", "colocated", 0, 4, timing, st, budget_tokens=2048, chunk_tokens=1024,
-                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
-                    max_queue_wait_s=None, dp_ranks=4)  # fmt: skip
-    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
-    cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
-                      recorder=Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"]),
-                      max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
-    inst.cluster = cluster
+    cluster = objects.cluster(loop, st, lambda c: [
+        Instance(loop, 0, "p", "colocated", 0, 4, timing, st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
+                 max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                 max_queue_wait_s=None, dp_ranks=4)
+    ], net_out=[link])  # fmt: skip
     for rid, tokens in enumerate((1200, 300, 700, 400, 100)):  # ranks 0, 1, 2, 3, 0
         loop.call_at(
             0.0, cluster.dispatch, Request(rid, rid, 0, 0, rid, None, None, 0.0, tokens, 1, 0, 0, 0, 0)
@@ -86,14 +80,11 @@ def test_per_rank_budget_gives_each_rank_the_whole_budget():
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
     timing = Recording()
-    inst = Instance(loop, 0, "p", "colocated", 0, 4, timing, st, budget_tokens=512, chunk_tokens=1024,
-                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
-                    max_queue_wait_s=None, dp_ranks=4, dp_budget_divided=False)  # fmt: skip
-    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
-    cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
-                      recorder=Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"]),
-                      max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
-    inst.cluster = cluster
+    cluster = objects.cluster(loop, st, lambda c: [
+        Instance(loop, 0, "p", "colocated", 0, 4, timing, st, cluster=c, budget_tokens=512, chunk_tokens=1024,
+                 max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                 max_queue_wait_s=None, dp_ranks=4, dp_budget_divided=False)
+    ], net_out=[link])  # fmt: skip
     for rid, tokens in enumerate((1200, 300, 700, 400)):  # ranks 0, 1, 2, 3
         loop.call_at(
             0.0, cluster.dispatch, Request(rid, rid, 0, 0, rid, None, None, 0.0, tokens, 1, 0, 0, 0, 0)
@@ -106,14 +97,11 @@ def test_per_rank_budget_gives_each_rank_the_whole_budget():
 def _dp_instance(loop, timing, **kw):
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
-    inst = Instance(loop, 0, "p", "colocated", 0, 4, timing, st, budget_tokens=2048, chunk_tokens=1024,
-                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
-                    max_queue_wait_s=None, dp_ranks=4, **kw)  # fmt: skip
-    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
-    inst.cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st,
-                           router=Router("cache_aware", weights, st),
-                           recorder=Recorder(None, slo_ttft_s=10.0, slo_tpot_s=1.0, tiers=["dram", "ssd"]),
-                           max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
+    (inst,) = objects.cluster(loop, st, lambda c: [
+        Instance(loop, 0, "p", "colocated", 0, 4, timing, st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
+                 max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                 max_queue_wait_s=None, dp_ranks=4, **kw)
+    ], net_out=[link]).instances  # fmt: skip
     return inst
 
 

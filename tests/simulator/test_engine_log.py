@@ -12,14 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
 from sim.cluster.link import SharedLink
 from sim.cluster.simpy_loop import SimPyLoop
 from sim.core.request import Request
 from sim.metrics.recorder import Recorder
-from sim.sched.router import Router
 from sim.timing.batch import DecodeTerms
 
 from . import objects
@@ -71,14 +69,13 @@ def _run(trace, prefill_first=False, new_loop=EventLoop):
     loop = new_loop()
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
-    inst = Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, budget_tokens=2048, chunk_tokens=1024,
-                    max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
-                    max_queue_wait_s=None, prefill_first=prefill_first)  # fmt: skip
     log = Log()
-    weights = type("W", (), {"prefix_hit": 2.0, "queue_depth": 1.0, "kv_usage": 1.0})()
-    cluster = Cluster(loop, front=[inst], back=[], net_out=[link], store=st, router=Router("cache_aware", weights, st),
-                      recorder=log, max_context_tokens=1_000_000, max_queue_per_instance=None)  # fmt: skip
-    inst.cluster = cluster
+    cluster = objects.cluster(loop, st, lambda c: [
+        Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
+                 max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+                 max_queue_wait_s=None, prefill_first=prefill_first)
+    ], net_out=[link], recorder=log)  # fmt: skip
+    (inst,) = cluster.instances
     for rid, (at, inp, out) in enumerate(trace):
         req = Request(rid, rid, 0, 0, rid, None, None, at, inp, out, 0, 0, 0, 0)
         loop.call_at(at, cluster.dispatch, req)
