@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("gpu", help="GPU key with a hardware profile (h100, b200, ...)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from sim.paths import hwprofiles_dir
+    from sim.paths import hwprofiles_dir, project_root
 
     args.out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(
@@ -191,6 +191,8 @@ def main(argv=None) -> int:
         )
     show = subprocess.run(["sim", "calibrate", "show", args.gpu, "--json"], capture_output=True, text=True,
                           check=True).stdout  # fmt: skip
+    # paths relative to the repository (the JSON names the tables it read by absolute path)
+    show = show.replace(str(project_root()) + "/", "")
     (args.out / "calibrate_show.json").write_text(json.dumps(json.loads(show), indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
