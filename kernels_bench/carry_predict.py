@@ -50,8 +50,6 @@ def _key_cells(r) -> dict:
 
 def kernel_rows(gpu_name: str) -> list[dict]:
     """Every H200 row of both stacks and the raw production table, carried to `gpu_name`."""
-    from dataclasses import replace
-
     from sim.paths import hwprofiles_dir
     from sim.timing.carry import (
         REFERENCE_GPU,
@@ -88,9 +86,7 @@ def kernel_rows(gpu_name: str) -> list[dict]:
     for h in raw.rows:
         if ("production", *_key_cells(h).values()) in seen or h.family == "pipeline":
             continue
-        out.append(
-            _row("production", replace(h), carried_time_s(h, peaks, best, sat), work_of(h), regime(h, sat))
-        )
+        out.append(_row("production", h, carried_time_s(h, peaks, best, sat), work_of(h), regime(h, sat)))
     return out
 
 

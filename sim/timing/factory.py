@@ -120,9 +120,7 @@ def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
         scale_up_latency_s=hw.scale_up.latency_us.value * units.US,
         allreduce_latency_s=(hw.scale_up.allreduce_latency_us or hw.scale_up.latency_us).value * units.US,
         allreduce_bw_bytes_per_s=(
-            hw.scale_up.allreduce_bus_GBps.value * units.GB
-            if hw.scale_up.allreduce_bus_GBps
-            else hw.scale_up_bw_per_gpu_bytes_per_s * hw.achievable.scale_up_bw_frac.value
+            hw.scale_up.allreduce_bus_GBps.value * units.GB if hw.scale_up.allreduce_bus_GBps else 0.0
         ),
         scale_out_bw_per_gpu_bytes_per_s=hw.scale_out_bw_per_gpu_bytes_per_s,
         scale_out_bw_per_node_bytes_per_s=hw.scale_out_bw_per_node_bytes_per_s,

@@ -62,7 +62,7 @@ class HwRates:
     scale_up_bw_bytes_per_s: float  # per GPU, one direction
     scale_up_latency_s: float
     allreduce_latency_s: float  # the TP all-reduce inside the scale-up domain (hardware profile scale_up)
-    allreduce_bw_bytes_per_s: float  # its bus bandwidth, one direction, achievable (already a measured rate)
+    allreduce_bw_bytes_per_s: float  # measured bus bandwidth, one direction; 0: the link x scale_up_bw_frac
     scale_out_bw_per_gpu_bytes_per_s: float  # one direction
     scale_out_bw_per_node_bytes_per_s: float
     scale_out_latency_s: float
@@ -126,7 +126,8 @@ class RooflineTiming:
         if within_domain:
             self._comm_bw = hw.scale_up_bw_bytes_per_s * eff.scale_up_bw_frac
             self._comm_lat = hw.scale_up_latency_s
-            self._ar_bw, self._ar_lat = hw.allreduce_bw_bytes_per_s, hw.allreduce_latency_s
+            self._ar_bw = hw.allreduce_bw_bytes_per_s or self._comm_bw
+            self._ar_lat = hw.allreduce_latency_s
         else:
             self._comm_bw = hw.scale_out_bw_per_gpu_bytes_per_s * eff.scale_out_bw_frac
             self._comm_lat = hw.scale_out_latency_s

@@ -48,6 +48,7 @@ step metrics do not (they use the engine's own schedule).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -105,12 +106,12 @@ class RealRun:
     def engine(self) -> dict[str, Any]:
         return self.provenance["engine"]
 
-    @property
+    @functools.cached_property
     def hardware(self) -> str:
         """The hardware profile of the run's GPU (`hardware_of`)."""
         return hardware_of(self.provenance, str(self.folder / PROVENANCE))
 
-    @property
+    @functools.cached_property
     def gpu_key(self) -> str:
         from sim.hardware import load_hw
         from sim.timing.tables import gpu_key
