@@ -69,14 +69,14 @@ if has serve; then
 fi
 if has run; then
   timeout "${RUN_TIMEOUT:-280}" python3 -m kernels_bench.serve.run --trace traces/replay_v4_mini.parquet --out "$R/run_v4" \
-    --step kernels_bench.serve.model:gpu_step_function --step-arg kv_gib=40 --model deepseek-v4-flash-mini \
-    --commit "$COMMIT" 2>&1 | tail -8
+    --step kernels_bench.serve.model:gpu_step_function --step-arg kv_gib=${KV_GIB:-40} --model deepseek-v4-flash-mini \
+    --commit "$COMMIT" 2>&1 | tee -a "$R/run_stdout.txt" | tail -8
   el "run v4 done"; pack
 fi
 if has run41; then
   timeout "${RUN_TIMEOUT:-280}" python3 -m kernels_bench.serve.run --trace traces/replay_v4_mini.parquet --out "$R/run_v41" \
-    --step kernels_bench.serve.model41:gpu_step_function --step-arg kv_gib=40 --model deepseek-v4.1-flash-mini \
-    --commit "$COMMIT" 2>&1 | tail -8
+    --step kernels_bench.serve.model41:gpu_step_function --step-arg kv_gib=${KV_GIB:-40} --model deepseek-v4.1-flash-mini \
+    --commit "$COMMIT" 2>&1 | tee -a "$R/run_stdout.txt" | tail -8
   el "run v41 done"; pack
 fi
 if has ours; then

@@ -82,7 +82,8 @@ def guarded(ctx: Ctx, base: dict, body: Callable[[], dict]) -> dict:
     import time
 
     if time.monotonic() > ctx.deadline:
-        return make_row(**base, check_passed=False, note="skipped: time budget exhausted")
+        note = "; ".join(filter(None, [base.get("note"), "skipped: time budget exhausted"]))
+        return make_row(**{**base, "check_passed": False, "note": note})
     try:
         out = body()
     except Exception as e:  # noqa: BLE001 - recorded in the table, never silent
