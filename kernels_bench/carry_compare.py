@@ -162,8 +162,12 @@ def run(predicted: Path, measured: Path, out: Path) -> str:
                 if r.get("spec") == spec]  # fmt: skip
         if not meas:
             continue
-        variants = ["none", "fused_glue", "measured", "h200_served"]
-        s = compare_points(read_csv(pred), meas, SERVE_KEYS, "wall_us_p50", variants)
+        rows = read_csv(pred)
+        # the predictions the file holds (`served` only in those written since the H100 measurement)
+        variants = [
+            c.removeprefix("predicted_").removesuffix("_us") for c in rows[0] if c.startswith("predicted_")
+        ]
+        s = compare_points(rows, meas, SERVE_KEYS, "wall_us_p50", variants)
         _write(out / f"serve_{spec}.csv", s)
         if s:
             parts.append(f"## Served steps, {spec}\n")

@@ -14,8 +14,10 @@ tables `gpu` may have later, so that the files can be compared with a measuremen
   composed, and with the carried `measured` term (the pass runs its own glue) and `fused_glue` term.
 - `serve_<spec>.csv`: each served mini's bench grid (hwprofiles/h200/serve) on one `gpu` with the served
   engine's settings: the kernel sum (`none`), with the carried `fused_glue` / `measured` terms (what
-  `sim run` can use on `gpu` today), and `h200_served`: the kernel sum plus the H200's own served term and
-  in-step host time, taken as they are (the part of a step that is not kernels, carried unscaled).
+  `sim run` can use on `gpu` today), `served` (the served engine's term and in-step host time as `sim validate
+  --real` takes them: carried part by part where `gpu` has no served bench, sim.timing.forward
+  `carried_served_check`; written since the H100 measurement) and `h200_served`: the kernel sum plus the H200's
+  own served term and in-step host time, taken as they are (the part of a step that is not kernels, unscaled).
 - `calibrate_show.json`: `sim calibrate show GPU --json` as it stands.
 """
 
@@ -34,7 +36,6 @@ SERVE_TABLES = {
     "deepseek-v4-flash-mini": "serve/serve_step_times.csv",
     "deepseek-v4.1-flash-mini": "serve/serve_step_times_deepseek-v4.1-flash-mini.csv",
 }
-SERVE_VARIANTS = ("none", "fused_glue", "measured", "h200_served")
 
 
 def _fmt(x: float | None) -> str:
@@ -128,6 +129,8 @@ def serve_rows(gpu_name: str, spec: str, table: Path) -> list[dict]:
     a, b = h200.term.per_layer_s, h200.term.per_layer_row_s
     timings = {v: serve_predict.mini_timing(gpu_name, forward_term=v, spec=spec, host=False)
                for v in ("none", "fused_glue", "measured")}  # fmt: skip
+    # what `sim validate --real` runs: the served engine's term and host time, carried where the GPU has no bench
+    timings["served"] = serve_predict.mini_timing(gpu_name, forward_term="served", spec=spec, host=True)
     h200_host = serve_predict.mini_timing("h200", forward_term="none", spec=spec, host=True)
     h200_bare = serve_predict.mini_timing("h200", forward_term="none", spec=spec, host=False)
     layers = ref_ctx.arith.spec.n_layers

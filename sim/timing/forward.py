@@ -562,12 +562,15 @@ def served_check(path: Path, ctx) -> ForwardCheck:
 
 def served_term(ctx) -> ForwardCheck:
     """`served_check` on the context's GPU, memoised by its kernel tables (one fit per model and engine
-    settings). A GPU without its own served step table (hwprofiles/<gpu>/serve/) is an InputError."""
+    settings); on a GPU without its own served step table (hwprofiles/<gpu>/serve/), the reference GPU's term
+    carried (`carried_served_check`); an InputError where neither has one."""
     from sim.timing.carry import tables_for
     from sim.timing.tables import gpu_key
 
     key = gpu_key(ctx.hw_profile)
     path = served_paths(key, ctx.model_name)[0]
+    if not path.is_file() and key != REFERENCE_GPU:
+        return carried_served_check(ctx)
     if not path.is_file():
         raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
                          value="served", allowed="fused_glue, measured, none (served: GPUs with a served bench table)")  # fmt: skip
@@ -576,6 +579,37 @@ def served_term(ctx) -> ForwardCheck:
             ctx.prefill_through_decode, ctx.host)  # fmt: skip
     check_: ForwardCheck = tables.derived(memo, lambda: served_check(path, ctx))
     return check_
+
+
+def carried_served_check(ctx) -> ForwardCheck:
+    """The reference GPU's served term on the context's GPU, part by part (issue 28): the served engine's unfused
+    glue (sim.timing.served: its launches x floor, launch-bound, as they are; its time per row by the SMs' issue
+    rate) and the rest of the term (the served model's kernels beyond ours and the graph's gaps: its MoE runs
+    torch's grouped FP8 GEMM, which on the reference GPU takes 1.2-1.5x DeepGEMM's time at the same shapes, off
+    both roofs) by the SMs' issue rate too, as rule 2b carries kernels off the roofs [D]. No points: nothing was
+    measured on this GPU."""
+    from sim.timing.factory import hw_rates
+    from sim.timing.served import served_engine
+    from sim.timing.tables import gpu_key, resolve_gpu
+
+    ref_profile = resolve_gpu(REFERENCE_GPU)[1]
+    ref_ctx = replace(ctx, hw_profile=ref_profile, hw=hw_rates(ref_profile, ctx.hw.scale_out_latency_s))
+    ref = served_term(ref_ctx)
+    here = served_engine(gpu_key(ctx.hw_profile), ctx.model_name)  # carried: sim.timing.served.carried_engine
+    layers = ctx.arith.spec.n_layers
+    launch_s = here.launches_per_step * here.launch_floor_s / layers
+    # the per-row part is glue and the rest alike, both by the SM rate
+    term = Term(
+        launch_s + (ref.term.per_layer_s - launch_s) / here.sm_ratio,
+        ref.term.per_layer_row_s / here.sm_ratio,
+        ref.term.points,
+        f"{ref.term.source}; carried from {REFERENCE_GPU}: the glue launches x floor as they are, the rest x "
+        f"{1 / here.sm_ratio:.3f} (SM issue rate) [D]",
+    )
+    glue = Term(
+        launch_s, here.glue_per_row_s / layers, ref.term.points, "the served engine's unfused glue, carried"
+    )
+    return ForwardCheck(ref.path, ref.provenance, term, glue, (), 0)
 
 
 def unfused_glue_term(ctx) -> Term:

@@ -21,6 +21,12 @@ tables time are read from them, each as what the engine does, with its constants
   context bucket (the block tables of longer contexts add host work per block that sim does not model:
   their residuals are reported).
 
+On a GPU without its own profiled bench (`carried_engine`) the reference GPU's engine is carried part by part,
+each by what bounds it (issue 28): the glue launches and their floor are launch-bound (the GPU's front end and
+the graph's kernel issue: the same on every GPU [D]); the glue time per row is tiny kernels far below either
+peak, carried as sim.timing.carry's rule 2b carries such kernels, by the SMs' issue rate (SM count x clock);
+the host time in the step is the engine's CPU work, taken as the same on the other GPU's machine [D].
+
 Each fit reports its leave-one-out error (each point predicted by the fit without it), as a fraction of the
 point's wall time. The time between steps (the engine's scheduler) is not in a step's wall time and is not
 in the bench; sim.validate.real_gaps measures it from committed runs.
@@ -29,7 +35,7 @@ in the bench; sim.validate.real_gaps measures it from committed runs.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +169,7 @@ class ServedEngine:
     host_fit: Fit  # wall - busy ~ a + b sequences + c rows, on the first context bucket's points
     host_misses: dict[str, float]  # the other points' residuals (fractions of their wall)
     source: str
+    sm_ratio: float = 1.0  # SM issue rate of its GPU / the bench GPU's (not 1: carried, `carried_engine`)
 
 
 def fit_engine(points: tuple[ProfiledStep, ...], source: str) -> ServedEngine:
@@ -204,9 +211,32 @@ def _engine(times: Path, kernels: Path, _stamps: tuple[int, int]) -> ServedEngin
     return fit_engine(load_profiled(times, kernels), f"{times.name} + {kernels.name} (profiled bench points)")
 
 
+def carried_engine(ref: ServedEngine, sm_ratio: float, gpu: str) -> ServedEngine:
+    """The reference GPU's engine `ref` on `gpu`, whose SMs issue `sm_ratio` x the reference GPU's (module doc)."""
+    from sim.timing.carry import REFERENCE_GPU
+
+    return replace(ref, glue_per_row_s=ref.glue_per_row_s / sm_ratio, sm_ratio=sm_ratio,
+                   source=f"{ref.source} on {REFERENCE_GPU}, carried to {gpu}: launches and their floor and the host "
+                          f"time as they are, the glue per row x {1 / sm_ratio:.3f} (SM issue rate) [D]")  # fmt: skip
+
+
+def sm_ratio_of(key: str) -> float:
+    """SM count x clock of GPU `key`'s profile / the reference GPU's (sim.timing.carry; 1 without a profile)."""
+    from sim.timing.carry import H200_SM_RATE, GpuPeaks
+    from sim.timing.tables import resolve_gpu
+
+    profile = resolve_gpu(key)[1]
+    return 1.0 if profile is None else GpuPeaks.of(profile).sm_rate / H200_SM_RATE
+
+
 def served_engine(key: str, model: str = "") -> ServedEngine:
-    """The served engine on GPU `key` serving `model` (an InputError without its profiled bench table)."""
+    """The served engine on GPU `key` serving `model`: fitted on its profiled bench, else the reference GPU's
+    carried (`carried_engine`); an InputError where neither GPU has one."""
+    from sim.timing.carry import REFERENCE_GPU
+
     times, kernels = served_paths(key, model)
+    if key != REFERENCE_GPU and not (times.is_file() and kernels.is_file()):
+        return carried_engine(served_engine(REFERENCE_GPU, model), sm_ratio_of(key), key)
     for p in (times, kernels):
         if not p.is_file():
             raise InputError("no profiled served-model steps for this GPU", file=str(p),

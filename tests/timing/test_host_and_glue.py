@@ -154,9 +154,39 @@ def test_the_committed_profile_gives_the_launch_floor_kernels_md_states(one_gpu)
     assert tm.layer_row_overhead_s * 5 == pytest.approx(eng.glue_per_row_s)
 
 
-def test_unfused_glue_is_refused_off_the_h200(context):
-    with pytest.raises(InputError, match="no profiled served-model steps"):
-        build_calibrated(context(MINI, "nvidia-b200-hgx8", tp=1, ep=1, dp=1, forward_term="unfused_glue"))
+def test_the_served_engine_is_carried_part_by_part_to_a_gpu_without_its_bench(context, h200_tables):
+    """Issue 28: a GPU without a profiled served bench takes the H200's engine, each part by what bounds it: the
+    glue launches, their floor and the host time as they are, the glue per row by the SMs' issue rate (the
+    B200's 148 SMs at 1965 MHz against the H200's 132 at 1980). The unfused_glue and served terms follow it."""
+    from sim.timing.forward import forward_term_of
+
+    ref, b200, h100 = served_engine("h200"), served_engine("b200"), served_engine("h100")
+    ratio = 148 / 132  # hwprofiles: 148 SMs against 132, both at 1980 MHz
+    assert b200.sm_ratio == pytest.approx(ratio, rel=1e-3) and h100.sm_ratio == pytest.approx(1.0)
+    assert (b200.launches_per_step, b200.launch_floor_s, b200.host) == (
+        ref.launches_per_step,
+        ref.launch_floor_s,
+        ref.host,
+    )
+    assert b200.glue_per_row_s == pytest.approx(ref.glue_per_row_s / ratio)
+    assert "carried to b200" in b200.source
+    b = context(MINI, "nvidia-b200-hgx8", tp=1, ep=1, dp=1, forward_term="unfused_glue")
+    tm = build_calibrated(b)
+    assert tm.layer_overhead_s * 5 == pytest.approx(ref.launches_per_step * ref.launch_floor_s)
+    assert tm.layer_row_overhead_s * 5 == pytest.approx(ref.glue_per_row_s / ratio)
+    # the served term: the launches x floor as they are, the rest of the per-layer part and the per-row part by
+    # the SM rate; on the H100 (same SMs and clock) the H200's term itself
+    h200_term = forward_term_of(context(MINI, tp=1, ep=1, dp=1, forward_term="served", row_buckets=BUCKETS))
+    h100_term = forward_term_of(context(MINI, "nvidia-h100-hgx8", tp=1, ep=1, dp=1, forward_term="served",
+                                        row_buckets=BUCKETS))  # fmt: skip
+    assert (h100_term.per_layer_s, h100_term.per_layer_row_s) == pytest.approx(
+        (h200_term.per_layer_s, h200_term.per_layer_row_s)
+    )
+    b200_term = forward_term_of(replace(b, forward_term="served", row_buckets=BUCKETS))
+    launch_s = ref.launches_per_step * ref.launch_floor_s / 5
+    assert b200_term.per_layer_s == pytest.approx(launch_s + (h200_term.per_layer_s - launch_s) / ratio)
+    assert b200_term.per_layer_row_s == pytest.approx(h200_term.per_layer_row_s / ratio)
+    assert "carried from h200" in b200_term.source
 
 
 # --- the time between steps, measured on the other runs ---------------------------------------------------
