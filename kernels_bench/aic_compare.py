@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import statistics
 import subprocess
 import sys
@@ -170,14 +169,13 @@ class SimSide:
 
     def moe(self, r: dict) -> tuple[float, bool]:
         # sim.timing.calibrated CalibratedTiming._experts, with the EP / expert-TP of the AIC row
-        e, k, rows = self.spec.moe.routed_experts, self.spec.moe.top_k, float(r["num_tokens"])
-        touched = e * (1.0 - math.pow(1.0 - k / e, rows))
-        groups, per_expert = touched / r["moe_ep_size"], rows * k / touched
-        g0 = self.mt.moe_gate_up.outer[0]
-        share, groups = min(1.0, groups / g0), max(groups, g0)
-        t = share * (self.mt.moe_gate_up.at(groups, per_expert) + self.mt.moe_down.at(groups, per_expert))
+        from sim.timing.experts import busiest_rank, grouped_s
+
+        rank = busiest_rank(self.spec.moe.routed_experts, self.spec.moe.top_k, float(r["num_tokens"]),
+                            int(r["moe_ep_size"]))  # fmt: skip
+        t = grouped_s(self.mt.moe_gate_up, *rank) + grouped_s(self.mt.moe_down, *rank)
         inner = self.mt.moe_gate_up.inner[0].xs
-        return t / r["moe_tp_size"], per_expert <= inner[-1]
+        return t / r["moe_tp_size"], rank.rows_per_expert <= inner[-1]
 
     def mhc(self, r: dict) -> tuple[float, bool]:
         return self.mt.mhc.at(float(r["num_tokens"])), r["num_tokens"] <= self.max_rows

@@ -16,8 +16,8 @@ so a step is a sum of kernel times on the busiest GPU):
   the kernel is dequant-bound), so a rank is timed at its DP group's full-head batch;
 - GEMMs: every layer's dense projections (FP8, the faster of block- and row-scaled at each M) at
   M = rows per DP group (/ TP), `wo_a` as its grouped bmm, the shared expert and router, the
-  routed experts as FP8 grouped GEMMs at (local experts touched, tokens per touched expert)
-  under uniform routing (kernels.md §6.2), indexer query and compressor projections where the
+  routed experts as FP8 grouped GEMMs at (the busiest EP rank's touched experts, tokens per touched
+  expert) under uniform routing (kernels.md §6.2; sim/timing/experts.py), indexer query and compressor projections where the
   layer has them. GEMM work the tables lack (Engram and index-weight projections, HCA and
   layer-20 compressors) is added at the same measured seconds per FLOP, i.e. the measured time is
   scaled by (total - LM head) / covered GEMM FLOPs per token; the drafter's FLOPs (speculative
@@ -105,6 +105,7 @@ from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, allgather_s
 from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
+from sim.timing.experts import busiest_rank, grouped_s
 from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.interp import (
     LINEAR,
@@ -488,27 +489,21 @@ class CalibratedTiming(RooflineTiming):
             cache[m] = v
         return v
 
-    def _experts(self, rows: int) -> tuple[float, float]:
-        """(share, seconds) of one MoE layer's routed experts over `rows` token rows on one GPU: the
-        measured grouped GEMMs over its EP rank's touched experts, split over the expert-TP GPUs,
-        times the share of the fewest measured local experts (6) when fewer are touched (the time
-        shrinks with the experts). The same in both classes of layers (`_experts_s` memoises it)."""
+    def _experts(self, rows: int) -> float:
+        """Seconds of one MoE layer's routed experts over `rows` token rows on the GPU the step waits for: the
+        measured grouped GEMMs over the busiest EP rank's touched experts, extrapolated below the fewest
+        measured experts (sim.timing.experts), split over the expert-TP GPUs. The same in both classes of layers
+        (`_experts_s` memoises it)."""
         mt, par = self.mt, self.par
-        e: int = self.arith.routed_experts  # typed: the arithmetic below compiles unboxed
-        k: int = self.arith.top_k
-        # kernels.md §6.2 [C], uniform routing; math.pow: the C pow() of float ** int (the int as a double)
-        touched = e * (1.0 - math.pow(1.0 - k / e, float(rows)))
-        groups, per_expert = touched / par.ep, rows * k / touched
-        g0 = mt.moe_gate_up.outer[0]
-        share, groups = min(1.0, groups / g0), max(groups, g0)
+        rank = busiest_rank(self.arith.routed_experts, self.arith.top_k, float(rows), par.ep)
         # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
         # rank's experts and runs every row routed to them on that slice, timed as the full
         # grouped GEMM / expert_tp, as the dense projections are / TP
         expert_tp = par.gpus / par.ep
         return (
-            share,
-            (mt.moe_gate_up.at(groups, per_expert) + mt.moe_down.at(groups, per_expert)) / expert_tp,
-        )
+            grouped_s(mt.moe_gate_up, rank.experts, rank.rows_per_expert)
+            + grouped_s(mt.moe_down, rank.experts, rank.rows_per_expert)
+        ) / expert_tp
 
     def _class_parts(self, every: bool, rows: int) -> PassParts:
         """The parts of `rows` token rows through one class of layers on the busiest GPU, the rows
@@ -573,8 +568,7 @@ class CalibratedTiming(RooflineTiming):
             if rows <= 0 or cls.moe_layers == 0:
                 v = 0.0
             else:
-                share, experts = self._experts(rows)
-                v = cls.moe_layers * share * experts * self._gemm_scale
+                v = cls.moe_layers * self._experts(rows) * self._gemm_scale
             memo.put(rows, v)
         return v
 
