@@ -1,5 +1,6 @@
-"""sim's kernel times at the shapes of AIConfigurator's measured B200 / H200 operator tables (issue 28,
-item 4a): a second blind check of the carry, in two stages.
+"""sim's kernel times at the shapes of AIConfigurator's measured B200 / H200 / H100 operator tables (issue 28,
+item 4a): a second blind check of the carry (the H100: a third, its predictions committed on their own before
+AIC's H100 times were read), in two stages.
 
     python3 -m kernels_bench.aic_compare predict --out docs/carry/aic/predicted [--aic-data DIR]
     python3 -m kernels_bench.aic_compare compare --predicted docs/carry/aic/predicted --out docs/carry/aic
@@ -47,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-GPUS = ("b200", "h200")
+GPUS = ("b200", "h200", "h100")  # h100: a third check of the carry, predicted before AIC's H100 times were read
 BACKENDS = {"vllm": "0.24.0", "sglang": "0.5.14"}
 TIME_COLUMNS = ("latency", "transmit_us", "notify_us", "power", "power_limit")
 MODEL = "deepseek-v4-flash"
