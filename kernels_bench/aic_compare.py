@@ -48,7 +48,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-GPUS = ("b200", "h200", "h100")  # h100: a third check of the carry, predicted before AIC's H100 times were read
+from sim.timing.carry import REFERENCE_GPU
+
+GPUS = (
+    "b200",
+    "h200",
+    "h100",
+)  # h100: a third check of the carry, predicted before AIC's H100 times were read
 BACKENDS = {"vllm": "0.24.0", "sglang": "0.5.14"}
 TIME_COLUMNS = ("latency", "transmit_us", "notify_us", "power", "power_limit")
 MODEL = "deepseek-v4-flash"
@@ -418,21 +424,24 @@ def compare(aic, predicted: Path, out: Path) -> list[dict]:
                            "its flagged rows (in_summary 0)"})  # fmt: skip
     ratio: dict[tuple, list[tuple[float, str]]] = {}
     for (backend, op_class, _shape), by_gpu in pairs.items():
-        for vb, sb, ab, fb in by_gpu.get("b200", []):
-            if op_class == "moe" and vb.startswith("fp8_block"):
-                continue  # sim's B200 experts are MXFP4 (carry rule 4): its ratio is not AIC's FP8 / FP8 one
-            for vh, sh, ah, fh in by_gpu.get("h200", []):
-                variant = vb if vb == vh else f"b200 {vb} / h200 {vh}"
-                ratio.setdefault((op_class, variant, backend), []).append(
-                    ((sb / sh) / (ab / ah) - 1.0, fb or fh)
-                )
+        for gpu in GPUS:
+            if gpu == REFERENCE_GPU:
+                continue
+            for vx, sx, ax, fx in by_gpu.get(gpu, []):
+                if gpu == "b200" and op_class == "moe" and vx.startswith("fp8_block"):
+                    continue  # sim's B200 experts are MXFP4 (carry rule 4): its ratio is not AIC's FP8 / FP8 one
+                for vh, sh, ah, fh in by_gpu.get(REFERENCE_GPU, []):
+                    variant = vx if vx == vh else f"{gpu} {vx} / {REFERENCE_GPU} {vh}"
+                    ratio.setdefault((gpu, op_class, variant, backend), []).append(
+                        ((sx / sh) / (ax / ah) - 1.0, fx or fh)
+                    )
     carry = [
-        {"op_class": c, "aic_variant": v, "backend": b, **_stats(errs)}
-        for (c, v, b), errs in sorted(ratio.items())
+        {"gpu": g, "op_class": c, "aic_variant": v, "backend": b, **_stats(errs)}
+        for (g, c, v, b), errs in sorted(ratio.items())
     ]
     _write_csv(out / "carry_ratio.csv", carry,
-               {"what": "the carry's B200 / H200 time ratio against AIC's at the same shape and backend: "
-                        "(sim_b200 / sim_h200) / (aic_b200 / aic_h200) - 1", **head})  # fmt: skip
+               {"what": "the carry's GPU / H200 time ratio against AIC's at the same shape and backend: "
+                        "(sim_gpu / sim_h200) / (aic_gpu / aic_h200) - 1", **head})  # fmt: skip
     _write_csv(
         out / "aic_grid.csv", _grid_extent(aic), {"what": "where AIC's decode attention grids stop", **head}
     )

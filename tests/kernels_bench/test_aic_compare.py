@@ -52,7 +52,7 @@ def test_predict_reads_shapes_only_and_writes_sims_times(aic_dir, tmp_path, monk
 
 def test_compare_flags_the_fp8_block_artifact_and_reads_ms(aic_dir, tmp_path):
     aic = find_aic(aic_dir)
-    for system in ("b200_sxm", "h200_sxm"):  # BF16 rows 0.01 ms, FP8-block 0.18 ms: the flat-180-us artifact
+    for system in ("b200_sxm", "h200_sxm", "h100_sxm"):  # BF16 0.01 ms, FP8-block 0.18 ms: the 180-us artifact
         _write(aic_dir / system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", {
             "kernel_source": ["b", "b", "f", "f"], "gemm_dtype": ["bfloat16", "bfloat16", "fp8_block", "fp8_block"],
             "m": [1, 128, 1, 128], "n": [512] * 4, "k": [4096] * 4, "latency": [0.01, 0.01, 0.18, 0.18]})  # fmt: skip
@@ -65,7 +65,16 @@ def test_compare_flags_the_fp8_block_artifact_and_reads_ms(aic_dir, tmp_path):
     bf16 = next(r for r in rows if r["gemm_dtype"] == "bfloat16" and r["m"] == "128")
     assert float(bf16["aic_us"]) == 10.0  # AIC's latency is milliseconds
     assert float(bf16["error"]) == round(float(bf16["sim_us"]) / 10.0 - 1.0, 4)
-    assert (tmp_path / "out" / "carry_ratio.csv").is_file()
+    # the carry ratio of every GPU against the H200: AIC's times are the same on all three here, so it is sim's
+    # own GPU / H200 ratio at each shape
+    ratio = {(r["gpu"], r["aic_variant"]): r for r in _rows(tmp_path / "out" / "carry_ratio.csv")}
+    h100 = {r["m"]: float(r["sim_us"]) for r in _rows(tmp_path / "out" / "compare" / "h100_vllm_gemm.csv")
+            if r["gemm_dtype"] == "bfloat16"}  # fmt: skip
+    h200 = {r["m"]: float(r["sim_us"]) for r in _rows(tmp_path / "out" / "compare" / "h200_vllm_gemm.csv")
+            if r["gemm_dtype"] == "bfloat16"}  # fmt: skip
+    want = sorted(h100[m] / h200[m] - 1.0 for m in h100)
+    assert float(ratio["h100", "bfloat16"]["median_error"]) == pytest.approx(sum(want) / 2, abs=1e-4)
+    assert ("b200", "bfloat16") in ratio
 
 
 def test_shapes_refuses_a_time_column(aic_dir):
