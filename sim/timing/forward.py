@@ -588,12 +588,16 @@ def carried_served_check(ctx) -> ForwardCheck:
     torch's grouped FP8 GEMM, which on the reference GPU takes 1.2-1.5x DeepGEMM's time at the same shapes, off
     both roofs) by the SMs' issue rate too, as rule 2b carries kernels off the roofs [D]. No points: nothing was
     measured on this GPU."""
-    from sim.timing.factory import hw_rates
+    from sim.config.timing import Timing
+    from sim.timing.factory import efficiency, hw_rates, profile_achievable
     from sim.timing.served import served_engine
     from sim.timing.tables import gpu_key, resolve_gpu
 
     ref_profile = resolve_gpu(REFERENCE_GPU)[1]
-    ref_ctx = replace(ctx, hw_profile=ref_profile, hw=hw_rates(ref_profile, ctx.hw.scale_out_latency_s))
+    # the reference GPU's peaks and achievable fractions; the scenario's fixed costs as they are
+    eff = replace(efficiency(profile_achievable(ref_profile), Timing()), step_overhead_s=ctx.eff.step_overhead_s,
+                  comm_overlap_frac=ctx.eff.comm_overlap_frac)  # fmt: skip
+    ref_ctx = replace(ctx, hw_profile=ref_profile, hw=hw_rates(ref_profile, ctx.hw.scale_out_latency_s), eff=eff)
     ref = served_term(ref_ctx)
     here = served_engine(gpu_key(ctx.hw_profile), ctx.model_name)  # carried: sim.timing.served.carried_engine
     layers = ctx.arith.spec.n_layers
