@@ -32,11 +32,12 @@ from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
 from sim.fleet.merge import merge_model, read_cell_summary
-from sim.fleet.split import parts_digest, split_trace, trace_parts
+from sim.fleet.split import parts_digest, split_trace
 from sim.metrics.schema import RUN_FORMAT
 from sim.outputs import probe_output_dir, staged_output_dir
 from sim.plan.executors import make_executor
-from sim.workload.io import arrow_without_pandas
+from sim.workload.io import arrow_without_pandas, trace_parts
+from sim.workload.parts import DEFAULT_PART_SESSIONS
 
 FLEET_FORMAT = "sim.fleet/v1"
 # progress(stage, done, total): stage "split" counts trace rows, "cells" counts cells run
@@ -140,9 +141,9 @@ def _source(scn: Scenario, seed: int, workdir: Path) -> list[Path]:
         return trace_parts(w.trace)
     from sim.workload.generator import generate_trace
 
-    out = workdir / "generated_trace.parquet"
-    generate_trace(w.generator, out, seed=seed, days=w.days)
-    return [out]
+    out = workdir / "generated_trace"
+    generate_trace(w.generator, out, seed=seed, days=w.days, part_sessions=DEFAULT_PART_SESSIONS)
+    return trace_parts(out)
 
 
 def run_fleet(

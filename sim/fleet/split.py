@@ -12,7 +12,6 @@ row group (CELL_ROW_GROUP_ROWS rows per cell).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from sim.config.cluster import Cells
-from sim.errors import InputError
 from sim.fleet.route import CellRouter
 from sim.workload.io import TraceWriter, iter_session_batches, trace_info
 
@@ -34,19 +32,6 @@ class CellTraces:
     paths: list[Path]  # cell k's trace
     requests: list[int]  # rows per cell
     sessions: list[int]
-
-
-def trace_parts(path: str | os.PathLike) -> list[Path]:
-    """The files of a trace: itself, or a folder's `*.parquet` in name order."""
-    path = Path(path)
-    if path.is_dir():
-        parts = sorted(path.glob("*.parquet"))
-        if not parts:
-            raise InputError(
-                "folder holds no .parquet part", where=str(path), allowed="a trace or a folder of parts"
-            )
-        return parts
-    return [path]
 
 
 def parts_digest(parts: list[Path]) -> bytes:
