@@ -4,8 +4,9 @@ Sums (requests, tokens, tasks, GPUs, $/h) add up. Percentiles are never averaged
 percentiles (and the mean TTFT and the SLO attainment) are computed over the merged values of every
 cell, read back from the cells' request logs in cell order, one metric at a time, with the same
 function a one-cell run uses (sim.metrics.summarize.percentiles): the fleet's p99 is the p99 of all
-its requests. Memory: 8 B per measured request of one model for one metric (sim.metrics.values),
-e.g. 0.8 GB at 100M requests; past that a mergeable sketch would be the way (not needed yet).
+its requests. Memory: 8 B per measured completed request of one model for one metric (0.83 GB at
+103M requests: docs/fleet.md); past a few hundred million a mergeable sketch with a stated error
+bound would take its place.
 
 Fleet answers:
 - cost per task: the cells' cluster $ over their windows / the tasks the cells completed;
@@ -28,11 +29,11 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sim import units
 from sim.metrics.summarize import percentiles
-from sim.metrics.values import LatencyValues
 
 SUMS = ("requests_arrived", "requests_completed", "requests_rejected", "requests_arrived_incl_warmup",
         "requests_not_arrived", "input_tokens", "output_tokens", "tasks_completed", "gpus",
@@ -44,7 +45,8 @@ def _metric(table, name: str, slo_ttft_s: float, slo_tpot_s: float) -> tuple[np.
     """One metric's values of a cell's measured completed requests (as sim.metrics.recorder keeps
     them) and, for TTFT, how many of them met the SLO."""
     measured = table.column("measured").to_numpy()
-    completed = (table.column("status").to_numpy(zero_copy_only=False) == "completed") & measured
+    # compared in Arrow: a numpy array of the status strings would be a Python object per request
+    completed = pc.equal(table.column("status"), "completed").to_numpy(zero_copy_only=False) & measured
     out = table.column("output_tokens").to_numpy()
     values = table.column(name).to_numpy(zero_copy_only=False)
     if name == "tpot_s":
@@ -57,20 +59,30 @@ def _metric(table, name: str, slo_ttft_s: float, slo_tpot_s: float) -> tuple[np.
     return values[completed], met
 
 
-def merged_latency(logs: list[Path], slo_ttft_s: float, slo_tpot_s: float) -> dict:
+def _batches(log: Path, columns: list[str]):
+    pf = pq.ParquetFile(log)
+    for group in range(pf.metadata.num_row_groups):
+        yield pf.read_row_group(group, columns=columns, use_threads=False)
+
+
+def merged_latency(logs: list[Path], completed: int, slo_ttft_s: float, slo_tpot_s: float) -> dict:
     """Percentiles of TTFT, TPOT and E2E over every cell's values, the mean TTFT and the requests
-    that met the SLO (module doc)."""
+    that met the SLO (module doc). `completed`: the measured completed requests of all cells, the
+    most values a metric has: one array of that size is filled cell by cell (its pages become
+    resident as they are written) and partitioned in place, so no value is ever held twice."""
     out: dict = {}
     columns = ["measured", "status", "output_tokens", "ttft_s", "tpot_s", "e2e_s"]
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        values, met = LatencyValues(), 0
+        values, filled, met = np.empty(completed), 0, 0
         for log in logs:
-            table = pq.read_table(log, columns=columns if name == "ttft_s" else columns[:3] + [name])
-            got, n = _metric(table, name, slo_ttft_s, slo_tpot_s)
-            values.extend(got)
-            met += n
-            del table
-        merged = values.array()
+            # a row group at a time: Arrow's allocator keeps what it once held, so a whole cell's
+            # table read at once would stay resident beside the values
+            for batch in _batches(log, columns if name == "ttft_s" else [*columns[:3], name]):
+                got, n = _metric(batch, name, slo_ttft_s, slo_tpot_s)
+                values[filled : filled + len(got)] = got
+                filled += len(got)
+                met += n
+        merged = values[:filled]
         stem = name.removesuffix("_s")
         if name == "ttft_s":
             out["ttft_mean_s"] = float(np.mean(merged)) if len(merged) else None
@@ -148,7 +160,7 @@ def merge_model(model: str, cell_dirs: list[Path], cells: list[dict], *, warmup_
             reasons[reason] = reasons.get(reason, 0) + n
     out["rejected_by_reason"] = dict(sorted(reasons.items()))
     logs = [d / model / "requests.parquet" for d in cell_dirs]
-    latency = merged_latency(logs, slo_ttft_s, slo_tpot_s)
+    latency = merged_latency(logs, out["requests_completed"], slo_ttft_s, slo_tpot_s)
     met = latency.pop("slo_met")
     out |= latency
     out["slo_attainment"] = met / out["requests_arrived"] if out["requests_arrived"] else None

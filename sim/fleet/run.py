@@ -27,10 +27,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from sim.api import run_scenario
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
 from sim.errors import InputError
+from sim.fleet import FLEET_FORMAT
 from sim.fleet.merge import merge_model, read_cell_summary
 from sim.fleet.split import parts_digest, split_trace
 from sim.metrics.schema import RUN_FORMAT
@@ -39,7 +42,6 @@ from sim.plan.executors import make_executor
 from sim.workload.io import arrow_without_pandas, trace_parts
 from sim.workload.parts import DEFAULT_PART_SESSIONS
 
-FLEET_FORMAT = "sim.fleet/v1"
 # progress(stage, done, total): stage "split" counts trace rows, "cells" counts cells run
 FleetProgress = Callable[[str, int, int], None]
 
@@ -180,6 +182,7 @@ def run_fleet(
                 parts, cells, traces, (lambda d, t: progress("split", d, t)) if progress else None
             )
             split_s = time.perf_counter() - began
+            pa.default_memory_pool().release_unused()  # the split's batches: Arrow's allocator keeps them
             cell_dirs = [stage / "cells" / f"cell_{k:04d}" for k in range(cells.count)]
             tasks = [
                 CellRun(_cell_doc(scn, split.paths[k]), scn.source_file, k, seed, str(cell_dirs[k]), loop)

@@ -130,3 +130,21 @@ def test_a_trace_in_parts_needs_cells(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cluster.cells"):
         run_scenario(tmp_path / "s.yaml", out_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_report_of_a_fleet_shows_the_spread(serial: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    result = CliRunner().invoke(app, ["report", str(serial), "-o", str(tmp_path / "r.html"), "--json"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "r.html").read_text()
+    assert "Bottleneck load per cell" in page and "cells needed at the peak hour" in page
+    cell = CliRunner().invoke(
+        app, ["report", str(serial / "cells" / "cell_0001"), "-o", str(tmp_path / "c.html")]
+    )
+    assert cell.exit_code == 0, cell.output
+    mixed = CliRunner().invoke(app, ["compare", str(serial), str(serial / "cells" / "cell_0001"),
+                                     "-o", str(tmp_path / "m.html")])  # fmt: skip
+    assert isinstance(mixed.exception, InputError) and "fleet run cannot be compared" in str(mixed.exception)
