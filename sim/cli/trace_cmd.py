@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from sim.cli.numbers import finite
 from sim.config.base import MAX_DURATION_S
 from sim.outputs import probe_output_file
 
@@ -103,7 +104,10 @@ def gen_cmd(
         float | None, typer.Option(callback=_days, help="horizon in days (default: the spec's)")
     ] = None,
     sessions_per_hour: Annotated[
-        float | None, typer.Option(min=0.001, help="session starts per hour (default: the spec's arrivals)")
+        float | None,
+        typer.Option(
+            min=0.001, callback=finite, help="session starts per hour (default: the spec's arrivals)"
+        ),
     ] = None,
     parts: Annotated[
         int | None,

@@ -193,7 +193,26 @@ class _Summary:
         }
 
 
-class TraceWriter:
+class ClosedOrAborted:
+    """A writer as a context manager: `close()` when the block succeeds, `abort()` when it raises."""
+
+    def close(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class TraceWriter(ClosedOrAborted):
     """Streams validated request batches into one Parquet file, atomically.
 
     Use as a context manager: on an exception the temporary file is removed and `path` untouched.
@@ -250,15 +269,6 @@ class TraceWriter:
         with contextlib.suppress(Exception):
             self._writer.close()
         self._output.__exit__(RuntimeError, RuntimeError("aborted"), None)
-
-    def __enter__(self) -> TraceWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike) -> None:

@@ -21,12 +21,12 @@ import pyarrow as pa
 from sim.errors import InputError
 from sim.units import DAY_S
 
-from .io import TraceWriter, trace_info
+from .io import ClosedOrAborted, TraceWriter, trace_info
 
 DEFAULT_PART_SESSIONS = 100_000  # ~6M requests of agent_2w's sessions: ~0.2 GB a part
 
 
-class TracePartsWriter:
+class TracePartsWriter(ClosedOrAborted):
     """`TraceWriter`'s interface (write, close, abort, summary; a context manager) over parts."""
 
     def __init__(self, folder: str | os.PathLike, *, metadata: Mapping[str, str] | None = None,
@@ -91,12 +91,3 @@ class TracePartsWriter:
         if self._writer is not None:
             self._writer.abort()
         shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> TracePartsWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
