@@ -106,6 +106,12 @@ def _workload(scn: Scenario) -> tuple[Workload | None, list[str]]:
             return None, [f"workload.generator: {line}" for line in err.lines]
         days = w.days if w.days is not None else spec.days
         return Workload(None, days * DAY_S, "the generated trace (sessions, arrivals, tokens)"), []
+    if Path(w.trace).is_dir():
+        if scn.cluster.cells is None:
+            return None, [f"workload.trace: {w.trace} is a trace in parts (a folder), which a fleet replays: "
+                          "give cluster.cells, or a trace file"]  # fmt: skip
+        # a fleet's parts are checked as they are split into cell traces (sim.fleet.split)
+        return Workload(None, None, "nothing: the scenario replays a trace"), []
     try:
         requests, last_arrival_s = _scan_trace(Path(w.trace), w.max_requests)
     except InputError as err:
@@ -165,7 +171,9 @@ def _window_problems(scn: Scenario, workload: Workload) -> list[str]:
     # Open loop, every arrival time is known now; closed loop, the run decides them (the run itself
     # then refuses a window that measured nothing: sim.api).
     last_s = workload.last_arrival_s
-    if w.trace is not None and w.replay == "open_loop" and w.warmup_s > last_s:  # measured: >= warmup
+    if (
+        last_s is not None and w.trace is not None and w.replay == "open_loop" and w.warmup_s > last_s
+    ):  # measured: >= warmup
         lines.append(
             problem_line(
                 "workload.warmup_s",

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("workload", "extensions"),  # 4: traces and the arrival driver that feeds the engine (told of ends by callback);
     # users' SimPy processes on the engine's operations API
     ("api", "preflight", "outputs", "processes", "capacity"),  # 5: one run (and its capacity search)
-    ("plan", "sweep", "validate", "report"),  # 6: many runs, pages from their outputs
+    ("plan", "sweep", "validate", "report", "fleet"),  # 6: many runs, pages from their outputs
     ("cli",),  # 7: the commands
 )
 LAYER = {package: level for level, packages in enumerate(LAYERS) for package in packages}

@@ -2,7 +2,7 @@
 least one `sim ...` command on a line of its own, the command names the file (or its folder), and the
 command runs in a cheap form without an error. The cheap form is the same command on a copy of the file
 cut short (a few requests, a short horizon, one concurrency, the first option of each plan axis, one
-layout per role in a deployment search), so a shipped file that stops at once (weights with no room for
+layout per role in a deployment search, two cells of a fleet), so a shipped file that stops at once (weights with no room for
 KV, a field the schema no longer takes, a path that moved) fails here, in CI, instead of for a user."""
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ def _short(data: dict[str, Any], folder: Path) -> dict[str, Any]:
         workload.pop("max_requests", None)
     else:
         workload.update(warmup_s=0, max_requests=30)
+    cells = data.get("cluster", {}).get("cells")
+    if cells:  # a fleet: two cells, and a generated trace of its first half hour of session starts
+        data["cluster"]["cells"] = {**cells, "count": 2} if isinstance(cells, dict) else 2
+        if "generator" in workload:
+            workload["days"] = 0.02
     return data
 
 

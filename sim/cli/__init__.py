@@ -17,6 +17,7 @@ from sim.errors import InputError
 from . import (
     bench_cmd,
     calibrate_cmd,
+    fleet_cmd,
     hw_cmd,
     model_cmd,
     plan_cmd,
@@ -58,6 +59,7 @@ for _module in (
     trace_cmd,
     run_cmd,
     bench_cmd,
+    fleet_cmd,
     calibrate_cmd,
     report_cmd,
     plan_cmd,

@@ -20,6 +20,14 @@ def _make_page(run_dirs: list[Path], out: Path, as_json: bool) -> None:
     from sim.report.rundata import load_run
 
     probe_output_file(out, flag="-o/--out")  # before reading the runs: one line, no work lost
+    fleet = _fleet_summary(run_dirs)
+    if fleet is not None:
+        from sim.report.fleet import build_fleet_page
+
+        page, n_charts = build_fleet_page(fleet)
+        write_atomic(out, page)
+        _said(out, n_charts, run_dirs, as_json)
+        return
     labels = unique_labels(run_dirs)
     err = Console(stderr=True)
     with Progress(
@@ -42,6 +50,32 @@ def _make_page(run_dirs: list[Path], out: Path, as_json: bool) -> None:
         progress.update(task, description=f"writing {out}")
         write_atomic(out, page)
         progress.advance(task)
+    _said(out, n_charts, run_dirs, as_json)
+
+
+def _fleet_summary(run_dirs: list[Path]) -> dict | None:
+    """The summary of a fleet run (sim.fleet) given alone; None for other runs. A fleet among several
+    folders: an error (`sim compare` draws runs of one cluster; compare the cells' folders)."""
+    from sim.errors import InputError
+    from sim.fleet import FLEET_FORMAT
+
+    found = []
+    for path in run_dirs:
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue  # load_run says what is wrong with it
+        if isinstance(summary, dict) and summary.get("format") == FLEET_FORMAT:
+            found.append((path, summary))
+    if not found:
+        return None
+    if len(run_dirs) > 1:
+        raise InputError("a fleet run cannot be compared with other runs here", file=str(found[0][0]),
+                         allowed="one fleet folder (sim report), or the folders of its cells (cells/cell_NNNN)")  # fmt: skip
+    return found[0][1]
+
+
+def _said(out: Path, n_charts: int, run_dirs: list[Path], as_json: bool) -> None:
     size = out.stat().st_size
     if as_json:
         typer.echo(

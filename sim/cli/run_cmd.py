@@ -28,8 +28,10 @@ from sim.api import run_scenario
 from sim.capacity.run import SearchStep
 from sim.capacity.verdict import model_label, verdict_line
 from sim.cli.capacity_view import capacity_lines, capacity_table, search_table
-from sim.cli.options import CORES, Jobs
+from sim.cli.fleet_cmd import fleet_run
+from sim.cli.options import CORES, Jobs, RayAddress
 from sim.config.scenario import load_scenario
+from sim.errors import InputError
 from sim.extensions import event_loop_of
 from sim.processes import peak_rss_bytes
 from sim.workload.io import arrow_without_pandas
@@ -73,11 +75,19 @@ def run(
             "extensions run on it); default: the scenario's event_loop",
         ),
     ] = None,
+    ray: RayAddress = None,
 ) -> None:
-    """Replay the scenario's trace on its cluster for each model; write Parquet + summary.json."""
+    """Replay the scenario's trace on its cluster for each model; write Parquet + summary.json. With
+    `cluster.cells`, a fleet: its cells run --jobs at a time (or on Ray) and merge (sim.fleet)."""
     scn = load_scenario(scenario)
     out_dir = out if out is not None else Path("runs") / scn.name
     err = Console(stderr=True, highlight=False)
+    if scn.cluster.cells is not None:
+        fleet_run(scn, seed, out_dir, force, as_json, jobs, ray, loop, err)
+        return
+    if ray is not None:
+        raise InputError("--ray runs the cells of a fleet; this scenario has none", where="--ray", value=ray,
+                         allowed="a scenario with cluster.cells, or no --ray")  # fmt: skip
     started = time.perf_counter()
     try:
         result = _run(scn, seed, out_dir, force, as_json, err, jobs, loop)

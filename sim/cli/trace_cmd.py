@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from sim.cli.numbers import finite
 from sim.config.base import MAX_DURATION_S
 from sim.outputs import probe_output_file
 
@@ -95,19 +96,36 @@ def _days(value: float | None) -> float | None:
 @trace_app.command("gen")
 def gen_cmd(
     spec: Annotated[Path, typer.Argument(help="generator spec (YAML), e.g. traces/agent_2w.yaml")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="output Parquet file")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="output Parquet file (with --parts: a new folder)")
+    ],
     seed: Annotated[int | None, typer.Option(min=0, help="random seed (default: the spec's)")] = None,
     days: Annotated[
         float | None, typer.Option(callback=_days, help="horizon in days (default: the spec's)")
     ] = None,
+    sessions_per_hour: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001, callback=finite, help="session starts per hour (default: the spec's arrivals)"
+        ),
+    ] = None,
+    parts: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="write a folder of parts (-o names it): one per day, at most N sessions each"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON only")] = False,
 ) -> None:
-    """Generate a synthetic agent trace from a spec; same spec and seed give identical bytes."""
+    """Generate a synthetic agent trace from a spec; same spec and seed give identical bytes. With
+    --parts, a fleet-scale trace as a folder of parts, in bounded memory (sim.workload.parts)."""
     from sim.workload.generator import generate_trace
 
-    probe_output_file(out, flag="-o/--out")
+    if parts is None:
+        probe_output_file(out, flag="-o/--out")
     with _progress("generating sessions", as_json) as progress:
-        summary = generate_trace(spec, out, seed=seed, days=days, progress=progress)
+        summary = generate_trace(spec, out, seed=seed, days=days, progress=progress,
+                                 sessions_per_hour=sessions_per_hour, part_sessions=parts)  # fmt: skip
     _emit(summary, as_json, f"{spec} -> {out}")
 
 
@@ -132,7 +150,10 @@ def fit_cmd(
 
 @trace_app.command("stats")
 def stats_cmd(
-    file: Annotated[Path, typer.Argument(help="a canonical trace (Parquet) or an imported envelope")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="a canonical trace (Parquet), a folder of its parts, or an imported envelope"),
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="print all statistics as JSON only")] = False,
     html_out: Annotated[
         Path | None, typer.Option("--html", help="also write a self-contained plotly page")
@@ -150,7 +171,7 @@ def stats_cmd(
 
     if html_out is not None:
         probe_output_file(html_out, flag="--html")
-    if file_format(open_parquet(file)) == ENVELOPE_FORMAT_VERSION:
+    if not file.is_dir() and file_format(open_parquet(file)) == ENVELOPE_FORMAT_VERSION:
         summary = summarize(read_envelope_table(file))
         if as_json:
             typer.echo(json.dumps(summary))

@@ -12,6 +12,9 @@ A pool is sized in `nodes` (whole nodes, every GPU an instance) or in `instances
 instances of 1, 2, 4 or 8 GPUs, packed onto as few nodes of the profile as hold them). A pool in
 instances pays per GPU it uses (the node's price x GPUs used / GPUs per node) and gets the same
 share of each node's host DRAM and SSD for KV; `Scenario.pool_layout` resolves both forms.
+
+`cells` makes the cluster one cell of a fleet of identical cells behind a global router that sends
+each session, whole, to one cell (sim.fleet): within a cell everything is as without cells.
 """
 
 from __future__ import annotations
@@ -128,6 +131,35 @@ class NodeOverrides(StrictModel):
     )
 
 
+MAX_CELLS = 4096  # a bound of ours [D]: one trace file per cell is open while the trace is split
+
+
+class Cells(StrictModel):
+    """The fleet: `count` cells, each this cluster, and the policy that sends a session to a cell."""
+
+    count: int = Field(ge=1, le=MAX_CELLS, description="cells in the fleet, each `cluster.pools`")
+    router: Literal["hash", "least_loaded", "tenant"] = Field(
+        "hash",
+        description="session to cell: hash = a stable hash of the session id; least_loaded = the cell "
+        "with the fewest requests in the previous interval (plus those the sessions it was sent this "
+        "interval are expected to bring); tenant = `pins`, other tenants by hash",
+    )
+    interval_s: float = Field(3600.0, gt=0, description="least_loaded: the load interval")
+    pins: dict[str, int] = Field(default_factory=dict, description="tenant: its cell (router tenant)")
+
+    @model_validator(mode="after")
+    def _pins_in_range(self) -> Cells:
+        problems = [
+            Problem(f"pins.{tenant}", "no such cell", cell, f"0..{self.count - 1}")
+            for tenant, cell in self.pins.items()
+            if not 0 <= cell < self.count
+        ]
+        if self.pins and self.router != "tenant":
+            problems.append(Problem("pins", "pins apply to router tenant only", self.router, "tenant"))
+        raise_problems(problems)
+        return self
+
+
 class Cluster(StrictModel):
     pools: list[Pool] = Field(min_length=1, description="all colocated, or prefill + decode pools")
     node: NodeOverrides = Field(default_factory=NodeOverrides)
@@ -137,6 +169,12 @@ class Cluster(StrictModel):
     engram_placement: Literal["hbm", "host_dram"] = Field(
         "hbm", description="where V4.1's Engram tables (model.md §9 #10: 202.8 GB) live"
     )
+    cells: Cells | None = Field(None, description="a fleet of cells of these pools (sim.fleet); null: one")
+
+    @field_validator("cells", mode="before")
+    @classmethod
+    def _count_alone(cls, value):
+        return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _pools_consistent(self) -> Cluster:

@@ -51,7 +51,9 @@ class Benchmark(StrictModel):
 
 class Workload(StrictModel):
     trace: str | None = Field(
-        None, description="canonical Parquet trace (sim.workload.schema), relative path"
+        None,
+        description="canonical Parquet trace (sim.workload.schema), relative path; or a folder of its "
+        "parts (`sim trace gen --parts`), which a fleet (cluster.cells) splits by cell",
     )
     generator: str | None = Field(None, description="generator spec YAML, relative path")
     benchmark: Benchmark | None = Field(None, description="fixed-shape benchmark requests, no file")
@@ -82,6 +84,10 @@ class Workload(StrictModel):
             return None
         base = Path((info.context or {}).get("base_dir", "."))
         path = (base / value).resolve()
+        if info.field_name == "trace" and path.is_dir():  # a trace in parts (a fleet's: sim.fleet)
+            if not any(path.glob("*.parquet")):
+                raise field_error(f"folder holds no .parquet part: {path}", "a trace in parts")
+            return str(path)
         if info.field_name == "trace" and path.suffix != ".parquet":
             raise field_error(
                 "a trace must be a canonical Parquet file; import others with `sim trace`", ".parquet"

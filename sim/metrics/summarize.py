@@ -28,7 +28,7 @@ from sim.metrics.capacity import capacity_block
 PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 
 
-def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+def percentiles(values: np.ndarray) -> dict[str, float | None]:
     """PERCENTILES of `values`, which are partitioned in place (no copy of an array that holds
     8 B per measured request); read whatever depends on their order first."""
     if not len(values):
@@ -99,10 +99,10 @@ def summarize_model(
         "window_s": window_s,
     }
     ttft_mean_s = float(np.mean(rec.ttft)) if len(rec.ttft) else None  # before the partition below
-    out |= {f"ttft_{name}_s": v for name, v in _percentiles(rec.ttft).items()}
+    out |= {f"ttft_{name}_s": v for name, v in percentiles(rec.ttft).items()}
     out["ttft_mean_s"] = ttft_mean_s
-    out |= {f"tpot_{name}_s": v for name, v in _percentiles(rec.tpot).items()}
-    out |= {f"e2e_{name}_s": v for name, v in _percentiles(rec.e2e).items()}
+    out |= {f"tpot_{name}_s": v for name, v in percentiles(rec.tpot).items()}
+    out |= {f"e2e_{name}_s": v for name, v in percentiles(rec.e2e).items()}
     out["output_tokens_per_s"] = _div(t.output_tokens, window_s)
     out["input_tokens_per_s"] = _div(t.input_tokens, window_s)
     gpus = sum(p.gpus for p in sim.pools)

@@ -38,6 +38,7 @@ from .dists import normal_cdf
 from .envelope import envelope_shape, session_starts
 from .ids import stable_id
 from .io import TraceWriter, read_trace_table
+from .parts import TracePartsWriter
 from .rows import request_table
 from .schema import ARRIVAL_ABSOLUTE, ARRIVAL_THINK
 from .spec import GeneratorSpec, ParametricSessions, TemplateSessions, load_spec
@@ -75,14 +76,15 @@ class Sessions:
 
 def generate_trace(spec: GeneratorSpec | str | os.PathLike, out_path: str | os.PathLike, seed: int | None = None,
                    days: float | None = None, progress: Callable[[int, int], None] | None = None,
-                   sessions_per_hour: float | None = None) -> dict:  # fmt: skip
+                   sessions_per_hour: float | None = None, part_sessions: int | None = None) -> dict:  # fmt: skip
     """Generate the trace a spec describes into `out_path` (atomically) and return its summary.
 
     `spec` is a GeneratorSpec or a YAML path (relative file names in it are resolved against its
     folder). `seed` defaults to the spec's, `days` to the spec's horizon, `sessions_per_hour` to the
     spec's arrivals (the capacity search raises it: the same seed draws the same sessions, started
     faster). `progress(done, total)` is called with sessions generated so far. Same spec, seed, days
-    and rate -> byte-identical file.
+    and rate -> byte-identical file. `part_sessions`: `out_path` is a new folder of parts, one per day
+    of session starts and at most that many sessions (sim.workload.parts): the same rows.
     """
     spec, base = (spec, Path.cwd()) if isinstance(spec, GeneratorSpec) else load_spec(spec)
     if sessions_per_hour is not None:
@@ -113,7 +115,12 @@ def generate_trace(spec: GeneratorSpec | str | os.PathLike, out_path: str | os.P
         "sim.generator.days": repr(float(days)),
     }
     next_request = 0
-    with TraceWriter(out_path, metadata=metadata) as writer:
+    writer = (
+        TraceWriter(out_path, metadata=metadata)
+        if part_sessions is None
+        else TracePartsWriter(out_path, metadata=metadata, part_sessions=part_sessions)
+    )
+    with writer:
         for lo in range(0, len(starts), BATCH_SESSIONS):
             batch = sampler.draw(rng, len(starts[lo : lo + BATCH_SESSIONS]))
             table = _table(spec, sampler, batch, starts[lo : lo + BATCH_SESSIONS], lo, next_request)

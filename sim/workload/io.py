@@ -10,6 +10,10 @@ Public API (what the simulator uses):
   rows, reading row groups in bounded memory (one batch plus the largest session).
 - `read_trace_table(path, columns=None)`: the whole validated table (small files, analysis).
 - `trace_info(path)`: counts and time span from the file's metadata, without reading the rows.
+
+A trace may also be a folder of parts (`sim trace gen --parts`, sim.workload.parts): files whose name
+order is the trace's order, each holding whole sessions; `trace_parts`, `iter_session_batches` and
+`trace_info` read such a folder as one trace.
 """
 
 from __future__ import annotations
@@ -128,7 +132,9 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
 class _NoPandas(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "pandas" or fullname.startswith("pandas."):
-            raise ModuleNotFoundError(f"{fullname}: kept out (sim.workload.io.arrow_without_pandas)", name=fullname)
+            raise ModuleNotFoundError(
+                f"{fullname}: kept out (sim.workload.io.arrow_without_pandas)", name=fullname
+            )
         return None
 
 
@@ -187,7 +193,26 @@ class _Summary:
         }
 
 
-class TraceWriter:
+class ClosedOrAborted:
+    """A writer as a context manager: `close()` when the block succeeds, `abort()` when it raises."""
+
+    def close(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class TraceWriter(ClosedOrAborted):
     """Streams validated request batches into one Parquet file, atomically.
 
     Use as a context manager: on an exception the temporary file is removed and `path` untouched.
@@ -244,15 +269,6 @@ class TraceWriter:
         with contextlib.suppress(Exception):
             self._writer.close()
         self._output.__exit__(RuntimeError, RuntimeError("aborted"), None)
-
-    def __enter__(self) -> TraceWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike) -> None:
@@ -451,12 +467,30 @@ class TraceSession:
         return self.requests.to_pylist()
 
 
+def trace_parts(path: str | os.PathLike) -> list[Path]:
+    """The files of a trace: itself, or a folder's `*.parquet` parts in name order."""
+    path = Path(path)
+    if not path.is_dir():
+        return [path]
+    parts = sorted(path.glob("*.parquet"))
+    if not parts:
+        raise InputError(
+            "folder holds no .parquet part", file=str(path), allowed="a trace or a folder of its parts"
+        )
+    return parts
+
+
 def iter_session_batches(path: str | os.PathLike, batch_rows: int = 65_536,
                          columns: list[str] | None = None, *, trusted: bool = False) -> Iterator[pa.Table]:  # fmt: skip
     """Validated tables of whole sessions (about `batch_rows` rows each, more when one session is
     longer), in file order: for vectorised passes over a trace in bounded memory. `session_id` is
     always included. `trusted`: this file passed the checks already (a run's replay after
-    `sim.preflight` read it whole, or a trace `TraceWriter` wrote): read and cast, not checked again."""
+    `sim.preflight` read it whole, or a trace `TraceWriter` wrote): read and cast, not checked again.
+    A folder of parts: each part in turn (a part holds whole sessions)."""
+    if Path(path).is_dir():
+        for part in trace_parts(path):
+            yield from iter_session_batches(part, batch_rows, columns, trusted=trusted)
+        return
     if columns is not None:
         columns = list(dict.fromkeys(["session_id", *columns]))
     pending: pa.Table | None = None
@@ -500,7 +534,10 @@ def _session(rows: pa.Table) -> TraceSession:
 
 def trace_info(path: str | os.PathLike) -> dict[str, object]:
     """Counts and time span of a trace from its metadata (written by TraceWriter), without reading
-    rows; files from elsewhere fall back to reading three columns."""
+    rows; files from elsewhere fall back to reading three columns. A folder of parts: their sums,
+    spans and row groups together."""
+    if Path(path).is_dir():
+        return _parts_info(path)
     pf = _open_trace(path)
     meta = {k.decode(): v.decode() for k, v in (pf.metadata.metadata or {}).items() if k != b"ARROW:schema"}
     raw = meta.pop(SUMMARY_KEY, None)
@@ -517,3 +554,23 @@ def trace_info(path: str | os.PathLike) -> dict[str, object]:
     summary["duration_s"] = summary["last_arrival_s"] - summary["first_arrival_s"]
     return {"path": str(path), "rows": pf.metadata.num_rows, "row_groups": pf.metadata.num_row_groups,
             **summary, "metadata": meta}  # fmt: skip
+
+
+def _parts_info(path: str | os.PathLike) -> dict[str, object]:
+    infos = [trace_info(part) for part in trace_parts(path)]
+    out: dict[str, object] = {"path": str(path), "parts": len(infos)}
+    for key in (
+        "rows",
+        "row_groups",
+        "sessions",
+        "requests",
+        "top_level_requests",
+        "input_tokens",
+        "output_tokens",
+    ):
+        out[key] = sum(int(i[key]) for i in infos)
+    out["first_arrival_s"] = min(float(i["first_arrival_s"]) for i in infos)
+    out["last_arrival_s"] = max(float(i["last_arrival_s"]) for i in infos)
+    out["duration_s"] = out["last_arrival_s"] - out["first_arrival_s"]
+    out["metadata"] = infos[0]["metadata"]
+    return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 from sim.units import DAY_S, HOUR_S, MINUTE_S
 
 from .histogram import LogHistogram
-from .io import iter_session_batches, open_parquet, trace_info
+from .io import iter_session_batches, open_parquet, trace_info, trace_parts
 from .schema import ARRIVAL_THINK
 from .turns import ends_turn
 
@@ -305,6 +306,8 @@ def trace_stats(
 
 def _has_blocks(path: str | os.PathLike) -> bool:
     """Whether any row group has block hashes (from column statistics, without reading rows)."""
+    if Path(path).is_dir():
+        return any(_has_blocks(part) for part in trace_parts(path))
     meta = open_parquet(path).metadata
     index = meta.schema.to_arrow_schema().get_field_index("block_size_tokens")
     for g in range(meta.num_row_groups):

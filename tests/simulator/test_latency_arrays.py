@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.metrics.summarize import PERCENTILES, _percentiles
+from sim.metrics.summarize import PERCENTILES, percentiles
 from sim.metrics.values import LatencyValues
 
 
@@ -80,7 +80,7 @@ def test_percentiles_match_numpy_without_a_copy():
     tracemalloc.start()
     tracemalloc.reset_peak()
     base, _ = tracemalloc.get_traced_memory()
-    got = _percentiles(values)
+    got = percentiles(values)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert got == expected  # bit for bit: the summary's values do not move
@@ -89,6 +89,6 @@ def test_percentiles_match_numpy_without_a_copy():
 
 @pytest.mark.parametrize("values", [np.zeros(0), np.array([2.5])])
 def test_percentiles_small(values):
-    got = _percentiles(values)
+    got = percentiles(values)
     assert list(got) == list(PERCENTILES)
     assert all(v == (2.5 if len(values) else None) for v in got.values())

@@ -178,7 +178,7 @@ def test_features_show_up(tmp_path):
     assert min(seen.values()) > 0
 
 
-@pytest.mark.parametrize("name", ["agent_2w.yaml", "agent_1M_sample.yaml"])
+@pytest.mark.parametrize("name", ["agent_2w.yaml", "agent_1M_sample.yaml", "fleet_2w.yaml"])
 def test_shipped_specs_generate(name, tmp_path):
     spec, _ = load_spec(project_root() / "traces" / name)
     summary = generate_trace(spec, tmp_path / "g.parquet", days=0.01)
