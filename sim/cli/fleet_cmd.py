@@ -12,18 +12,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from sim import native
 from sim.cli.options import RayAddress
+from sim.cli.progress import eta_bar
 from sim.config.scenario import load_scenario
 from sim.fleet.run import FleetResult, run_fleet
 from sim.processes import peak_rss_bytes
@@ -70,9 +63,7 @@ def fleet_run(scn, seed, out_dir: Path, force: bool, as_json: bool, jobs: int, r
 def _with_progress(
     scn, seed, out_dir, force, jobs, ray, loop, err: Console, *, transient: bool
 ) -> FleetResult:
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn(), console=err, transient=transient,
-                   refresh_per_second=1)  # fmt: skip
+    bar = eta_bar(err, transient=transient)
     tasks: dict[str, int] = {}
 
     def progress(stage: str, done: int, total: int) -> None:

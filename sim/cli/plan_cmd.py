@@ -9,16 +9,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from sim.cli.options import CORES, RayAddress, Workers
+from sim.cli.progress import eta_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -45,16 +38,7 @@ def plan(
     probe_writable_dir(out)
 
     err = Console(stderr=True)
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("candidates (the total is a bound: it shrinks as bisections finish)"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err, transient=False) as bar:
+    with eta_bar(err, "candidates (the total is a bound: it shrinks as bisections finish)") as bar:
         task = bar.add_task("plan", total=None)
 
         def on_progress(done: int, total: int, resumed: int) -> None:

@@ -13,14 +13,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from sim import native, units
@@ -30,6 +22,7 @@ from sim.capacity.verdict import model_label, verdict_line
 from sim.cli.capacity_view import capacity_lines, capacity_table, search_table
 from sim.cli.fleet_cmd import fleet_run
 from sim.cli.options import CORES, Jobs, RayAddress
+from sim.cli.progress import eta_bar
 from sim.config.scenario import load_scenario
 from sim.errors import InputError
 from sim.extensions import event_loop_of
@@ -146,20 +139,7 @@ def _run(
 ):
     """The simulation under a progress bar per model (shown from the first model on: the checks
     before it print only errors); models run `jobs` at a time, their bars side by side."""
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("sim {task.fields[sim_time]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=as_json,
-        # rich redraws 10 times a second by default: ~40 ms of CPU a second in a terminal, taken from
-        # the model processes on a machine with as many cores as models; once a second is ~6 ms
-        refresh_per_second=1,
-    )
+    bar = eta_bar(err, "sim {task.fields[sim_time]}", transient=as_json)
     tasks: dict[str, int] = {}
     searches: dict[str, int] = {}
 
