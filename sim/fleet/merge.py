@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sim import units
+from sim.metrics.slo import slo_met
 from sim.metrics.summarize import percentiles
 
 SUMS = ("requests_arrived", "requests_completed", "requests_rejected", "requests_arrived_incl_warmup",
@@ -54,8 +55,7 @@ def _metric(table, name: str, slo_ttft_s: float, slo_tpot_s: float) -> tuple[np.
     met = 0
     if name == "ttft_s":
         tpot = table.column("tpot_s").to_numpy(zero_copy_only=False)
-        with np.errstate(invalid="ignore"):
-            met = int((completed & (values <= slo_ttft_s) & ((out <= 1) | (tpot <= slo_tpot_s))).sum())
+        met = int((completed & slo_met(values, tpot, out, slo_ttft_s, slo_tpot_s)).sum())
     return values[completed], met
 
 

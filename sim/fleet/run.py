@@ -39,6 +39,7 @@ from sim.fleet.split import parts_digest, split_trace
 from sim.metrics.schema import RUN_FORMAT
 from sim.outputs import probe_output_dir, staged_output_dir
 from sim.plan.executors import make_executor
+from sim.processes import peak_rss_bytes
 from sim.workload.io import arrow_without_pandas, trace_parts
 from sim.workload.parts import DEFAULT_PART_SESSIONS
 
@@ -77,16 +78,13 @@ class FleetResult:
 
 def run_cell(task: CellRun) -> CellOutcome:
     """Simulate one cell (every model, in turn) into `task.out`; in a worker."""
-    import resource
-
     began = time.perf_counter()
     with arrow_without_pandas():
         scn = validate_or_raise(Scenario, task.doc, file=task.file or "scenario")
         scn._file = task.file
         result = run_scenario(scn, task.seed, task.out, jobs=1, loop=task.loop, capacity=False)
     requests = sum(m["requests_arrived_incl_warmup"] for m in result.summary["models"].values())
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return CellOutcome(task.cell, requests, time.perf_counter() - began, rss)
+    return CellOutcome(task.cell, requests, time.perf_counter() - began, peak_rss_bytes())
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from sim.metrics.requestlog import NUMERIC_FIELDS, TEXT_FIELDS, RequestRows
 from sim.metrics.schema import REQUEST_SCHEMA, stamped
+from sim.metrics.slo import slo_met
 from sim.metrics.values import LatencyValues
 
 ROWS_PER_GROUP = 65_536
@@ -183,7 +184,7 @@ class Recorder:
         t.swa_replay += int((ok & (swa == "replay")).sum())
         out = cols["output_tokens"]
         ttft, tpot = cols["ttft_s"], cols["tpot_s"]
-        met = ok & (ttft <= self.slo_ttft_s) & ((out <= 1) | (tpot <= self.slo_tpot_s))
+        met = ok & slo_met(ttft, tpot, out, self.slo_ttft_s, self.slo_tpot_s)
         t.slo_met += int(met.sum())
         self._ttft.extend(ttft[ok])
         self._e2e.extend(cols["e2e_s"][ok])
@@ -205,4 +206,3 @@ class Recorder:
             self._writer.close()
         if self._tmp is not None and self._tmp.exists():
             self._tmp.unlink()
-

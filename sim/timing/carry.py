@@ -136,6 +136,11 @@ class GpuPeaks:
         )
 
     @property
+    def sm_ratio(self) -> float:
+        """The SMs' issue rate (SM count x clock) against the H200's: what rule 2b carries by."""
+        return self.sm_rate / H200_SM_RATE
+
+    @property
     def native_fp4(self) -> bool:
         return self.fp4_flops_per_s > 0.0
 
@@ -272,7 +277,7 @@ def carried_time_s(row: KernelRow, gpu: GpuPeaks, best: Best, sat: Saturation | 
         nbytes, prec = _native_bytes(row, gpu)
         floors = (row.flops / (gpu.flops_per_s(prec) * sat.compute_of(precision(row))),
                   nbytes / (gpu.hbm_bytes_per_s * sat.bandwidth))  # fmt: skip
-        return work.latency_s + max(w * H200_SM_RATE / gpu.sm_rate, *floors)
+        return work.latency_s + max(w / gpu.sm_ratio, *floors)
     cls = op_class(row) or ""
     ec, eb = work.compute_frac, work.bandwidth_frac
     if work.compute_bound:

@@ -427,9 +427,9 @@ def pass_parts(p: ForwardPoint, kernels_ref_s: float, kernel_ratio: float, sm_ra
 
 
 def _carry(ref: ForwardCheck, which: str, profile, tables: KernelTables) -> CarriedCheck:
-    from sim.timing.carry import H200_SM_RATE, GpuPeaks
+    from sim.timing.carry import GpuPeaks
 
-    sm_ratio = GpuPeaks.of(profile).sm_rate / H200_SM_RATE
+    sm_ratio = GpuPeaks.of(profile).sm_ratio
     points, kernels, ratios, parts = [], [], [], []
     for row, p in zip(ref.rows, load_points(ref.path)[1], strict=True):
         k_ref = row["predicted_kernels_us"] * 1e-6
@@ -589,31 +589,31 @@ def carried_served_check(ctx) -> ForwardCheck:
     both roofs) by the SMs' issue rate too, as rule 2b carries kernels off the roofs [D]. No points: nothing was
     measured on this GPU."""
     from sim.config.timing import Timing
+    from sim.timing.carry import GpuPeaks
     from sim.timing.factory import efficiency, hw_rates, profile_achievable
     from sim.timing.served import served_engine
-    from sim.timing.tables import gpu_key, resolve_gpu
+    from sim.timing.tables import resolve_gpu
 
     ref_profile = resolve_gpu(REFERENCE_GPU)[1]
     # the reference GPU's peaks and achievable fractions; the scenario's fixed costs as they are
     eff = replace(efficiency(profile_achievable(ref_profile), Timing()), step_overhead_s=ctx.eff.step_overhead_s,
                   comm_overlap_frac=ctx.eff.comm_overlap_frac)  # fmt: skip
-    ref_ctx = replace(ctx, hw_profile=ref_profile, hw=hw_rates(ref_profile, ctx.hw.scale_out_latency_s), eff=eff)
+    ref_ctx = replace(
+        ctx, hw_profile=ref_profile, hw=hw_rates(ref_profile, ctx.hw.scale_out_latency_s), eff=eff
+    )
     ref = served_term(ref_ctx)
-    here = served_engine(gpu_key(ctx.hw_profile), ctx.model_name)  # carried: sim.timing.served.carried_engine
-    layers = ctx.arith.spec.n_layers
-    launch_s = here.launches_per_step * here.launch_floor_s / layers
+    eng = served_engine(REFERENCE_GPU, ctx.model_name)
+    sm_ratio = GpuPeaks.of(ctx.hw_profile).sm_ratio
+    launch_s = eng.launches_per_step * eng.launch_floor_s / ctx.arith.spec.n_layers
     # the per-row part is glue and the rest alike, both by the SM rate
     term = Term(
-        launch_s + (ref.term.per_layer_s - launch_s) / here.sm_ratio,
-        ref.term.per_layer_row_s / here.sm_ratio,
+        launch_s + (ref.term.per_layer_s - launch_s) / sm_ratio,
+        ref.term.per_layer_row_s / sm_ratio,
         ref.term.points,
         f"{ref.term.source}; carried from {REFERENCE_GPU}: the glue launches x floor as they are, the rest x "
-        f"{1 / here.sm_ratio:.3f} (SM issue rate) [D]",
+        f"{1 / sm_ratio:.3f} (SM issue rate) [D]",
     )
-    glue = Term(
-        launch_s, here.glue_per_row_s / layers, ref.term.points, "the served engine's unfused glue, carried"
-    )
-    return ForwardCheck(ref.path, ref.provenance, term, glue, (), 0)
+    return ForwardCheck(ref.path, ref.provenance, term, NO_TERM, (), 0)
 
 
 def unfused_glue_term(ctx) -> Term:

@@ -222,11 +222,11 @@ def carried_engine(ref: ServedEngine, sm_ratio: float, gpu: str) -> ServedEngine
 
 def sm_ratio_of(key: str) -> float:
     """SM count x clock of GPU `key`'s profile / the reference GPU's (sim.timing.carry; 1 without a profile)."""
-    from sim.timing.carry import H200_SM_RATE, GpuPeaks
+    from sim.timing.carry import GpuPeaks
     from sim.timing.tables import resolve_gpu
 
     profile = resolve_gpu(key)[1]
-    return 1.0 if profile is None else GpuPeaks.of(profile).sm_rate / H200_SM_RATE
+    return 1.0 if profile is None else GpuPeaks.of(profile).sm_ratio
 
 
 def served_engine(key: str, model: str = "") -> ServedEngine:
