@@ -84,8 +84,9 @@ def merged_latency(logs: list[Path], completed: int, slo_ttft_s: float, slo_tpot
                 met += n
         merged = values[:filled]
         stem = name.removesuffix("_s")
+        if name != "e2e_s":  # the means before the partition (sim.metrics.summarize)
+            out[f"{stem}_mean_s"] = float(np.mean(merged)) if len(merged) else None
         if name == "ttft_s":
-            out["ttft_mean_s"] = float(np.mean(merged)) if len(merged) else None
             out["slo_met"] = met
         out |= {f"{stem}_{p}_s": v for p, v in percentiles(merged).items()}
         del merged, values

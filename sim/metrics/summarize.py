@@ -98,10 +98,13 @@ def summarize_model(
         "warmup_s": warmup_s,
         "window_s": window_s,
     }
-    ttft_mean_s = float(np.mean(rec.ttft)) if len(rec.ttft) else None  # before the partition below
+    # means before the partitions below (SGLang's bench_serving publishes means)
+    ttft_mean_s = float(np.mean(rec.ttft)) if len(rec.ttft) else None
+    tpot_mean_s = float(np.mean(rec.tpot)) if len(rec.tpot) else None
     out |= {f"ttft_{name}_s": v for name, v in percentiles(rec.ttft).items()}
     out["ttft_mean_s"] = ttft_mean_s
     out |= {f"tpot_{name}_s": v for name, v in percentiles(rec.tpot).items()}
+    out["tpot_mean_s"] = tpot_mean_s
     out |= {f"e2e_{name}_s": v for name, v in percentiles(rec.e2e).items()}
     out["output_tokens_per_s"] = _div(t.output_tokens, window_s)
     out["input_tokens_per_s"] = _div(t.input_tokens, window_s)
