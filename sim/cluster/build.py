@@ -363,7 +363,7 @@ def pool_timing(
         arith.name,
         _pool_arith(arith, pool, model_ref.kv_layout),
         hw,
-        Parallelism(gpus=pool.gpus_per_instance, tp=pool.tp, ep=pool.ep, dp=pool.dp),
+        Parallelism(gpus=pool.gpus_per_instance, tp=pool.tp, ep=pool.ep, dp=pool.dp, moe_a2a=pool.moe_a2a),
         scn.timing,
         scn.achievable(pool),
         accepted_tokens_per_step=spec_step.accepted_tokens_per_step,

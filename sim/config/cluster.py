@@ -62,6 +62,14 @@ class Pool(StrictModel):
         "round_robin / zigzag = by token position (SGLang --nsa-prefill-cp-mode round-robin-split / "
         "in-seq-split, CP size = tp); needs tp >= 2 and dp = 1 (sim/timing/context_parallel.py)",
     )  # SGLang's DeepSeek-V4 recipes leave it off except the Context-Parallel one (round_robin)
+    moe_a2a: Literal["link", "deepep", "megamoe"] = Field(
+        "link",
+        description="how the EP ranks exchange tokens around each MoE layer: link = their bytes over the scale-up "
+        "link, timing.comm_overlap_frac hidden; deepep = DeepEP's measured kernels (the hardware profile's "
+        "scale_up.deepep; SGLang --moe-a2a-backend deepep: low-latency in decode steps, normal in steps with "
+        "prefill, not overlapped); megamoe = fused into DeepGEMM's Mega MoE kernel, no separate exchange "
+        "(--moe-a2a-backend megamoe) [D] (sim/timing/roofline.py)",
+    )
     prefill_decoder_tail: Literal["auto", "on", "off"] = Field(
         "auto",
         description="whether the pool's engine runs V4.1's decoder layers on each request's last rows only "

@@ -391,6 +391,15 @@ def _pool_fits_hardware(path: str, pool: Pool, hw) -> list[Problem]:
     gpn = hw.gpus_per_node
     gpi = pool.gpus_per_instance
     problems = []
+    if pool.moe_a2a == "deepep" and hw.scale_up.deepep is None:
+        problems.append(
+            Problem(
+                f"{path}.moe_a2a",
+                f"the hardware profile {hw.id} has no measured DeepEP kernels (scale_up.deepep)",
+                pool.moe_a2a,
+                "link or megamoe; deepep where the profile measures it (`sim hw show <profile>`: scale_up.deepep)",
+            )
+        )
     if gpi <= gpn:
         if gpn % gpi:
             problems.append(

@@ -87,6 +87,24 @@ class Accelerator(StrictModel):
     sm_clock_max_MHz: Sourced[float] | None = Field(None, description="maximum (boost) SM clock, MHz")
 
 
+class DeepEpKernel(StrictModel):
+    """One DeepEP mode's measured per-call times inside the scale-up domain, as fixed + per-token seconds for
+    the tokens one rank sends (dispatch) or receives back (combine), fitted to a measured table."""
+
+    dispatch_us: Sourced[float] = Field(description="fixed part of a dispatch call")
+    dispatch_us_per_token: Sourced[float] = Field(description="per token of the sending rank")
+    combine_us: Sourced[float] = Field(description="fixed part of a combine call")
+    combine_us_per_token: Sourced[float] = Field(description="per token of the receiving rank")
+
+
+class DeepEp(StrictModel):
+    """DeepEP's two kernel families (SGLang `--deepep-mode auto` runs low-latency in CUDA-graph decode steps,
+    normal in steps that extend)."""
+
+    low_latency: DeepEpKernel
+    normal: DeepEpKernel
+
+
 class ScaleUp(StrictModel):
     fabric: Literal["nvlink4", "nvlink5", "infinity_fabric3", "infinity_fabric4"]
     domain_size_gpus: Sourced[int]
@@ -102,6 +120,8 @@ class ScaleUp(StrictModel):
     allreduce_bus_GBps: Sourced[float] | None = Field(
         None, description="its bus bandwidth per GPU, one direction"
     )
+    # the MoE all-to-all as DeepEP's kernels run it (a pool's `moe_a2a: deepep`); absent: such a pool is refused
+    deepep: DeepEp | None = Field(None, description="DeepEP's measured per-call times (moe_a2a: deepep)")
 
 
 class HostLink(StrictModel):

@@ -732,7 +732,7 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
-        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows) + attn + head + host
+        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows, True) + attn + head + host
 
     def _mixed_host_s(self, batch_size: int, prefill: Sequence[PrefillChunk]) -> float:
         """`_host_s` of a step with prefill chunks: its decode rows and every chunk's new tokens."""
@@ -805,11 +805,12 @@ class CalibratedTiming(RooflineTiming):
         exposed CP all-gathers (sim.timing.context_parallel.cp_gather_s); no attention all-reduce."""
         a, p, g = self.arith, self.par, self.cp.ranks
         if p.ep > 1:
-            moe = self._ep_alltoall_s(rows)
+            moe = self._ep_alltoall_s(rows, True)
         else:
             hidden_bytes = rows * a.hidden * COMBINE_BYTES_PER_ELEM
             moe = a.moe_layers * 2.0 * allgather_s(hidden_bytes, g, self._comm_bw, self._comm_lat)
-        v = moe * (1.0 - self.eff.comm_overlap_frac) + cp_gather_s(
+            moe *= 1.0 - self.eff.comm_overlap_frac
+        v = moe + cp_gather_s(
             kv_bytes,
             rows,
             ranks=g,
@@ -919,7 +920,7 @@ class CalibratedTiming(RooflineTiming):
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
-        return decode_attn + slowest + experts + drafter + self._comm_s(most * dp)
+        return decode_attn + slowest + experts + drafter + self._comm_s(most * dp, True)
 
     def _rank_load_s(
         self,

@@ -21,7 +21,7 @@ from sim import units
 from sim.errors import InputError
 from sim.timing.base import TimingModel
 from sim.timing.host import NO_HOST, HostCosts
-from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
+from sim.timing.roofline import A2aCall, DeepEpCosts, Efficiency, HwRates, Parallelism, RooflineTiming
 
 # Modules that register implementations when imported (the calibrated one lands with the
 # kernel-benchmark issue; a missing module just means "not registered").
@@ -128,7 +128,22 @@ def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
         pcie_bw_per_gpu_bytes_per_s=hw.pcie_bw_per_gpu_bytes_per_s,
         ssd_read_bytes_per_s=hw.ssd_read_bytes_per_s,
         ssd_write_bytes_per_s=hw.ssd_write_bytes_per_s,
+        deepep=deepep_costs(hw.scale_up.deepep),
     )
+
+
+def deepep_costs(measured: Any) -> DeepEpCosts | None:
+    """A profile's `scale_up.deepep` block (sim.hardware.schema.DeepEp) in seconds; None where not measured."""
+    if measured is None:
+        return None
+
+    def call(kernel: Any, what: str) -> A2aCall:
+        return A2aCall(
+            getattr(kernel, f"{what}_us").value * units.US, getattr(kernel, f"{what}_us_per_token").value * units.US
+        )
+
+    ll, normal = measured.low_latency, measured.normal
+    return DeepEpCosts(call(ll, "dispatch"), call(ll, "combine"), call(normal, "dispatch"), call(normal, "combine"))
 
 
 def efficiency(achievable: dict, timing) -> Efficiency:

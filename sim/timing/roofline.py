@@ -6,9 +6,14 @@ gathers + a fixed per-step overhead.
 - HBM traffic per GPU = dense weights / TP + routed experts touched / GPUs (EP ranks x expert
   TP) + KV read / DP, at `hbm_bw_frac` of the peak (the KV latent is replicated across
   attention-TP ranks, so each DP group's GPUs all read their sequences' KV, model.md §9);
-- communication = EP all-to-all (dispatch FP8, combine BF16) for every MoE layer plus TP
-  all-reduces of the activations, over NVLink inside the scale-up domain and RDMA beyond it,
-  of which `1 - comm_overlap_frac` is exposed;
+- communication = EP all-to-all for every MoE layer plus TP all-reduces of the activations. The
+  all-to-all is the pool's `moe_a2a` (`Parallelism.moe_a2a`): `link`, its bytes (dispatch FP8,
+  combine BF16) over NVLink inside the scale-up domain and RDMA beyond it, of which
+  `1 - comm_overlap_frac` is exposed; `deepep`, DeepEP's measured per-call times (hardware profile
+  `scale_up.deepep`): low-latency kernels in decode steps, normal kernels in steps with prefill rows
+  (SGLang's `--deepep-mode auto`), all exposed (two-batch overlap is off unless asked for:
+  SGLang `--enable-two-batch-overlap`, default False); `megamoe`, none apart (DeepGEMM's Mega MoE
+  fuses dispatch and combine into the expert kernel) [D];
 - Engram (V4.1, tables in host DRAM): gathered rows per token over PCIe (model.md §6.3);
 - speculative decoding: every decoding sequence verifies `verified_tokens_per_step` rows (its
   query rows: GEMM rows, attention FLOPs and communication scale with them; the KV is read once
@@ -51,6 +56,27 @@ class Efficiency:
 
 
 @dataclass(frozen=True)
+class A2aCall:
+    """One all-to-all kernel's measured time: `fixed_s` + `per_token_s` x the tokens of one rank."""
+
+    fixed_s: float
+    per_token_s: float
+
+    def at(self, tokens_per_rank: float) -> float:
+        return self.fixed_s + self.per_token_s * tokens_per_rank
+
+
+@dataclass(frozen=True)
+class DeepEpCosts:
+    """DeepEP's dispatch and combine in its low-latency and normal kernels (hardware profile `scale_up.deepep`)."""
+
+    ll_dispatch: A2aCall
+    ll_combine: A2aCall
+    normal_dispatch: A2aCall
+    normal_combine: A2aCall
+
+
+@dataclass(frozen=True)
 class HwRates:
     """Peak per-GPU / per-node rates from the hardware profile, SI units."""
 
@@ -69,6 +95,10 @@ class HwRates:
     pcie_bw_per_gpu_bytes_per_s: float  # one direction
     ssd_read_bytes_per_s: float  # per node
     ssd_write_bytes_per_s: float  # per node
+    deepep: DeepEpCosts | None = None  # measured DeepEP kernels (None: not measured on this GPU)
+
+
+MOE_A2A = ("link", "deepep", "megamoe")  # how the EP ranks exchange tokens (module doc)
 
 
 @dataclass(frozen=True)
@@ -77,6 +107,7 @@ class Parallelism:
     tp: int
     ep: int
     dp: int
+    moe_a2a: str = "link"  # one of MOE_A2A
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py); variants may extend it
@@ -137,7 +168,10 @@ class RooflineTiming:
         self._draft_flops = arith.draft_flops_per_token * draft_tokens  # per sequence per step
         self._kv_rate = par.dp * self._hbm_rate  # KV read: each DP group's GPUs read their sequences
         self._k_attn = self.verified_tokens_per_step / self._attn_rate_decode
+        if par.moe_a2a not in MOE_A2A or (par.moe_a2a == "deepep" and hw.deepep is None):
+            raise ValueError(f"moe_a2a {par.moe_a2a!r}: one of {MOE_A2A}; deepep needs the GPU's measured DeepEP")
         self._comm_cache: dict[int, float] = {}
+        self._extend_comm_cache: dict[int, float] = {}
         self._expert_cache: dict[int, float] = {}
         self._batch_cache: dict[int, tuple[float, float, float]] = {}
 
@@ -160,10 +194,25 @@ class RooflineTiming:
 
     # --- building blocks, memoised by the integer row count / batch size (few distinct values) ---
 
-    def _ep_alltoall_s(self, rows: int) -> float:
-        """DeepEP dispatch + combine of `rows` rows over the EP ranks, every MoE layer, before overlap."""
+    def _ep_alltoall_s(self, rows: int, extend: bool) -> float:
+        """Exposed EP dispatch + combine of `rows` rows (spread evenly over the GPUs), every MoE layer, by the
+        pool's `moe_a2a` (module doc); `extend`: the step carries prefill rows."""
         a, p = self.arith, self.par
-        return moe_alltoall_s(
+        if p.ep <= 1 or rows <= 0:
+            return 0.0
+        kind = p.moe_a2a
+        if kind == "megamoe":
+            return 0.0
+        deepep = self.hw.deepep
+        if kind == "deepep" and deepep is not None:
+            tokens = rows / p.gpus  # each GPU dispatches its own rows (DP ranks, or its share of a TP group's)
+            if extend:
+                call = deepep.normal_dispatch.at(tokens) + deepep.normal_combine.at(tokens)
+            else:
+                call = deepep.ll_dispatch.at(tokens) + deepep.ll_combine.at(tokens)
+            return a.moe_layers * call
+        # the all-to-all overlaps with the other micro-batch (two-batch overlap)
+        return (1.0 - self.eff.comm_overlap_frac) * moe_alltoall_s(
             rows,
             gpus=p.gpus,
             ep=p.ep,
@@ -176,12 +225,14 @@ class RooflineTiming:
             latency_s=self._comm_lat,
         )
 
-    def _comm_s(self, rows: int) -> float:
-        """Exposed communication + Engram gathers + fixed overhead of a step of `rows` rows."""
-        v = self._comm_cache.get(rows)
+    def _comm_s(self, rows: int, extend: bool = False) -> float:
+        """Exposed communication + Engram gathers + fixed overhead of a step of `rows` rows; `extend`: the step
+        carries prefill rows (DeepEP runs its normal kernels then)."""
+        cache = self._extend_comm_cache if extend else self._comm_cache
+        v = cache.get(rows)
         if v is None:
             a, p = self.arith, self.par
-            ep_s = self._ep_alltoall_s(rows)
+            ep_s = self._ep_alltoall_s(rows, extend)
             tp_s = tp_allreduce_s(
                 rows,
                 dp=p.dp,
@@ -193,13 +244,13 @@ class RooflineTiming:
                 bw_bytes_per_s=self._ar_bw,
                 latency_s=self._ar_lat,
             )
-            # the EP all-to-all overlaps with the other micro-batch (two-batch overlap); the TP all-reduce
-            # does not: the next block needs its sum (vLLM's and SGLang's custom all-reduce run in line)
-            v = ep_s * (1.0 - self.eff.comm_overlap_frac) + tp_s
+            # the TP all-reduce is not overlapped: the next block needs its sum (vLLM's and SGLang's custom
+            # all-reduce run in line)
+            v = ep_s + tp_s
             if self.engram_in_dram:
                 v += rows * a.engram_bytes_per_token / self._pcie_rate
             v += self.eff.step_overhead_s
-            self._comm_cache[rows] = v
+            cache[rows] = v
         return v
 
     def _weights_s(self, rows: int) -> float:
@@ -250,7 +301,7 @@ class RooflineTiming:
         if rows == 0:
             return 0.0
         memory = self._weights_s(rows) + kv_bytes / self._kv_rate
-        return (compute if compute > memory else memory) + self._comm_s(rows)
+        return (compute if compute > memory else memory) + self._comm_s(rows, len(prefill) > 0)
 
     def _lines(self, batch_size: int, terms: DecodeTerms):
         """The span's step time as max of two lines + a constant, split at the switch point:

@@ -16,10 +16,9 @@
                                           the floor
     {tpot_p50_ms: 20}                     the concurrency is raised (`sim sweep --auto`) until TPOT p50 is 20 ms,
                                           and the metrics are interpolated there
-`published` compares one or more summary keys (METRICS) at once. `tokens_per_user_from: tpot_mean`
-reads tokens/s per user as 1 / the mean TPOT over requests, as SGLang's bench_serving reports it (its
-TPOT of a request: (latency - TTFT) / (output tokens - 1), averaged over requests with more than one
-output token; sim's recorder computes each request's TPOT the same way).
+`published` compares one or more summary keys (METRICS) at once. A request's TPOT is (latency - TTFT) /
+(output tokens - 1) over requests with more than one output token, as SGLang's bench_serving computes it;
+tokens/s per user is 1 / its p50 (`tpot_mean_s`, the mean over requests, can be compared on its own).
 
 A benchmark that sends a fixed number of prompts and times the whole run (bench_serving's
 `--num-prompts N --max-concurrency C`: the first C requests at once, the next as each one ends, the
@@ -33,7 +32,7 @@ Every problem of a case file is reported at once, naming the file and the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -119,11 +118,6 @@ class Case(StrictModel):
     at: OperatingPoint
     published: dict[str, float] = Field(
         min_length=1, description="summary key (one of METRICS) -> the published value at `at`"
-    )
-    tokens_per_user_from: Literal["tpot_p50", "tpot_mean"] = Field(
-        "tpot_p50",
-        description="the TPOT statistic whose inverse the published tokens/s per user is: p50 (the recipes'), "
-        "or the mean over requests (SGLang's bench_serving 'Mean TPOT'); the simulated value is read alike",
     )
     setup: list[str] = Field(
         default_factory=list, description="how the scenario mirrors the deployment, sourced"

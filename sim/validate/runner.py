@@ -66,7 +66,7 @@ def _records(result, model: str, metrics: tuple[str, ...]) -> list[dict[str, Any
 def _read(loaded: LoadedCase, run: Callable[..., Any]) -> tuple[dict[str, Any] | None, list, str | None]:
     """(the point the metrics are read at, all points run, a note) for the case's operating point."""
     case = loaded.case
-    metrics = (*case.published, "tpot_mean_s")
+    metrics = tuple(case.published)
     at = case.at
     if at.concurrency is not None:
         points = _records(run([at.concurrency], None), case.model, metrics)
@@ -112,9 +112,6 @@ def run_case(
 
     point, points, note = _read(loaded, run)
     simulated = {m: (point.get(m) if point is not None else None) for m in case.published}
-    if case.tokens_per_user_from == "tpot_mean" and "tokens_per_s_per_user" in simulated:
-        tpot_mean_s = point.get("tpot_mean_s") if point is not None else None
-        simulated["tokens_per_s_per_user"] = 1.0 / tpot_mean_s if tpot_mean_s else None
     errors = {
         m: (simulated[m] - v) / v if simulated[m] is not None and v else None
         for m, v in case.published.items()
