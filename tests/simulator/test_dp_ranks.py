@@ -1,6 +1,7 @@
 """DP attention in the engine: requests are placed on ranks round-robin as they arrive, and each
 rank prefills its own requests under its share of the token budget (sim.sched.batcher,
-sim.cluster.instance); the timing model gets each chunk with its rank."""
+sim.cluster.instance); the timing model gets each chunk with its rank. With rank_prefill_first each
+rank keeps its own decode progress: a rank holding a chunk does not decode in that step."""
 
 import pytest
 from hypothesis import given, settings
@@ -195,7 +196,7 @@ def test_rank_prefill_first_stalls_only_the_ranks_holding_chunks():
 
 @pytest.mark.parametrize("composition", ["mixed", "prefill_first"])
 def test_the_other_compositions_keep_one_batch(composition):
-    # mixed and prefill_first keep no per-rank state and pass no rank flag to the timing model
+    # mixed and prefill_first keep no per-rank state and time every step by `step_s`, never `rank_step_s`
     ended, timing, inst, _ = _run_dp(STALL_TRACE, composition)
     assert len(ended) == len(STALL_TRACE) and all(timing.on_chunk_ranks)
     assert inst.rank_steps == [] and inst.rank_running == [] and inst.decode_batch_size() == 0
