@@ -538,7 +538,7 @@ def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain, cluster:
             kv_replication=s.kv_replication,
             dp_ranks=s.dp_ranks,
             dp_budget_divided=step_rules[s.pool].dp_prefill_budget == "divided",
-            prefill_first=step_rules[s.pool].step_composition == "prefill_first",
+            step_composition=step_rules[s.pool].step_composition,
             read_links=chain.read_links[i],
             max_queue_wait_s=sch.admission.max_queue_wait_s,
         )

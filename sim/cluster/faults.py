@@ -203,7 +203,7 @@ class Faults:
         """`req` off `inst`'s decode queues, and its HBM given back (`shared`: with its hold of a shared
         prompt, which only the prefill side takes)."""
         _remove(inst.joins, req)
-        _remove_running(inst, req)
+        inst.drop_running(req)
         self.store.abandon(
             inst.index,
             reserved_bytes=reserved_bytes,
@@ -219,14 +219,7 @@ def _remove(queue, req: Request) -> None:
         queue.remove(req)
 
 
-def _remove_running(inst: Instance, req: Request) -> None:
-    """Take `req` out of the decode batch of an instance that is failing (its sums are reset by `_stop`)."""
-    kept = [seq for seq in inst.running if seq.req is not req]  # type: ignore[attr-defined]
-    if len(kept) != len(inst.running):
-        inst.running[:] = kept
-
-
 def _stop(inst: Instance) -> None:
     """A failed instance, once every request is off it: an empty, idle engine."""
-    assert not inst.waiting and not inst.ready and not inst.joins and not inst.running
+    assert not inst.waiting and not inst.ready and not inst.joins and not inst.decode_batch_size()
     inst.stop()

@@ -15,6 +15,13 @@ The decode batch keeps the sum of its sequences' timing terms and of their growt
 push/pop for the finish step); `decode_steps` counts decode steps since the start, and a sequence
 that joined at step j with s steps to go leaves at the boundary decode_steps = j + s.
 
+Per-rank decode progress (`step_composition` rank_prefill_first on a colocated DP-attention
+instance: each rank picks its own batch, so a rank holding a chunk does not decode in that step
+while the others do): each rank keeps its own count of decode steps (`rank_steps`), its own heap
+of running sequences by the leave step in that count and its own summed terms, so a join or a
+leave stays O(1) plus a heap push/pop, and a step or span pays O(dp) to advance the ranks that
+decode and to find the next leave. The mixed and prefill_first engines keep the single batch above.
+
 HBM admission is FIFO (head-of-line): a request is admitted when its KV fits beside the running
 ones (cached copies are evicted as needed, LRU first); then its prefix is looked up through the
 tiers and loads start at once, asynchronously, on the instance's links; it becomes ready for
@@ -33,7 +40,13 @@ from sim.cluster.link import SharedLink
 from sim.core.request import Request
 from sim.kvcache.lookup import plan_prefix
 from sim.kvcache.store import KVStore
-from sim.sched.batcher import decoding_with_prefill, prefill_chunks, prefill_chunks_dp, rank_prefill_budget
+from sim.sched.batcher import (
+    STEP_COMPOSITIONS,
+    decoding_with_prefill,
+    prefill_chunks,
+    prefill_chunks_dp,
+    rank_prefill_budget,
+)
 from sim.timing.batch import DecodeTerms, PrefillChunk
 
 if TYPE_CHECKING:
@@ -66,8 +79,10 @@ class Instance:
         max_queue_wait_s: float | None,
         dp_ranks: int = 1,
         dp_budget_divided: bool = True,
-        prefill_first: bool = False,
+        step_composition: str = "mixed",
     ) -> None:
+        if step_composition not in STEP_COMPOSITIONS:
+            raise ValueError(f"step composition {step_composition!r} is not one of {STEP_COMPOSITIONS}")
         self.env = env
         self.index = index
         self.pool = pool
@@ -90,8 +105,11 @@ class Instance:
         self._budget_divided = dp_budget_divided
         self._next_rank = 0
         # scheduler.step_composition (sim.sched.batcher): prefill_first = a step with prefill chunks
-        # decodes nothing (SGLang), else the running decodes ride in every step (vLLM)
-        self._prefill_first = prefill_first
+        # decodes nothing (SGLang), mixed = the running decodes ride in every step (vLLM);
+        # rank_prefill_first = only the DP ranks holding chunks wait (per-rank progress, the module doc),
+        # which is prefill_first with one rank and where no step holds both kinds of work
+        self._per_rank = step_composition == "rank_prefill_first" and dp_ranks > 1 and role == "colocated"
+        self._prefill_first = step_composition != "mixed" and not self._per_rank
         self._no_terms = DecodeTerms()  # the decode terms of a prefill step that decodes nothing
         # by chain index: the link a load from that tier into this instance's HBM uses ([0], HBM: None)
         self.read_links = read_links
@@ -107,8 +125,18 @@ class Instance:
         # the decode batch: a heap of _Seqs by (finish step, request id) (sim.cluster.heap)
         self.running: list[Keyed] = []
         # decode batch state: decode steps since the start, summed timing terms of the running sequences
+        # (with per-rank progress: of the ranks decoding in the step or span in progress)
         self.decode_steps = 0
         self.terms = DecodeTerms()
+        # per-rank progress (module doc; else empty, and `running` holds the batch): by rank, its decode
+        # steps, its running sequences (a heap of _Seqs by the leave step in its own count), their summed
+        # terms, and whether it holds chunks in the step in progress (it does not decode there)
+        ranks = dp_ranks if self._per_rank else 0
+        self.rank_steps: list[int] = [0] * ranks
+        self.rank_running: list[list[Keyed]] = [[] for _ in range(ranks)]
+        self.rank_terms: list[DecodeTerms] = [DecodeTerms() for _ in range(ranks)]
+        self._rank_stalled: list[bool] = [False] * ranks
+        self._rank_batch = 0  # sequences in `rank_running`
         # engine loop state
         self.mode = IDLE
         self._timer = env.timer(self._boundary)  # the end of the step or span in progress
@@ -157,10 +185,14 @@ class Instance:
         self.waiting.append(req)
         self._admit_decode()
 
+    def decode_batch_size(self) -> int:
+        """Sequences in the decode batch (on every rank)."""
+        return self._rank_batch if self._per_rank else len(self.running)
+
     def _in_engine(self) -> int:
         """Requests the engine holds: admitted (loading, ready to prefill, prefilling, waiting to join)
         or decoding."""
-        return len(self.running) + len(self.ready) + self.loading + len(self.joins)
+        return self.decode_batch_size() + len(self.ready) + self.loading + len(self.joins)
 
     def stop(self) -> None:
         """The instance failed and every request was taken off it (sim.cluster.faults): an empty,
@@ -170,8 +202,23 @@ class Instance:
         self._chunks = []
         self._batch = 0
         self.terms.clear()
+        for terms in self.rank_terms:
+            terms.clear()
         self.queued_prompt_tokens = 0.0
         self.held_sequences = 0
+
+    def drop_running(self, req: Request) -> None:
+        """Take `req` out of the decode batch of an instance that is failing (`stop` resets the sums)."""
+        heap = self.rank_running[req.dp_rank] if self._per_rank else self.running
+        kept: list[Keyed] = []
+        for seq in heap:
+            assert isinstance(seq, _Seq)
+            if seq.req is not req:
+                kept.append(seq)
+        if len(kept) != len(heap):
+            heap[:] = kept
+            if self._per_rank:
+                self._rank_batch -= 1
 
     def queued(self) -> int:
         return len(self.waiting) + len(self.ready) + self.loading + len(self.joins)
@@ -416,12 +463,27 @@ class Instance:
         if steps:
             self.decode_steps += steps
             self.terms.advance(steps)
+            if self._per_rank:
+                self._advance_ranks(steps)
+
+    def _advance_ranks(self, steps: int) -> None:
+        """Per-rank progress: every rank advances `steps` decode steps, but in a step with chunks the
+        ranks holding them."""
+        skip = self.mode == STEP
+        stalled, counts, sums = self._rank_stalled, self.rank_steps, self.rank_terms
+        for r in range(self.dp_ranks):
+            if not (skip and stalled[r]):
+                counts[r] += steps
+                sums[r].advance(steps)
 
     def _plan(self, start: float) -> None:
         """Plan the next step or span from `start` (now, or a boundary just ahead)."""
         joins = self.joins
-        while joins and len(self.running) < self.max_decode_batch:
+        while joins and self.decode_batch_size() < self.max_decode_batch:
             self._join(joins.popleft(), start)
+        if self._per_rank:
+            self._plan_ranks(start)
+            return
         batch = len(self.running)
         decoding = decoding_with_prefill(batch, self._prefill_first)  # if this step carries prefill
         decode_rows = decoding * self._verify
@@ -436,42 +498,105 @@ class Instance:
                 budget = rank_prefill_budget(self.budget_tokens, decode_rows, dp, self._budget_divided)
                 if budget > 0:
                     chunks = prefill_chunks_dp(self.ready, budget, self.chunk_tokens, dp)
-        timing = self.timing
         dt: float  # typed: the timing model is any object (Any)
         if chunks:
-            parts: list[PrefillChunk] = []
-            rows = 0
-            for req, take in chunks:
-                if req.computed_tokens == 0:
-                    req.prefill_start_s = start
-                img = req.image_pending
-                parts.append(
-                    PrefillChunk(
-                        take,
-                        req.ctx_before + req.computed_tokens,
-                        last_chunk=req.computed_tokens + take >= req.new_tokens,
-                        image_tokens=img,
-                        image_count=req.image_count if img else 0,
-                        rank=req.dp_rank,
-                    )
-                )
-                req.image_pending = 0
-                rows += take
-            dt = timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts)
-            self._prefill_share = rows / (rows + decode_rows)
-            self.mode = STEP
-            self._chunks = chunks
+            parts = self._prefill_step(chunks, decode_rows, start)
+            dt = self.timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts)
             self._span_steps = 1 if decoding else 0
-            self.steps += 1
         elif batch:
-            steps = _leave_step(self.running[0]) - self.decode_steps
-            dt = timing.decode_span_s(batch, self.terms, steps)
-            self.mode = SPAN
-            self._span_steps = steps
-            self.spans += 1
+            dt = self._span(batch, _leave_step(self.running[0]) - self.decode_steps)
         else:
             self.mode = IDLE
             return
+        self._run(start, batch, dt)
+
+    def _plan_ranks(self, start: float) -> None:
+        """`_plan` with per-rank progress (module doc): the ranks holding chunks run them under their
+        whole share of the budget (SGLang's prefill batch, `--enable-mixed-chunk` off) and do not
+        decode; the other ranks' sequences decode in the same step."""
+        dp = self.dp_ranks
+        chunks = None
+        if self.ready:
+            budget = rank_prefill_budget(self.budget_tokens, 0, dp, self._budget_divided)
+            if budget > 0:
+                chunks = prefill_chunks_dp(self.ready, budget, self.chunk_tokens, dp)
+        stalled = self._rank_stalled
+        for r in range(dp):
+            stalled[r] = False
+        if chunks:
+            for req, _take in chunks:
+                stalled[req.dp_rank] = True
+        # the decoding ranks' sequences and summed terms
+        terms = self.terms
+        terms.clear()
+        decoding = 0
+        for r in range(dp):
+            if not stalled[r]:
+                decoding += len(self.rank_running[r])
+                terms.add(self.rank_terms[r])
+        batch = self._rank_batch
+        dt: float  # typed: the timing model is any object (Any)
+        if chunks:
+            parts = self._prefill_step(chunks, decoding * self._verify, start)
+            dt = self.timing.rank_step_s(decoding, terms, parts)
+            self._span_steps = 1 if decoding else 0
+        elif batch:
+            dt = self._span(batch, self._rank_leave_steps())
+        else:
+            self.mode = IDLE
+            return
+        self._run(start, batch, dt)
+
+    def _rank_leave_steps(self) -> int:
+        """Per-rank progress: decode steps (every rank advancing) until the next sequence leaves."""
+        steps = -1
+        for r in range(self.dp_ranks):
+            heap = self.rank_running[r]
+            if heap:
+                left = _leave_step(heap[0]) - self.rank_steps[r]
+                if steps < 0 or left < steps:
+                    steps = left
+        return steps
+
+    def _prefill_step(
+        self, chunks: list[tuple[Request, int]], decode_rows: int, start: float
+    ) -> list[PrefillChunk]:
+        """The step planned from `start` carries `chunks` beside `decode_rows` decode rows: the chunks as
+        the timing model reads them."""
+        parts: list[PrefillChunk] = []
+        rows = 0
+        for req, take in chunks:
+            if req.computed_tokens == 0:
+                req.prefill_start_s = start
+            img = req.image_pending
+            parts.append(
+                PrefillChunk(
+                    take,
+                    req.ctx_before + req.computed_tokens,
+                    last_chunk=req.computed_tokens + take >= req.new_tokens,
+                    image_tokens=img,
+                    image_count=req.image_count if img else 0,
+                    rank=req.dp_rank,
+                )
+            )
+            req.image_pending = 0
+            rows += take
+        self._prefill_share = rows / (rows + decode_rows)
+        self.mode = STEP
+        self._chunks = chunks
+        self.steps += 1
+        return parts
+
+    def _span(self, batch: int, steps: int) -> float:
+        """The next event is a decode span of `steps` steps of the whole `batch`: its seconds."""
+        dt: float = self.timing.decode_span_s(batch, self.terms, steps)
+        self.mode = SPAN
+        self._span_steps = steps
+        self.spans += 1
+        return dt
+
+    def _run(self, start: float, batch: int, dt: float) -> None:
+        """The step or span planned runs from `start` for `dt` seconds with `batch` sequences."""
         self._batch = batch
         self._start = start
         self.env.set_timer(self._timer, start + dt)
@@ -484,17 +609,23 @@ class Instance:
         self._end_step(now, self._span_steps)
         if self.mode == STEP:
             self._finish_chunks(now)
-        running = self.running
-        n = self.decode_steps
-        while running and _leave_step(running[0]) <= n:
+        if self._per_rank:
+            for r in range(self.dp_ranks):
+                self._leave_due(self.rank_running[r], self.rank_steps[r], now)
+        else:
+            self._leave_due(self.running, self.decode_steps, now)
+        self.mode = IDLE
+        self._in_boundary = False
+        self._plan(now)
+
+    def _leave_due(self, running: list[Keyed], steps: int, now: float) -> None:
+        """The sequences of `running` (a heap) due to leave by decode step `steps` of its count finish."""
+        while running and _leave_step(running[0]) <= steps:
             seq = pop(running)
             assert isinstance(seq, _Seq)
             req = seq.req
             self._leave(req)
             self._complete(req, now)
-        self.mode = IDLE
-        self._in_boundary = False
-        self._plan(now)
 
     def _finish_chunks(self, now: float) -> None:
         finished = False
@@ -520,22 +651,34 @@ class Instance:
         steps = max(1, math.ceil((req.output_tokens - 1) / self._accept))
         terms: DecodeTerms = self.timing.decode_seq_terms(req.input_tokens + 1, steps)
         req.terms = terms
-        req.join_step = self.decode_steps
         req.decode_start_s = now
-        if self.running:
-            self.terms.add(terms)
+        if self._per_rank:  # its rank's heap, sums and count of decode steps
+            r = req.dp_rank
+            running, sums, joined = self.rank_running[r], self.rank_terms[r], self.rank_steps[r]
+            self._rank_batch += 1
         else:
-            self.terms.set(terms)
-        push(self.running, _Seq(self.decode_steps + steps, req))
+            running, sums, joined = self.running, self.terms, self.decode_steps
+        req.join_step = joined
+        if running:
+            sums.add(terms)
+        else:
+            sums.set(terms)
+        push(running, _Seq(joined + steps, req))
 
     def _leave(self, req: Request) -> None:
-        """`req` left the decode batch (taken off `running`): take its terms off the batch's sums."""
-        if not self.running:
-            self.terms.clear()  # no drift from repeated sums
+        """`req` left the decode batch (taken off its heap): take its terms off the batch's sums."""
+        if self._per_rank:
+            r = req.dp_rank
+            running, sums, count = self.rank_running[r], self.rank_terms[r], self.rank_steps[r]
+            self._rank_batch -= 1
+        else:
+            running, sums, count = self.running, self.terms, self.decode_steps
+        if not running:
+            sums.clear()  # no drift from repeated sums
             return
         terms = req.terms
         assert terms is not None  # set when it joined
-        self.terms.remove(terms, self.decode_steps - req.join_step)
+        sums.remove(terms, count - req.join_step)
 
     def _complete(self, req: Request, now: float) -> None:
         """The last token is out: cache and persist the session's context, then report.

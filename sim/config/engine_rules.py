@@ -2,7 +2,8 @@
 own) decides, each rule with the source it was read from and the engine versions it holds for.
 
 A profile decides, per pool: how a colocated step combines prefill chunks with the running decodes
-(`step_composition`), how DP-attention ranks share the prefill budget (`dp_prefill_budget`), the KV
+(`step_composition`; `dp_step_composition` where it differs on a colocated DP-attention pool without
+speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`), the KV
 block size, and which speculative-decoding / disaggregation / context-parallel combinations the engine
 starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
 named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
@@ -125,9 +126,19 @@ RULES: tuple[Rule, ...] = (
         VERSIONS["sglang"],
         "step_composition",
         "prefill_first",
-        "sglang scheduler: a batch with prefill chunks runs alone unless --enable-mixed-chunk (off by default); "
-        "with DP attention and no speculative decoding a rank without a chunk decodes meanwhile, which sim "
-        "does not keep per rank: there sim uses mixed, the nearer of its two [D]",
+        "sglang Scheduler.get_next_batch_to_run runs a new prefill batch first ('Run prefill first if possible') "
+        "and the running batch waits, unless --enable-mixed-chunk (default False in server_args.py); with DP "
+        "attention and speculative decoding prepare_mlp_sync_batch keeps every rank out of decode in that step",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "dp_step_composition",
+        "rank_prefill_first",
+        "colocated DP attention without speculative decoding: each DP rank runs its own Scheduler and picks its own "
+        "batch by get_next_batch_to_run (prefill first, --enable-mixed-chunk default False in server_args.py), so "
+        "a rank holding a chunk runs it while the others decode; prepare_mlp_sync_batch only gathers the ranks' "
+        "batches for the MoE layers (sim/sched/batcher.py)",
     ),
     Rule(
         "vllm",
@@ -204,7 +215,7 @@ def rules_for(engine: Engine, rule: str) -> Rule | None:
 class StepRules:
     """How one pool's engine makes its steps (sim.sched.batcher)."""
 
-    step_composition: str  # mixed | prefill_first
+    step_composition: str  # mixed | prefill_first | rank_prefill_first (sim.sched.batcher)
     dp_prefill_budget: str  # divided | per_rank
 
 
@@ -212,12 +223,13 @@ def pool_step_rules(
     engine: Engine | None, pool: Mapping[str, Any], spec_decode: bool, scheduler: Mapping[str, Any]
 ) -> StepRules:
     """The step rules of `pool` under `engine`; `scheduler` (the scenario's `scheduler`, as a mapping) set
-    explicitly overrides them; no engine: sim's generic defaults (mixed, divided)."""
-    composition = scheduler.get("step_composition") or _engine_value(engine, "step_composition") or "mixed"
+    explicitly overrides them; no engine: sim's generic defaults (mixed, divided). A colocated DP-attention
+    pool without speculative decoding takes the engine's `dp_step_composition` where it has one."""
+    composition = scheduler.get("step_composition")
+    if not composition and pool.get("role") == "colocated" and pool.get("dp", 1) > 1 and not spec_decode:
+        composition = _engine_value(engine, "dp_step_composition")
+    composition = composition or _engine_value(engine, "step_composition") or "mixed"
     budget = scheduler.get("dp_prefill_budget") or _engine_value(engine, "dp_prefill_budget") or "divided"
-    dp_without_sync = pool.get("role") == "colocated" and pool.get("dp", 1) > 1 and not spec_decode
-    if composition == "prefill_first" and dp_without_sync and not scheduler.get("step_composition"):
-        composition = "mixed"  # the SGLang rule's note: sim keeps no per-rank decode progress
     return StepRules(composition, budget)
 
 

@@ -202,7 +202,6 @@ class Scenario(StrictModel):
                 problems += _own_pools_problems(where, self.cluster, pools)
         self._profiles = profiles
         problems += _spec_decode_problems(self.models, self.spec_decode)
-        problems += [p for pool in self.cluster.pools for p in _step_composition_problems(pool, self)]
         problems += _pricing_problems(self.pricing, profiles)
         problems += _capacity_problems(self.capacity, self.workload)
         raise_problems(problems)
@@ -294,25 +293,6 @@ class Scenario(StrictModel):
             energy_usd_per_kwh=p.energy_usd_per_kwh,
             pue=p.pue,
         )
-
-
-def _step_composition_problems(pool: Pool, scn: Scenario) -> list[Problem]:
-    """prefill_first on a colocated DP-attention pool needs speculative decoding: only then does SGLang
-    put every rank in the prefill step (sim.sched.batcher); without it a rank with no chunk decodes in
-    that step, per-rank decode progress the engine model does not keep."""
-    if pool.role != "colocated" or pool.dp == 1 or scn.spec_decode.enabled:
-        return []
-    if scn.pool_step_rules(pool).step_composition != "prefill_first":
-        return []
-    return [
-        Problem(
-            "scheduler.step_composition",
-            f"prefill_first on the colocated DP-attention pool {pool.name!r} (dp {pool.dp}) needs "
-            "spec_decode.enabled: true (SGLang syncs the DP ranks' step mode only with speculative decoding)",
-            "prefill_first",
-            "mixed, or prefill_first with spec_decode on or dp 1",
-        )
-    ]
 
 
 def _spec_decode_problems(models: list[ModelRef], sd: SpecDecode) -> list[Problem]:

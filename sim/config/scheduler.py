@@ -58,15 +58,16 @@ class Scheduler(StrictModel):
         "per_rank = prefill_budget_tokens on every rank (vLLM: each DP rank is an engine with its own "
         "--max-num-batched-tokens)",
     )
-    step_composition: Literal["mixed", "prefill_first"] | None = Field(
+    step_composition: Literal["mixed", "prefill_first", "rank_prefill_first"] | None = Field(
         None,
         description="how a colocated instance's step combines prefill chunks with its running decodes "
         "(sim.sched.batcher; null = the pool's engine rule, sim.config.engine_rules; mixed without an engine): "
         "mixed = every step decodes the running sequences and fills the rest of "
         "prefill_budget_tokens with chunks (vLLM's scheduler); prefill_first = a step with chunks runs them "
         "alone under the whole budget and the running decodes wait for it (SGLang, --enable-mixed-chunk off, "
-        "its default; with DP attention it needs spec_decode on, where SGLang syncs the ranks' step mode); "
-        "prefill-only and decode-only pools never hold both",
+        "its default; with DP attention and spec_decode on, where SGLang syncs the ranks' step mode); "
+        "rank_prefill_first = the same per DP rank: the ranks holding chunks wait, the others decode in that "
+        "step (SGLang with DP attention, spec_decode off); prefill-only and decode-only pools never hold both",
     )
     chunk_tokens: int = Field(8192, ge=1, description="chunked-prefill chunk size")
     max_decode_batch: int = Field(

@@ -104,7 +104,7 @@ class Operations:
             "gpus": inst.gpus,
             "state": "failed" if index in f.down else "removed" if index in self._removed
             else "warming" if index in self._warming else "drained" if index in f.drained else "serving",
-            "decode_batch": len(inst.running),
+            "decode_batch": inst.decode_batch_size(),
             "queued": inst.queued(),
             "hbm_used_frac": inst.hbm.used_bytes / inst.hbm.capacity_bytes,
         }  # fmt: skip

@@ -124,7 +124,7 @@ def check_run(sim: Any, *, drain_limited: bool) -> None:
     if drain_limited:
         return  # leftovers were ended where they stood: queues, HBM and links still hold them
     for inst in sim.instances:
-        queued = (len(inst.waiting), len(inst.ready), inst.loading, len(inst.joins), len(inst.running))
+        queued = (len(inst.waiting), len(inst.ready), inst.loading, len(inst.joins), inst.decode_batch_size())
         if any(queued):
             raise InvariantError(
                 "conservation",

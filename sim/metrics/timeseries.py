@@ -123,7 +123,7 @@ class Sampler:
             r["instances"].append(n)
             r["utilization"].append((cur["busy"] - last["busy"]) / (dt * n))
             r["decode_batch_mean"].append((cur["batch"] - last["batch"]) / (dt * n))
-            r["running_seqs"].append(sum(len(i.running) for i in p.instances))
+            r["running_seqs"].append(sum(i.decode_batch_size() for i in p.instances))
             r["queue_len"].append(sum(i.queued() for i in p.instances))
             r["prefill_tokens_queued"].append(
                 int(sum(max(0.0, i.queued_prompt_tokens) for i in p.instances if i.role != "decode"))

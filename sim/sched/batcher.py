@@ -28,18 +28,25 @@ How a step combines prefill chunks with the running decodes is the engine's rule
   gets an idle batch when any rank has one, "makes sure prefill and decode batches will not be
   mixed when spec and dp-attn is enabled"), so a chunk on any rank stalls every rank's decodes;
   `is_extend_in_batch` gathered by `MLPSyncBatchInfo.all_gather` (scheduler_dp_attn_mixin.py)
-  then runs the MoE all-to-all in DeepEP's normal mode for that step. Without speculative decoding
-  each DP rank picks its own mode (a rank without a chunk decodes in that step), which needs per-rank
-  decode progress the simulator does not keep: refused (sim.config.scenario).
+  then runs the MoE all-to-all in DeepEP's normal mode for that step.
+- `rank_prefill_first` (SGLang with DP attention, no speculative decoding): each DP rank runs its
+  own scheduler and picks its own batch by the same rule, so a rank holding a prefill chunk runs it
+  and its own running requests wait, while a rank without one decodes its running requests in the
+  same step; `prepare_mlp_sync_batch` only gathers the ranks' batch sizes and modes for the MoE
+  layers, where they all meet, so the step lasts as long as its slowest rank. The engine keeps each
+  rank's own count of decode steps (sim.cluster.instance); with dp 1 it is `prefill_first`.
 Decode-only and prefill-only pools never hold both kinds of work, so the rule changes nothing there.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from sim.core.request import Request
+
+# `scheduler.step_composition`'s values (module doc)
+STEP_COMPOSITIONS: Final = ("mixed", "prefill_first", "rank_prefill_first")
 
 
 def prefill_chunks(ready: list[Request], budget_tokens: int, chunk_tokens: int) -> list[tuple[Request, int]]:

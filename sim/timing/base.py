@@ -6,6 +6,9 @@ The simulator asks only these questions, so an implementation plugs in without t
   summed per-sequence terms are `terms` (a `sim.timing.batch.DecodeTerms`), plus the prefill
   chunks of that step (`PrefillChunk`s; a prefill-only step has batch_size 0; a decode-only step
   has no chunks).
+- `rank_step_s(batch_size, terms, prefill)`: the same on an instance with DP attention whose ranks
+  each compose their own step (sim.sched.batcher, rank_prefill_first): the ranks holding chunks run
+  no decode rows, and the `batch_size` sequences decoding sit on the other ranks.
 - `decode_seq_terms(context_tokens, steps)`: a sequence's additive terms when it joins a decode
   batch at `context_tokens`, with their growth per decode step over its next `steps` steps. An
   implementation fills the terms it reads (the roofline: attention+index FLOPs per row and KV
@@ -49,6 +52,8 @@ class TimingModel(Protocol):
     def decode_seq_terms(self, context_tokens: float, steps: int) -> DecodeTerms: ...
 
     def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float: ...
+
+    def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float: ...
 
     def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float: ...
 

@@ -77,7 +77,9 @@ synchronize during every forward pass"; TensorRT-LLM's ADP balance blog: "the it
 dominated by the slowest rank"). A 2K or 4K chunk on one rank of a DP8 H200 or B200 instance beside
 64-256 decoding sequences adds 5.5-6.3x (V4) and 3.2-4.5x (V4.1, whose decoder tail runs on 128 rows
 only) the time an even spread over the ranks would; chunks on every rank cost what the even
-spread does (tests/timing/test_dp_ranks.py).
+spread does (tests/timing/test_dp_ranks.py). Where each rank picks its own batch (SGLang without
+speculative decoding, `rank_step_s`), a rank holding chunks runs no decode rows and the decoding
+sequences are spread over the other ranks.
 
 Prefill context parallelism (`cluster.pools[].prefill_context_parallel`, an engine setting; dp = 1):
 a step's rows go over the attention group's GPUs by position instead of by head, as
@@ -698,8 +700,9 @@ class CalibratedTiming(RooflineTiming):
             return self._fixed(batch_size) + self._attn_curve(batch_size).at(
                 terms.context_tokens / batch_size
             )
-        if self.par.dp > 1:
-            return self._dp_mixed_s(batch_size, terms, prefill) + self._mixed_host_s(batch_size, prefill)
+        if self.par.dp > 1:  # decode rows on every rank (`rank_step_s`: not on those holding chunks)
+            host = self._mixed_host_s(batch_size, prefill)
+            return self._dp_mixed_s(batch_size, terms, prefill, True) + host
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         if self._cp_on and self.cp.splits(decode_rows, [chunk.new_tokens for chunk in prefill]):
@@ -733,6 +736,12 @@ class CalibratedTiming(RooflineTiming):
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
         return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows, True) + attn + head + host
+
+    def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+        """`step_s` where the DP ranks holding chunks run no decode rows (`_dp_mixed_s`)."""
+        if self.par.dp == 1 or not prefill:
+            return self.step_s(batch_size, terms, prefill)
+        return self._dp_mixed_s(batch_size, terms, prefill, False) + self._mixed_host_s(batch_size, prefill)
 
     def _mixed_host_s(self, batch_size: int, prefill: Sequence[PrefillChunk]) -> float:
         """`_host_s` of a step with prefill chunks: its decode rows and every chunk's new tokens."""
@@ -824,7 +833,13 @@ class CalibratedTiming(RooflineTiming):
             v += rows * a.engram_bytes_per_token / self._pcie_rate
         return v + self.eff.step_overhead_s
 
-    def _dp_mixed_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+    def _dp_mixed_s(
+        self,
+        batch_size: int,
+        terms: DecodeTerms,
+        prefill: Sequence[PrefillChunk],
+        decode_on_chunk_ranks: bool,
+    ) -> float:
         """A step with prefill chunks on an instance with DP attention. Each chunk runs on its
         request's DP rank (`PrefillChunk.rank`): that rank's GPUs compute its attention, dense
         projections, mHC, the forward-pass term's per-layer part and logits on its decode rows plus
@@ -836,27 +851,31 @@ class CalibratedTiming(RooflineTiming):
         decode step) [D]: the engine's round-robin placement balances sequence counts, not their
         contexts. Every layer has the same slowest rank, so the sum over layers of the per-layer
         slowest rank is taken as the slowest rank's sum (the layers' prefill/decode mixes differ
-        little). With CUDA-graph buckets every rank replays the graph of the most-loaded rank's rows."""
+        little). With CUDA-graph buckets every rank replays the graph of the most-loaded rank's rows.
+        Not `decode_on_chunk_ranks` (each rank picks its own batch: a rank holding chunks does not
+        decode, sim.sched.batcher): the `batch_size` sequences decoding are those of the ranks without
+        chunks, spread evenly over them [D], and their attention is part of those ranks' own work."""
         a, tail_tokens, dp = self.arith, self.mt.tail_tokens, self.par.dp
         verify = self.verified_tokens_per_step
         decode_rows = batch_size * verify
-        share = -(-decode_rows // dp)  # ceil: the straggler's decode rows, as in a decode step
+        # the decode rows of a rank holding chunks. ceil: the straggler's, as in a decode step
+        chunk_share = -(-decode_rows // dp) if decode_on_chunk_ranks else 0
         through_decode = self.prefill_through_decode
         # rows x their attended context per rank, for prefill rows through the decode kernel
-        context0 = terms.context_tokens * verify / dp if through_decode else 0.0
+        context0 = terms.context_tokens * verify / dp if through_decode and decode_on_chunk_ranks else 0.0
         # the ranks holding chunks, each with its loads (`_RankLoad`, reused: stamped with this step)
         loads = self._rank_loads
         stamp = self._rank_stamp = self._rank_stamp + 1
         loaded = 0  # ranks holding chunks
         every_rows = tail_rows = decode_rows
-        most = most_tail = share  # the most-loaded rank's rows
+        most = most_tail = chunk_share  # the most-loaded rank's rows
         for chunk in prefill:
             r = chunk.rank
             if not 0 <= r < dp:
                 raise ValueError(f"prefill chunk on DP rank {r}, outside the instance's {dp} ranks")
             load = loads[r]
             if load.stamp != stamp:
-                load.start(stamp, share, context0)
+                load.start(stamp, chunk_share, context0)
                 loaded += 1
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
             if through_decode:
@@ -883,11 +902,31 @@ class CalibratedTiming(RooflineTiming):
                 tail_rows += tail
         if every_rows == 0:
             return 0.0
+        # a rank without chunks: its decode rows, their attended context and (not through the decode
+        # kernel) their attention; with decode on every rank that attention is the same on all of them
+        share, free_context, free_attn, decode_attn = chunk_share, context0, 0.0, 0.0
+        if decode_on_chunk_ranks:
+            if not through_decode and batch_size:
+                decode_attn = self._attn_curve(batch_size).at(terms.context_tokens / batch_size)
+        elif batch_size:
+            free = dp - loaded
+            if free == 0:
+                raise ValueError(
+                    f"{batch_size} sequences decode beside chunks on every one of the {dp} DP ranks"
+                )
+            share = -(-decode_rows // free)
+            if share > most:
+                most = share
+            if share > most_tail:
+                most_tail = share
+            if through_decode:
+                free_context = terms.context_tokens * verify / free
+            else:  # the curve of a decode step whose every rank holds this rank's sequences
+                free_attn = self._attn_curve(-(-batch_size // free) * dp).at(
+                    terms.context_tokens / batch_size
+                )
         if not tail_tokens:
             tail_rows, most_tail = every_rows, most
-        decode_attn = 0.0
-        if not through_decode and batch_size:
-            decode_attn = self._attn_curve(batch_size).at(terms.context_tokens / batch_size)
         # one graph for every rank (the most-loaded rank's rows), or eager (0: each rank its own rows)
         padded = self.padded_rows(most * dp) // dp
         if padded == most:
@@ -912,7 +951,7 @@ class CalibratedTiming(RooflineTiming):
                 if v > slowest:
                     slowest = v
         if loaded < dp:
-            v = self._rank_load_s(0.0, share, context0, share, share, padded, padded_tail)
+            v = self._rank_load_s(free_attn, share, free_context, share, share, padded, padded_tail)
             if v > slowest:
                 slowest = v
         # the term's per-row part goes with the experts: every rank's rows spread over the ranks

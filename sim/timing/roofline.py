@@ -303,6 +303,11 @@ class RooflineTiming:
         memory = self._weights_s(rows) + kv_bytes / self._kv_rate
         return (compute if compute > memory else memory) + self._comm_s(rows, len(prefill) > 0)
 
+    def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+        # every row is spread over the instance's GPUs whatever its DP rank, so where the decoding
+        # sequences sit changes nothing here: only which of them decode, which the engine passes
+        return self.step_s(batch_size, terms, prefill)
+
     def _lines(self, batch_size: int, terms: DecodeTerms):
         """The span's step time as max of two lines + a constant, split at the switch point:
         (first line, second line, switch step, added)."""

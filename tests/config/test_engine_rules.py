@@ -30,7 +30,10 @@ def test_the_main_job_names_sglang_and_its_newest_rule_starts_it():
     for model in (V4, V41):  # each on its own deployment (models[].pools, else cluster.pools)
         pools = [p.model_dump() for p in scn.for_model(model).cluster.pools]
         assert engine_refusal(model, pools, True, NEW) is None, model
-    cell = [_pool("prefill", prefill_context_parallel="round_robin"), _pool("decode", dp=8)]  # the 1P + 1D cell
+    cell = [
+        _pool("prefill", prefill_context_parallel="round_robin"),
+        _pool("decode", dp=8),
+    ]  # the 1P + 1D cell
     refusal = engine_refusal(V41, cell, True, OLD)  # the rule as SGLang first added DSpark PD
     assert (
         "sglang 0.5.16 would not start" in refusal and "PR #38949" in refusal and "DP=1 and CP=1" in refusal
@@ -88,9 +91,15 @@ def test_step_rules_follow_the_engine_unless_the_scheduler_sets_them():
     coloc_dp = _pool("colocated", dp=4)
     assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, {}) == StepRules("mixed", "per_rank")
     assert pool_step_rules(NEW, coloc_dp, True, {}) == StepRules("prefill_first", "divided")
-    assert (
-        pool_step_rules(NEW, coloc_dp, False, {}).step_composition == "mixed"
-    )  # no per-rank sync without spec
+    # without spec each DP rank picks its own batch (SGLang's dp_step_composition); dp 1 and other roles keep
+    # the engine's step_composition
+    assert pool_step_rules(NEW, coloc_dp, False, {}).step_composition == "rank_prefill_first"
+    assert pool_step_rules(NEW, _pool("colocated", dp=1), False, {}).step_composition == "prefill_first"
+    assert pool_step_rules(NEW, _pool("decode", dp=4), False, {}).step_composition == "prefill_first"
+    assert pool_step_rules(Engine(name="vllm"), coloc_dp, False, {}).step_composition == "mixed"
+    assert pool_step_rules(NEW, coloc_dp, False, {"step_composition": "prefill_first"}).step_composition == (
+        "prefill_first"  # an explicit what-if
+    )
     assert pool_step_rules(None, coloc_dp, True, {}) == StepRules(
         "mixed", "divided"
     )  # sim's generic defaults
@@ -114,6 +123,8 @@ def test_every_rule_has_a_source_and_scenario_fields_lists_them():
     fields = {r["field"]: r for r in json.loads(result.stdout)}
     assert fields["engine.name"]["type"] == "Literal['vllm', 'sglang']"
     assert fields["engine rule: sglang 0.5.15, 0.5.16: refuses"]["description"].startswith("sglang python/")
+    dp_rule = fields["engine rule: sglang 0.5.15, 0.5.16, main@006cbb66: dp_step_composition"]
+    assert dp_rule["default"] == "rank_prefill_first" and "get_next_batch_to_run" in dp_rule["description"]
     text = CliRunner().invoke(app, ["scenario", "fields"], env={"COLUMNS": "300"}).stdout
     assert "Engine profiles" in text and "main@006cbb66" in text
 

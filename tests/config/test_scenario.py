@@ -161,15 +161,8 @@ def test_generator_workload_loads(folder):
                      "not one of the allowed values (got 'shared'); allowed: 'divided' or 'per_rank'",
                      id="dp-budget-unknown-rule"),
         pytest.param({"scheduler": {"step_composition": "interleaved"}}, "scheduler.step_composition",
-                     "not one of the allowed values (got 'interleaved'); allowed: 'mixed' or 'prefill_first'",
-                     id="step-composition-unknown"),
-        pytest.param({"scheduler": {"step_composition": "prefill_first"},
-                      "cluster__pools": [{"name": "w", "role": "colocated", "nodes": 1, "gpus_per_instance": 8,
-                                          "tp": 1, "ep": 8, "dp": 8}]},
-                     "scheduler.step_composition",
-                     "prefill_first on the colocated DP-attention pool 'w' (dp 8) needs spec_decode.enabled: true "
-                     "(SGLang syncs the DP ranks' step mode only with speculative decoding) (got 'prefill_first'); "
-                     "allowed: mixed, or prefill_first with spec_decode on or dp 1", id="prefill-first-dp-without-spec"),
+                     "not one of the allowed values (got 'interleaved'); allowed: 'mixed', 'prefill_first' or "
+                     "'rank_prefill_first'", id="step-composition-unknown"),
         pytest.param({"slo": {"ttft_s": "2ms"}}, "slo.ttft_s",
                      "expected a plain number in seconds (the suffix _s of 'ttft_s' is the unit), not a string "
                      "(got '2ms')", id="string-with-unit"),
@@ -318,11 +311,11 @@ def test_cli_fields_lists_every_leaf_with_defaults():
 
 
 def test_prefill_first_loads_where_the_engine_rule_is_known(folder):
-    # plain attention (dp 1) needs no rank sync; DP attention with speculative decoding is SGLang's synced case;
-    # a disaggregated cluster has no colocated pool for the rule to touch
+    # plain attention (dp 1) needs no rank sync; DP attention with speculative decoding is SGLang's synced case,
+    # without it a what-if (sim.sched.batcher); a disaggregated cluster has no colocated pool for the rule to touch
     tp = [{"name": "w", "role": "colocated", "nodes": 1, "gpus_per_instance": 8, "tp": 8, "ep": 8, "dp": 1}]
     dp = [{**tp[0], "tp": 1, "dp": 8}]
-    for pools, spec in ((tp, False), (dp, True), (VALID["cluster"]["pools"], False)):
+    for pools, spec in ((tp, False), (dp, True), (dp, False), (VALID["cluster"]["pools"], False)):
         data = variant(cluster__pools=pools, scheduler={"step_composition": "prefill_first"},
                        spec_decode={"enabled": spec})  # fmt: skip
         assert load_scenario(write(folder, data)).scheduler.step_composition == "prefill_first"
@@ -332,3 +325,5 @@ def test_prefill_first_loads_where_the_engine_rule_is_known(folder):
     assert {scn.pool_step_rules(p).step_composition for p in scn.cluster.pools} == {"mixed"}
     scn = load_scenario(write(folder, variant(engine={"name": "sglang"}, cluster__pools=tp)))
     assert scn.pool_step_rules(scn.cluster.pools[0]).step_composition == "prefill_first"
+    scn = load_scenario(write(folder, variant(engine={"name": "sglang"}, cluster__pools=dp)))
+    assert scn.pool_step_rules(scn.cluster.pools[0]).step_composition == "rank_prefill_first"

@@ -1,6 +1,10 @@
 """DP attention in the engine: requests are placed on ranks round-robin as they arrive, and each
 rank prefills its own requests under its share of the token budget (sim.sched.batcher,
-sim.cluster.instance); the timing model gets each chunk with its rank."""
+sim.cluster.instance); the timing model gets each chunk with its rank. With rank_prefill_first each
+rank keeps its own decode progress: a rank holding a chunk does not decode in that step."""
+
+import pytest
+from hypothesis import given, settings
 
 from sim.cluster.events import EventLoop
 from sim.cluster.instance import Instance
@@ -9,7 +13,7 @@ from sim.core.request import Request
 from sim.sched.batcher import prefill_chunks_dp, rank_prefill_budget
 
 from . import objects
-from .test_engine_log import RoundSteps
+from .test_engine_log import DECODE_STEP_S, PREFILL_STEP_S, Log, RoundSteps, run_trace, traces
 
 
 def _req(rid: int, tokens: int, rank: int) -> Request:
@@ -32,11 +36,19 @@ class Recording(RoundSteps):
     def __init__(self):
         self.steps = []
         self.decoding = []  # per step with chunks: the sequences that decode in it
+        self.on_chunk_ranks = []  # per step with chunks: whether the ranks holding them decode too
 
     def step_s(self, batch_size, terms, prefill):
+        return self._record(batch_size, terms, prefill, on_chunk_ranks=True)
+
+    def rank_step_s(self, batch_size, terms, prefill):
+        return self._record(batch_size, terms, prefill, on_chunk_ranks=False)
+
+    def _record(self, batch_size, terms, prefill, *, on_chunk_ranks):
         if prefill:
             self.steps.append([(c.new_tokens, c.rank) for c in prefill])
             self.decoding.append(batch_size)
+            self.on_chunk_ranks.append(on_chunk_ranks)
         return super().step_s(batch_size, terms, prefill)
 
 
@@ -94,14 +106,14 @@ def test_per_rank_budget_gives_each_rank_the_whole_budget():
     assert timing.steps[:2] == [[(512, 0)], [(512, 0), (300, 1), (512, 2), (400, 3)]]
 
 
-def _dp_instance(loop, timing, **kw):
-    st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
+def _dp_instance(loop, timing, recorder=None, **kw):
+    store = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
-    (inst,) = objects.cluster(loop, st, lambda c: [
-        Instance(loop, 0, "p", "colocated", 0, 4, timing, st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
-                 max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
+    (inst,) = objects.cluster(loop, store, lambda c: [
+        Instance(loop, 0, "p", "colocated", 0, 4, timing, store, cluster=c, budget_tokens=2048, chunk_tokens=1024,
+                 max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(store.tiers)],
                  max_queue_wait_s=None, dp_ranks=4, **kw)
-    ], net_out=[link]).instances  # fmt: skip
+    ], net_out=[link], recorder=recorder).instances  # fmt: skip
     return inst
 
 
@@ -110,7 +122,7 @@ def test_prefill_first_stalls_every_rank_for_a_chunk_on_one():
     done = {}
     for prefill_first in (False, True):
         loop, timing = EventLoop(), Recording()
-        inst = _dp_instance(loop, timing, prefill_first=prefill_first)
+        inst = _dp_instance(loop, timing, step_composition="prefill_first" if prefill_first else "mixed")
         for rid, (at, tokens, out) in enumerate(((0.0, 100, 20), (0.3, 1200, 2))):
             req = Request(rid, rid, 0, 0, rid, None, None, at, tokens, out, 0, 0, 0, 0)
             loop.call_at(at, inst.cluster.dispatch, req)
@@ -124,3 +136,98 @@ def test_prefill_first_stalls_every_rank_for_a_chunk_on_one():
     steps, decoding, _ = done[True]
     assert steps[1:] == [[(512, 1)], [(512, 1)], [(176, 1)]] and decoding[1:] == [0, 0, 0]
     assert done[True][2] == done[False][2]  # the same decode steps in all: only their timing moved
+
+
+class RankLog(Log):
+    """The log, and at each request's end how many decode steps its rank ran since it joined."""
+
+    def __init__(self):
+        super().__init__()
+        self.inst = None
+        self.rank_steps = {}
+
+    def record(self, req):
+        if self.inst is not None and self.inst.rank_steps and req.output_tokens > 1:
+            self.rank_steps[req.request_id] = self.inst.rank_steps[req.dp_rank] - req.join_step
+        super().record(req)
+
+
+def _run_dp(trace, composition):
+    """trace: (arrival_s, input_tokens, output_tokens) per request, placed round robin on the 4 ranks."""
+    loop, timing, log = EventLoop(), Recording(), RankLog()
+    inst = _dp_instance(loop, timing, recorder=log, step_composition=composition)
+    log.inst = inst
+    for rid, (at, tokens, out) in enumerate(trace):
+        loop.call_at(
+            at, inst.cluster.dispatch, Request(rid, rid, 0, 0, rid, None, None, at, tokens, out, 0, 0, 0, 0)
+        )
+    loop.run()
+    return {r.request_id: r for r in log.ended}, timing, inst, log
+
+
+# r0 and r1 decode on ranks 0 and 1 (r2, r3: one token each on ranks 2 and 3); r4 comes to rank 0 with a
+# prompt of three chunks (512 + 512 + 176 under SGLang's 2048 / 4 per rank)
+STALL_TRACE = [(0.0, 100, 20), (0.0, 100, 20), (0.0, 100, 1), (0.0, 100, 1), (1.0, 1200, 2)]
+
+
+def test_rank_prefill_first_stalls_only_the_ranks_holding_chunks():
+    ended, timing, inst, log = _run_dp(STALL_TRACE, "rank_prefill_first")
+    # step 2 [0.25, 0.5] holds r1-r3's chunks on ranks 1-3: r0 (rank 0) decodes in it. r4's chunks
+    # [1.125, 1.875] are on rank 0: r0 waits, r1 (rank 1) decodes in each
+    assert timing.steps == [[(100, 0)], [(100, 1), (100, 2), (100, 3)], [(512, 0)], [(512, 0)], [(176, 0)]]
+    assert timing.decoding == [0, 1, 1, 1, 1] and not any(timing.on_chunk_ranks)
+    # r0: 19 decode steps from 0.25 (one in step 2, 5 until r4's cut at 1.125, 13 from 1.875) plus the three
+    # prefill steps it waited for; r1: 19 from 0.5, three of them in r4's prefill steps
+    finish = {rid: r.finish_s for rid, r in ended.items()}
+    assert finish == {0: 3.5, 1: 3.25, 2: 0.5, 3: 0.5, 4: 2.0}
+    assert finish[0] - ended[0].decode_start_s == PREFILL_STEP_S + 18 * DECODE_STEP_S + 3 * PREFILL_STEP_S
+    assert finish[1] - ended[1].decode_start_s == 16 * DECODE_STEP_S + 3 * PREFILL_STEP_S
+    # every decoding request ran exactly its output less the first token on its own rank
+    assert log.rank_steps == {0: 19, 1: 19, 4: 1}
+    # 22 steps decoded on some rank: rank 0 sat out r4's three chunk steps, ranks 1-3 step 2
+    assert inst.rank_steps == [19, 21, 21, 21] and inst.decode_steps == 22
+    assert inst.decode_batch_size() == 0 and all(t.context_tokens == 0.0 for t in inst.rank_terms)
+    # prefill_first (the ranks synced, SGLang with spec decoding): every chunk stalls both, which then end together
+    ended, timing, inst, _ = _run_dp(STALL_TRACE, "prefill_first")
+    assert timing.decoding == [0, 0, 0, 0, 0] and all(timing.on_chunk_ranks)
+    assert {rid: r.finish_s for rid, r in ended.items()} == {0: 3.625, 1: 3.625, 2: 0.5, 3: 0.5, 4: 2.0}
+    assert inst.rank_steps == [] and inst.decode_batch_size() == 0  # no per-rank state
+
+
+@pytest.mark.parametrize("composition", ["mixed", "prefill_first"])
+def test_the_other_compositions_keep_one_batch(composition):
+    # mixed and prefill_first keep no per-rank state and time every step by `step_s`, never `rank_step_s`
+    ended, timing, inst, _ = _run_dp(STALL_TRACE, composition)
+    assert len(ended) == len(STALL_TRACE) and all(timing.on_chunk_ranks)
+    assert inst.rank_steps == [] and inst.rank_running == [] and inst.decode_batch_size() == 0
+
+
+def test_rank_prefill_first_on_one_rank_is_prefill_first():
+    # without DP attention the one rank holding a chunk is the whole instance: the same exact log
+    trace = [(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)]
+    log, inst = run_trace(trace, composition="rank_prefill_first")
+    assert log == run_trace(trace, composition="prefill_first")[0] and inst.rank_steps == []
+
+
+def test_an_unknown_step_composition_is_refused():
+    with pytest.raises(ValueError, match="'interleaved' is not one of"):
+        _dp_instance(EventLoop(), Recording(), step_composition="interleaved")
+
+
+@settings(max_examples=40, deadline=None)
+@given(trace=traces(10))
+def test_rank_prefill_first_completes_every_request_with_its_tokens(trace):
+    trace = sorted(trace)
+    ended, timing, inst, log = _run_dp(trace, "rank_prefill_first")
+    assert sorted(ended) == list(range(len(trace)))  # every request completes
+    for rid, (_, _, out) in enumerate(trace):
+        req = ended[rid]
+        if out > 1:
+            assert log.rank_steps[rid] == out - 1  # its rank's decode steps while it ran: its output less one
+            # its steps in decode spans and in prefill steps it decoded in or waited for
+            spent = req.finish_s - req.decode_start_s
+            assert spent >= (out - 1) * DECODE_STEP_S
+            assert ((spent - (out - 1) * DECODE_STEP_S) / (PREFILL_STEP_S - DECODE_STEP_S)).is_integer()
+    assert not any(timing.on_chunk_ranks)
+    assert inst.decode_batch_size() == 0 and all(not heap for heap in inst.rank_running)
+    assert all(0 <= steps <= inst.decode_steps for steps in inst.rank_steps)

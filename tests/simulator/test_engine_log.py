@@ -64,7 +64,7 @@ EVENTS = ("arrival_s", "admitted_s", "prefill_start_s", "first_token_s", "decode
 LOOPS = pytest.mark.parametrize("new_loop", [EventLoop, SimPyLoop], ids=["native", "simpy"])
 
 
-def _run(trace, prefill_first=False, new_loop=EventLoop):
+def run_trace(trace, composition="mixed", new_loop=EventLoop):
     """trace: (arrival_s, input_tokens, output_tokens) per request; returns the log and the instance."""
     loop = new_loop()
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
@@ -73,7 +73,7 @@ def _run(trace, prefill_first=False, new_loop=EventLoop):
     cluster = objects.cluster(loop, st, lambda c: [
         Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
                  max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
-                 max_queue_wait_s=None, prefill_first=prefill_first)
+                 max_queue_wait_s=None, step_composition=composition)
     ], net_out=[link], recorder=log)  # fmt: skip
     (inst,) = cluster.instances
     for rid, (at, inp, out) in enumerate(trace):
@@ -93,7 +93,7 @@ def _run(trace, prefill_first=False, new_loop=EventLoop):
 def test_three_requests_on_one_instance_give_this_exact_log(new_loop):
     # GIVEN one colocated instance (token budget 2048, chunks of 1024) and three requests
     # WHEN they run
-    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], new_loop=new_loop)
+    log, inst = run_trace([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], new_loop=new_loop)
     # THEN the loop does exactly this
     assert log == [
         ("r0 arrival", 0.0),
@@ -121,7 +121,9 @@ def test_three_requests_on_one_instance_give_this_exact_log(new_loop):
 def test_prefill_first_stalls_the_running_decodes_for_each_prefill_step(new_loop):
     # GIVEN the same instance and trace, with SGLang's step composition (sim.sched.batcher: a step with
     # prefill chunks decodes nothing; the chunks get the whole budget)
-    log, inst = _run([(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], prefill_first=True, new_loop=new_loop)
+    log, inst = run_trace(
+        [(0.0, 3000, 8), (0.1, 500, 3), (1.3, 200, 1)], composition="prefill_first", new_loop=new_loop
+    )
     # THEN every decode waits out each prefill step
     assert log == [
         ("r0 arrival", 0.0),
@@ -150,18 +152,21 @@ def test_prefill_first_stalls_the_running_decodes_for_each_prefill_step(new_loop
     assert inst.prefill_busy_s == 4 * PREFILL_STEP_S  # every step with chunks is all prefill
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    trace=st.lists(
+def traces(max_requests: int):
+    """Hypothesis traces: (arrival_s on an eighth-second grid, input_tokens, output_tokens) per request."""
+    return st.lists(
         st.tuples(st.integers(0, 40).map(lambda k: k / 8), st.integers(1, 5000), st.integers(1, 12)),
         min_size=1,
-        max_size=8,
+        max_size=max_requests,
     )
-)
+
+
+@settings(max_examples=40, deadline=None)
+@given(trace=traces(8))
 def test_prefill_first_decodes_only_in_decode_steps(trace):
     # with prefill first, a decoding sequence's time is its decode steps plus whole prefill steps it waited
     # for: a decode that rode in a prefill step (mixed) would leave PREFILL - DECODE, half a prefill step, over
-    log, _ = _run(sorted(trace), prefill_first=True)
+    log, _ = run_trace(sorted(trace), composition="prefill_first")
     times = dict(log)
     for rid, (_, _, out) in enumerate(sorted(trace)):
         if out > 1:

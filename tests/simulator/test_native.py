@@ -27,7 +27,9 @@ FACTORS = {
     "timing": ("roofline", "calibrated"),
     "loop": ("closed", "open"),  # closed: the agent trace replayed turn after turn; open: Poisson benchmark
     "spec_decode": ("no_sd", "sd"),
-    "queue": ("no_limit", "queue_limit"),  # admission limits: queue_full and queue_timeout rejections
+    # admission limits: queue_full and queue_timeout rejections; with them a colocated pool without speculative
+    # decoding steps as SGLang's DP-attention ranks do (rank_prefill_first: per-rank decode progress)
+    "queue": ("no_limit", "queue_limit"),
     "memory": ("roomy", "pressure"),  # 0.6 GB of HBM for KV, a small DRAM tier, short TTLs, the RDMA pool on
 }
 CASES = {"-".join(levels): levels for levels in itertools.product(*FACTORS.values())}
@@ -90,6 +92,8 @@ def scenario(name: str, levels: tuple[str, ...]) -> dict:
     }
     if queue == "queue_limit":
         scn["scheduler"] = {"admission": {"max_queue_per_instance": 3, "max_queue_wait_s": 0.25}}
+        if layout == "colocated" and sd == "no_sd":
+            scn["scheduler"]["step_composition"] = "rank_prefill_first"
     if memory == "pressure":
         scn["cluster"]["activation_reserve_frac"] = reserve_leaving(model, gpus, PRESSED_KV_BYTES)
         scn["cache"] = {

@@ -9,6 +9,7 @@ import pytest
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.calibrated import build_calibrated
 from sim.timing.interp import chunk_parts
+from sim.timing.roofline import RooflineTiming
 
 K = 1024
 MODELS = ("deepseek-v4-flash", "deepseek-v4.1-flash")
@@ -40,7 +41,9 @@ def _balanced_s(t, batch, terms, chunks) -> float:
             attn += t._heads_attention_s(_attn_flops(t, c), c.new_tokens, c.context_tokens)
         else:
             attn += (
-                _attn_flops(t, c) / t.par.gpus * t.prefill_attention_s_per_flop(c.new_tokens, c.context_tokens)
+                _attn_flops(t, c)
+                / t.par.gpus
+                * t.prefill_attention_s_per_flop(c.new_tokens, c.context_tokens)
             )
         every += c.new_tokens
         if c.last_chunk and tail_tokens:
@@ -127,3 +130,60 @@ def test_without_dp_the_step_is_unchanged(context, model):
         terms = _decode(t, batch, 32 * K)
         chunks = [PrefillChunk(4096, 16 * K, last_chunk=True), PrefillChunk(2048, 0)]
         assert t.step_s(batch, terms, chunks) == _balanced_s(t, batch, terms, chunks)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_where_ranks_pick_their_own_batch_a_chunk_rank_holds_no_decode_rows(dp8, model):
+    # SGLang with DP attention and no speculative decoding (sim.sched.batcher, rank_prefill_first): the rank
+    # holding the chunk runs it alone; the 128 decoding sequences sit on the other 7 ranks
+    t = dp8[model]
+    batch, terms = 128, _decode(t, 128, 64 * K)
+    one = PrefillChunk(4096, 60 * K, last_chunk=True, rank=3)
+    alone = t.rank_step_s(batch, terms, [one])
+    verify = t.verified_tokens_per_step
+    decode_rows = batch * verify
+    share = -(-decode_rows // 7)  # a decoding rank's rows: the decode rows over the 7 ranks without a chunk
+    tail = min(60 * K + 4096, t.mt.tail_tokens) if t.mt.tail_tokens else 0
+    chunk_rank = (  # the chunk's own work, no decode rows beside it: one row needing logits
+        _attn_flops(t, one) * t.prefill_attention_s_per_flop(4096, 60 * K)  # TP 1
+        + t._rank_s(True, 4096)
+        + t._rank_s(False, tail or 4096)
+        + t._head_rank_s(1)
+    )
+    decode_rank = (  # decode attention at the 19 sequences of a decoding rank, its rows and their logits
+        t._attn_curve(-(-batch // 7) * 8).at(terms.context_tokens / batch)
+        + t._rank_s(True, share)
+        + t._rank_s(False, share)
+        + t._head_rank_s(share)
+    )
+    rows = decode_rows + 4096
+    tail_rows = decode_rows + tail if tail else rows
+    expected = (
+        max(chunk_rank, decode_rank)
+        + t._row_term_s(True, -(-rows // 8))
+        + t._row_term_s(False, -(-tail_rows // 8))
+        + t._experts_s(True, rows)
+        + t._experts_s(False, tail_rows)
+        + t._draft_share * t._pass_s(decode_rows, decode_rows)
+        + t._comm_s(4096 * 8)
+    )
+    assert alone == pytest.approx(expected, rel=1e-12)
+    # the same step with the decode rows spread over every rank (the chunk rank too) costs more: the
+    # chunk rank, the slowest, no longer carries its 32 decode rows
+    assert t.step_s(batch, terms, [one]) > alone
+    # with a chunk on every rank nothing may decode; no decoding sequences: the flag changes nothing
+    every = [PrefillChunk(2048, 60 * K, last_chunk=True, rank=r) for r in range(8)]
+    with pytest.raises(ValueError, match="every one of the 8 DP ranks"):
+        t.rank_step_s(batch, terms, every)
+    assert t.rank_step_s(0, DecodeTerms(), every) == t.step_s(0, DecodeTerms(), every)
+    # a decode-only step is every rank's decode step
+    assert t.rank_step_s(batch, terms, ()) == t.step_s(batch, terms, ())
+
+
+def test_the_roofline_reads_only_the_sequences_passed(context):
+    # it spreads every row over the instance's GPUs whatever its rank: where the decoding sequences sit
+    # changes nothing there
+    ctx = context("deepseek-v4-flash")
+    roof = RooflineTiming(ctx.arith, ctx.hw, ctx.par, ctx.eff)
+    terms, one = _decode(roof, 128, 64 * K), [PrefillChunk(4096, 60 * K, last_chunk=True, rank=3)]
+    assert roof.rank_step_s(128, terms, one) == roof.step_s(128, terms, one)
