@@ -45,7 +45,11 @@ def fit_relative(tokens: list[float], times_us: list[float]) -> Fit:
         raise ValueError("need at least two distinct token counts to fit fixed + per-token")
     a = [1.0 / y for y in times_us]
     b = [t / y for t, y in zip(tokens, times_us, strict=True)]
-    saa, sab, sbb = sum(x * x for x in a), sum(x * z for x, z in zip(a, b, strict=True)), sum(z * z for z in b)
+    saa, sab, sbb = (
+        sum(x * x for x in a),
+        sum(x * z for x, z in zip(a, b, strict=True)),
+        sum(z * z for z in b),
+    )
     sa, sb = sum(a), sum(b)  # the right-hand side is 1 for every row
     det = saa * sbb - sab * sab
     fixed, per_token = (sa * sbb - sb * sab) / det, (saa * sb - sab * sa) / det
@@ -57,7 +61,9 @@ def _rows(path: Path, **where):
     import pyarrow.parquet as pq
 
     table = pq.read_table(path).to_pylist()
-    return sorted((r for r in table if all(r[k] == v for k, v in where.items())), key=lambda r: r["num_token"])
+    return sorted(
+        (r for r in table if all(r[k] == v for k, v in where.items())), key=lambda r: r["num_token"]
+    )
 
 
 def fits(aic_data: Path, gpu: str) -> dict[str, dict[str, Fit]]:
@@ -67,10 +73,14 @@ def fits(aic_data: Path, gpu: str) -> dict[str, dict[str, Fit]]:
     ll = _rows(folder / "wideep_deepep_ll_perf.parquet", **shape)
     out: dict[str, dict[str, Fit]] = {"low_latency": {}, "normal": {}}
     for what in ("dispatch", "combine"):
-        out["low_latency"][what] = fit_relative([r["num_token"] for r in ll], [r[f"{what}_avg_t_us"] for r in ll])
+        out["low_latency"][what] = fit_relative(
+            [r["num_token"] for r in ll], [r[f"{what}_avg_t_us"] for r in ll]
+        )
         normal = [
             r
-            for r in _rows(folder / "wideep_deepep_normal_perf.parquet", **shape, **{f"{what}_sms": NORMAL_SMS})
+            for r in _rows(
+                folder / "wideep_deepep_normal_perf.parquet", **shape, **{f"{what}_sms": NORMAL_SMS}
+            )
             if r["num_token"] <= NORMAL_MAX_TOKENS
         ]
         out["normal"][what] = fit_relative(
@@ -82,15 +92,20 @@ def fits(aic_data: Path, gpu: str) -> dict[str, dict[str, Fit]]:
 def block(gpu: str, f: dict[str, dict[str, Fit]]) -> str:
     """The profile's `scale_up.deepep` YAML block for `f`."""
     lines = [f"  # {SOURCES[gpu][0]}: AIConfigurator {gpu}/comm/sglang/{SOURCES[gpu][1]}", "  deepep:"]
-    for mode, span in (("low_latency", "1-1024 tokens"), ("normal", f"1-{NORMAL_MAX_TOKENS} tokens at {NORMAL_SMS} SMs")):
+    for mode, span in (
+        ("low_latency", "1-1024 tokens"),
+        ("normal", f"1-{NORMAL_MAX_TOKENS} tokens at {NORMAL_SMS} SMs"),
+    ):
         lines.append(f"    {mode}:")
         for what in ("dispatch", "combine"):
             x = f[mode][what]
             lines.append(
-                f"      {what}_us: {{value: {x.fixed_us:.2f}, src: [EP1], est: true, tag: B, note: \"over {span} "
-                f"({x.rows} rows): within {x.worst_rel * 100:.0f} % of each row [B]\"}}"
+                f'      {what}_us: {{value: {x.fixed_us:.2f}, src: [EP1], est: true, tag: B, note: "over {span} '
+                f'({x.rows} rows): within {x.worst_rel * 100:.0f} % of each row [B]"}}'
             )
-            lines.append(f"      {what}_us_per_token: {{value: {x.per_token_us:.4f}, src: [EP1], est: true, tag: B}}")
+            lines.append(
+                f"      {what}_us_per_token: {{value: {x.per_token_us:.4f}, src: [EP1], est: true, tag: B}}"
+            )
     return "\n".join(lines)
 
 

@@ -735,7 +735,14 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
-        return self._pass_s(every_rows, tail_rows) + drafter + self._comm_s(every_rows, True) + attn + head + host
+        return (
+            self._pass_s(every_rows, tail_rows)
+            + drafter
+            + self._comm_s(every_rows, True)
+            + attn
+            + head
+            + host
+        )
 
     def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
         """`step_s` where the DP ranks holding chunks run no decode rows (`_dp_mixed_s`)."""

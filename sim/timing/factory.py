@@ -139,11 +139,14 @@ def deepep_costs(measured: Any) -> DeepEpCosts | None:
 
     def call(kernel: Any, what: str) -> A2aCall:
         return A2aCall(
-            getattr(kernel, f"{what}_us").value * units.US, getattr(kernel, f"{what}_us_per_token").value * units.US
+            getattr(kernel, f"{what}_us").value * units.US,
+            getattr(kernel, f"{what}_us_per_token").value * units.US,
         )
 
     ll, normal = measured.low_latency, measured.normal
-    return DeepEpCosts(call(ll, "dispatch"), call(ll, "combine"), call(normal, "dispatch"), call(normal, "combine"))
+    return DeepEpCosts(
+        call(ll, "dispatch"), call(ll, "combine"), call(normal, "dispatch"), call(normal, "combine")
+    )
 
 
 def efficiency(achievable: dict, timing) -> Efficiency:

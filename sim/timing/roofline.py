@@ -169,7 +169,9 @@ class RooflineTiming:
         self._kv_rate = par.dp * self._hbm_rate  # KV read: each DP group's GPUs read their sequences
         self._k_attn = self.verified_tokens_per_step / self._attn_rate_decode
         if par.moe_a2a not in MOE_A2A or (par.moe_a2a == "deepep" and hw.deepep is None):
-            raise ValueError(f"moe_a2a {par.moe_a2a!r}: one of {MOE_A2A}; deepep needs the GPU's measured DeepEP")
+            raise ValueError(
+                f"moe_a2a {par.moe_a2a!r}: one of {MOE_A2A}; deepep needs the GPU's measured DeepEP"
+            )
         self._comm_cache: dict[int, float] = {}
         self._extend_comm_cache: dict[int, float] = {}
         self._expert_cache: dict[int, float] = {}
@@ -205,7 +207,9 @@ class RooflineTiming:
             return 0.0
         deepep = self.hw.deepep
         if kind == "deepep" and deepep is not None:
-            tokens = rows / p.gpus  # each GPU dispatches its own rows (DP ranks, or its share of a TP group's)
+            tokens = (
+                rows / p.gpus
+            )  # each GPU dispatches its own rows (DP ranks, or its share of a TP group's)
             if extend:
                 call = deepep.normal_dispatch.at(tokens) + deepep.normal_combine.at(tokens)
             else:

@@ -30,7 +30,9 @@ def _tables(root, fixed: float, slope: float):
     shape = {"hidden_size": 4096, "num_topk": 6, "num_experts": 256}
     ll = [{**shape, "num_token": t, "dispatch_avg_t_us": fixed + slope * t, "combine_avg_t_us": 2 * (fixed + slope * t)}
           for t in (1, 8, 64, 1024)]  # fmt: skip
-    ll.append({**shape, "hidden_size": 7168, "num_token": 1, "dispatch_avg_t_us": 999.0, "combine_avg_t_us": 999.0})
+    ll.append(
+        {**shape, "hidden_size": 7168, "num_token": 1, "dispatch_avg_t_us": 999.0, "combine_avg_t_us": 999.0}
+    )
     normal = [{**shape, "num_token": t, "dispatch_sms": sms, "combine_sms": sms,
                "dispatch_transmit_us": 3 * fixed + slope * t * 20 / sms, "combine_transmit_us": 4 * fixed + slope * t}
               for t in (1, 512, 16384, 65536) for sms in (8, 20)]  # fmt: skip

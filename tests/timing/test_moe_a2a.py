@@ -46,7 +46,9 @@ def test_deepep_charges_its_measured_kernels_by_the_step_kind(context, hardware)
     terms = deepep.decode_seq_terms(4 * K, 1).scaled(64)
     chunk = [PrefillChunk(2048, 0, last_chunk=True, rank=0)]
     extra_deepep = deepep.step_s(64, terms, chunk) - link.step_s(64, terms, chunk)
-    assert extra_deepep == pytest.approx(deepep._comm_s(64 + 2048 * 4, True) - link._comm_s(64 + 2048 * 4, True))
+    assert extra_deepep == pytest.approx(
+        deepep._comm_s(64 + 2048 * 4, True) - link._comm_s(64 + 2048 * 4, True)
+    )
 
 
 def test_deepep_on_a_gpu_without_measurements_is_refused():
@@ -54,8 +56,20 @@ def test_deepep_on_a_gpu_without_measurements_is_refused():
         "name": "x",
         "models": ["deepseek-v4-flash"],
         "hardware": "nvidia-h100-hgx8",
-        "cluster": {"pools": [{"name": "w", "role": "colocated", "instances": 1, "gpus_per_instance": 8,
-                               "tp": 1, "ep": 8, "dp": 8, "moe_a2a": "deepep"}]},  # fmt: skip
+        "cluster": {
+            "pools": [
+                {
+                    "name": "w",
+                    "role": "colocated",
+                    "instances": 1,
+                    "gpus_per_instance": 8,
+                    "tp": 1,
+                    "ep": 8,
+                    "dp": 8,
+                    "moe_a2a": "deepep",
+                }
+            ]
+        },  # fmt: skip
         "workload": {"benchmark": {"isl_tokens": 1000, "osl_tokens": 100, "concurrency": 4}, "horizon_s": 60},
     }
     with pytest.raises(InputError) as err:

@@ -150,7 +150,6 @@ def test_tpot_target_never_reached_reads_the_floor_pick(tmp_path):
     assert point is None and "over 20 ms already" in note
 
 
-
 def test_a_fixed_prompt_count_is_timed_over_the_whole_run(tmp_path):
     """SGLang's bench_serving shape (sim.validate.cases): N prompts at concurrency C, the whole run timed
     from the first send to the last completion; the mean TPOT over requests can be compared too."""
