@@ -12,6 +12,8 @@
 #   run    the V4 mini's real run on the committed trace (serve.run, as hwprofiles/h200/serve/run_20261203)
 #   run41  the V4.1 mini's real run (as run_20261203_v41)
 #   ours   kernels_bench's own tables (run_all --preset full, FAMILIES_OURS, BUDGET_OURS s)
+#   moe    the forward pass's grouped GEMMs (torch) against DeepGEMM's at its MoE shapes (production.moe_grouped;
+#          needs SITE and DeepGEMM)
 # Everything lands in $OUT: one results.tar.gz (tables, logs, run folders) plus this call's log.
 set -o pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -34,7 +36,7 @@ if [ -n "${SITE:-}" ] && [ ! -f /tmp/site/flash_mla/__init__.py ]; then
 fi
 export PYTHONPATH=/tmp/site:$DG_DIR/DeepGEMM:$PWD DG_JIT_CACHE_DIR=$DG_DIR/jit
 export NVCC_VERSION=$("$CUDA_HOME/bin/nvcc" --version | grep -o "release [0-9.]*, V[0-9.]*") DEEPGEMM_COMMIT=54e2261
-if has dg || has fwd; then
+if has dg || has fwd || has moe; then
   ( DG_SRC=$DG_SRC DG_DIR=$DG_DIR bash kernels_bench/production/build_deepgemm.sh > "$R/deepgemm_build.txt" 2>&1 ) &
   BUILD=$!
 fi
@@ -55,6 +57,10 @@ if has dg; then
     --families dg_indexer_prefill,dg_indexer_decode,dg_indexer_decode_spec,dg_moe,dg_dense,dg_wo_a,dg_hc_prenorm \
     2>&1 | grep -v "ok=True" | tail -15
   el "dg done"; pack
+fi
+if has moe; then
+  python3 -m kernels_bench.production.moe_grouped --out "$R/moe" --commit "$COMMIT" 2>&1 | tail -14
+  el "moe grouped done"; pack
 fi
 if has fwd; then
   python3 -m kernels_bench.production.forward --out "$R/fwd" --commit "$COMMIT" --budget-s "${BUDGET_FWD:-150}" 2>&1 | tail -12
