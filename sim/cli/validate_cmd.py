@@ -48,6 +48,12 @@ def validate(
     model: Annotated[
         str | None, typer.Option("--model", help="with --real: the model (default: the run's provenance)")
     ] = None,
+    within: Annotated[
+        float,
+        typer.Option(
+            "--within", min=0.0, help="the tolerance the summary counts cases against (0.15 = +-15 %)"
+        ),
+    ] = 0.15,
 ) -> None:
     """Run each case's deployment to its operating point and print published vs simulated (exit 0:
     the error is a measurement, not a verdict). With --real: a measured serving run against sim."""
@@ -59,7 +65,7 @@ def validate(
     from sim.outputs import probe_output_dir, staged_output_dir
     from sim.validate.cases import load_cases
     from sim.validate.page import validate_page
-    from sim.validate.runner import run_cases
+    from sim.validate.runner import SPEED_METRICS, run_cases, within_counts
 
     folder = cases if cases is not None else project_root() / "scenarios" / "validation"
     target = probe_output_dir(out, force=force) if out is not None else None
@@ -73,7 +79,12 @@ def validate(
             bar.update(task, description=f"validate {name}", completed=done, total=planned)
 
         results = run_cases(loaded, workers=workers, ray=ray, progress=on_progress)
-    document = {"format": "sim.validate/v2", "cases": [r.to_json() for r in results]}
+    counts = within_counts(results, within)
+    document = {
+        "format": "sim.validate/v2",
+        "cases": [r.to_json() for r in results],
+        "within": {"tolerance_frac": within, **counts},
+    }
     if target is not None:
         text = json.dumps(document, indent=2) + "\n"
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -97,6 +108,12 @@ def validate(
                 f"{r.concurrency:.1f}" if r.concurrency is not None else "n/a",
             )  # fmt: skip
     console.print(table)
+    speed = counts.pop("speed")
+    per_metric = ", ".join(f"{m} {c['within']} of {c['scored']}" for m, c in counts.items())
+    console.print(
+        f"within +-{within:.0%}: {speed['within']} of {speed['scored']} cases on both {' and '.join(SPEED_METRICS)}; "
+        f"by metric: {per_metric}"
+    )
     for r in results:
         if r.note:
             console.print(f"{r.name}: {r.note}")

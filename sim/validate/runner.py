@@ -137,3 +137,30 @@ def run_cases(
     cases: list[LoadedCase], *, workers: int, ray: str | None = None, progress: Progress | None = None
 ) -> list[CaseResult]:
     return [run_case(c, workers=workers, ray=ray, progress=progress) for c in cases]
+
+
+SPEED_METRICS = (
+    "output_tokens_per_s_per_gpu",
+    "tokens_per_s_per_user",
+)  # the two axes serving benchmarks publish
+
+
+def within_counts(results: list[CaseResult], tolerance_frac: float) -> dict[str, dict[str, int]]:
+    """How many cases read each metric within +-`tolerance_frac` of the published value, of those that give it
+    a number; and (`speed`) how many cases publish both SPEED_METRICS and read both within it."""
+    out: dict[str, dict[str, int]] = {}
+    for r in results:
+        for metric, error in r.error_frac.items():
+            counts = out.setdefault(metric, {"within": 0, "scored": 0})
+            if error is not None:
+                counts["scored"] += 1
+                counts["within"] += abs(error) <= tolerance_frac
+    speed = [r for r in results if all(m in r.published for m in SPEED_METRICS)]
+    out["speed"] = {
+        "within": sum(
+            all(r.error_frac[m] is not None and abs(r.error_frac[m]) <= tolerance_frac for m in SPEED_METRICS)
+            for r in speed
+        ),
+        "scored": len(speed),
+    }
+    return out

@@ -163,3 +163,24 @@ def test_a_fixed_prompt_count_is_timed_over_the_whole_run(tmp_path):
     assert case["simulated"]["tokens_per_s_per_user"] == pytest.approx(1.0 / point["tpot_p50_s"])
     mean = case["simulated"]["tpot_mean_s"]
     assert mean is not None and mean != point["tpot_p50_s"]
+
+
+def test_within_counts_cases_per_metric_and_on_both_speed_axes():
+    from sim.validate.runner import CaseResult, within_counts
+
+    def case(name, **errors):
+        published = dict.fromkeys(errors, 1.0)
+        return CaseResult(name, "src", "m", {}, "", published, dict(errors), dict(errors), None, None)
+
+    results = [
+        case("a", output_tokens_per_s_per_gpu=0.10, tokens_per_s_per_user=-0.15),  # both within (edge)
+        case("b", output_tokens_per_s_per_gpu=0.05, tokens_per_s_per_user=0.30),
+        case("c", output_tokens_per_s_per_gpu=None, tokens_per_s_per_user=0.0),  # no number: not within
+        case("d", ttft_p50_s=-0.5),  # publishes no speed metric: not in the speed count
+    ]
+    counts = within_counts(results, 0.15)
+    assert counts["output_tokens_per_s_per_gpu"] == {"within": 2, "scored": 2}
+    assert counts["tokens_per_s_per_user"] == {"within": 2, "scored": 3}
+    assert counts["ttft_p50_s"] == {"within": 0, "scored": 1}
+    assert counts["speed"] == {"within": 1, "scored": 3}
+    assert within_counts(results, 0.5)["speed"] == {"within": 2, "scored": 3}
