@@ -10,6 +10,8 @@ writes one row per point and kernel:
 
 - `torch_grouped`: gate_up + down through `torch._scaled_grouped_mm` on the rows sorted by expert, as the
   pass runs them (activations quantised beforehand: only the two GEMMs are timed);
+- `torch_grouped_in_call`: the same through `GpuKernels.grouped` itself, what the pass books under `moe`:
+  each call's rowwise activation quantisation (separate torch ops) and offsets, then the GEMM;
 - `deepgemm`: gate_up + down through DeepGEMM, the layout a serving engine hands it: `m_grouped_fp8_gemm_nt_masked`
   (DeepEP low-latency layout, each expert's rows padded to a common `max_m`) for decode batches,
   `m_grouped_fp8_gemm_nt_contiguous` (each expert's rows aligned to DeepGEMM's M alignment) for prefill chunks;
@@ -50,16 +52,24 @@ def _routing(rows: int, d: Dims, seed: int, device: str):
     return xs, counts
 
 
-def _torch_case(xs, counts, gate_up, down, inter: int):
-    """The pass's two grouped GEMMs (GpuKernels.grouped), operands quantised once outside the timed call."""
+def _torch_case(xs, counts, gate_up, down, inter: int, *, in_call: bool = False):
+    """The pass's two grouped GEMMs (GpuKernels.grouped). `in_call`: as the pass books them under `moe`, each
+    with its rowwise activation quantisation and offsets (`GpuKernels.grouped` itself); else the operands are
+    quantised once outside the timed call."""
+    from kernels_bench.production.forward import GpuKernels
+
     offs = torch.cumsum(counts, 0).to(torch.int32)
     xq, xsc = act_quant_rowwise(xs)
     gu = torch._scaled_grouped_mm(
         xq, gate_up.q.transpose(1, 2), xsc.view(-1), gate_up.s, offs=offs, out_dtype=torch.bfloat16
     )
-    aq, asc = act_quant_rowwise(gu[:, :inter].contiguous())
+    a = gu[:, :inter].contiguous()
+    aq, asc = act_quant_rowwise(a)
 
     def run():
+        if in_call:  # GpuKernels.grouped reads nothing of the instance: called unbound, the pass's own code
+            GpuKernels.grouped(None, xs, gate_up, counts)
+            return GpuKernels.grouped(None, a, down, counts)
         torch._scaled_grouped_mm(xq, gate_up.q.transpose(1, 2), xsc.view(-1), gate_up.s, offs=offs,
                                  out_dtype=torch.bfloat16)  # fmt: skip
         return torch._scaled_grouped_mm(aq, down.q.transpose(1, 2), asc.view(-1), down.s, offs=offs,
@@ -165,6 +175,7 @@ def measure(out: Path, commit: str | None, seed: int = 7) -> list[dict]:
         xs, counts = _routing(n, d, seed + n, device)
         for kernel, (run, ref) in (
             ("torch_grouped", _torch_case(xs, counts, gate_up, down, d.inter)),
+            ("torch_grouped_in_call", _torch_case(xs, counts, gate_up, down, d.inter, in_call=True)),
             ("deepgemm", _deepgemm_case(xs, counts, gate_up_w, down_w, mode, d.inter)),
         ):
             err = _rel_err(*ref())
