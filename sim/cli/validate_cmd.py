@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sim.cli.numbers import finite
 from sim.cli.options import CORES, RayAddress, Workers
 from sim.paths import project_root
 
@@ -51,7 +52,10 @@ def validate(
     within: Annotated[
         float,
         typer.Option(
-            "--within", min=0.0, help="the tolerance the summary counts cases against (0.15 = +-15 %)"
+            "--within",
+            min=0.0,
+            callback=finite,
+            help="the tolerance the summary counts cases against (0.15 = +-15 %)",
         ),
     ] = 0.15,
 ) -> None:
