@@ -207,9 +207,8 @@ class RooflineTiming:
             return 0.0
         deepep = self.hw.deepep
         if kind == "deepep" and deepep is not None:
-            tokens = (
-                rows / p.gpus
-            )  # each GPU dispatches its own rows (DP ranks, or its share of a TP group's)
+            # each GPU dispatches its own rows (DP ranks, or its share of a TP group's)
+            tokens = rows / p.gpus
             if extend:
                 call = deepep.normal_dispatch.at(tokens) + deepep.normal_combine.at(tokens)
             else:
