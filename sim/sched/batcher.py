@@ -27,8 +27,9 @@ How a step combines prefill chunks with the running decodes is the engine's rule
   step's mode before it runs (`prepare_mlp_sync_batch` on the new batch: a rank with no prefill
   gets an idle batch when any rank has one, "makes sure prefill and decode batches will not be
   mixed when spec and dp-attn is enabled"), so a chunk on any rank stalls every rank's decodes;
-  `is_extend_in_batch` gathered by `MLPSyncBatchInfo.all_gather` (scheduler_dp_attn_mixin.py)
-  then runs the MoE all-to-all in DeepEP's normal mode for that step.
+  `is_extend_in_batch` gathered by `MLPSyncBatchInfo.all_gather` (managers/scheduler_components/
+  dp_attn.py in v0.5.15; scheduler_dp_attn_mixin.py later) then runs the MoE all-to-all in DeepEP's
+  normal mode for that step.
 - `rank_prefill_first` (SGLang with DP attention, no speculative decoding): each DP rank runs its
   own scheduler and picks its own batch by the same rule, so a rank holding a prefill chunk runs it
   and its own running requests wait, while a rank without one decodes its running requests in the
