@@ -92,6 +92,10 @@ FORWARD_COLUMNS: tuple[Column, ...] = (
     Column("output_finite"),
     Column("graph_vs_eager_rel"),
     Column("timing_method"),
+    # the same pass run eagerly, op by op from Python, as an engine runs a step it has no CUDA graph for:
+    # the GPU span per pass (launch gaps included) and the host time to issue it (forward.measure)
+    Column("eager_us_p50"),
+    Column("eager_host_us_p50"),
     Column("note"),
 )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -804,7 +805,8 @@ def layer_kinds_label(kinds: list[str]) -> str:
 
 
 def measure(stack: Stack) -> dict:
-    """Whole pass as one CUDA graph, then each op alone (over all layers) in its own graph."""
+    """Whole pass as one CUDA graph; the same pass eagerly (its GPU span, launch gaps included, and the host's
+    time to issue it); then each op alone (over all layers) in its own graph."""
     from kernels_bench.timing import time_calls
 
     eager = stack.run().clone()
@@ -816,6 +818,14 @@ def measure(stack: Stack) -> dict:
     names: dict[str, list] = {}
     for cat, name, fn in stack.op_list:
         names.setdefault((cat, name), []).append(fn)
+    eager_t = time_calls([stack.run], samples=10, max_seconds=2.0, use_graph=False)
+    host_us = []
+    for _ in range(7):  # the host's time to issue one eager pass (no sync inside the timed call)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        stack.run()
+        host_us.append((time.perf_counter() - t) * 1e6)
+    torch.cuda.synchronize()
     cats = dict.fromkeys(CATEGORIES, 0.0)
     ops_us = {}
     for (cat, name), fns in names.items():
@@ -832,6 +842,8 @@ def measure(stack: Stack) -> dict:
         "output_finite": finite,
         "graph_vs_eager_rel": rel,
         "timing_method": full.method,
+        "eager_us_p50": eager_t.median_us,
+        "eager_host_us_p50": statistics.median(host_us),
         "ops_us": ops_us,  # each op alone, summed over the stack's layers (JSON only)
     }
 
