@@ -47,6 +47,11 @@ class Host(StrictModel):
     gap_per_chunk_s: float = Field(
         0.0, ge=0, description="between steps, per prefill chunk of the next step (admission, prefix lookup)"
     )
+    eager_step_s: float = Field(
+        0.0, ge=0, description="a step holding prefill chunks runs eagerly (no CUDA graph) and lasts at least "
+        "the host's time to issue it: this per step plus eager_per_layer_s per decoder layer (sim.timing.host)",
+    )  # fmt: skip
+    eager_per_layer_s: float = Field(0.0, ge=0, description="an eager step's host issue time per decoder layer")
 
 
 class Timing(StrictModel):

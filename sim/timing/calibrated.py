@@ -433,6 +433,9 @@ class CalibratedTiming(RooflineTiming):
         self._cp_on = self.cp.on and not prefill_through_decode
         self.host = host
         self._host_on = host.enabled
+        # the least a step with chunks lasts, run eagerly: the target's layers and, with a drafter, its
+        # MTP layer, which extends the same prompt in the step (sim.timing.host)
+        self._eager_floor_s = host.eager_floor_s(arith.layers + (1 if draft_tokens > 0 else 0))
         spec = arith.spec
         # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name
         shape = (
@@ -700,6 +703,12 @@ class CalibratedTiming(RooflineTiming):
             return self._fixed(batch_size) + self._attn_curve(batch_size).at(
                 terms.context_tokens / batch_size
             )
+        v = self._chunk_step_s(batch_size, terms, prefill)
+        floor = self._eager_floor_s  # a step with chunks runs eagerly (sim.timing.host)
+        return v if v > floor else floor
+
+    def _chunk_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+        """`step_s` of a step holding prefill chunks, as its kernels run (no eager floor)."""
         if self.par.dp > 1:  # decode rows on every rank (`rank_step_s`: not on those holding chunks)
             host = self._mixed_host_s(batch_size, prefill)
             return self._dp_mixed_s(batch_size, terms, prefill, True) + host
@@ -748,7 +757,9 @@ class CalibratedTiming(RooflineTiming):
         """`step_s` where the DP ranks holding chunks run no decode rows (`_dp_mixed_s`)."""
         if self.par.dp == 1 or not prefill:
             return self.step_s(batch_size, terms, prefill)
-        return self._dp_mixed_s(batch_size, terms, prefill, False) + self._mixed_host_s(batch_size, prefill)
+        v = self._dp_mixed_s(batch_size, terms, prefill, False) + self._mixed_host_s(batch_size, prefill)
+        floor = self._eager_floor_s  # every rank runs eagerly when one prefills (sim.timing.host)
+        return v if v > floor else floor
 
     def _mixed_host_s(self, batch_size: int, prefill: Sequence[PrefillChunk]) -> float:
         """`_host_s` of a step with prefill chunks: its decode rows and every chunk's new tokens."""

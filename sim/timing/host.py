@@ -19,6 +19,12 @@ scheduler (on by default) prepare step n+1 while step n runs; vLLM V1 does the s
 `--async-scheduling` (vllm#27679). So the production default is zero [D: fully hidden]. The served reduced
 model of issue 14 (kernels_bench/serve) runs a synchronous loop: its values come from its measurements
 (sim.timing.served).
+
+A third part is a floor, not a sum: a step the engine runs **eagerly** (no CUDA graph: SGLang's V4 prefill
+steps, and under DP attention every rank of a step in which one prefills; docs/engines_and_validation.md section
+9) is issued op by op from Python, and lasts at least the host's time to issue it (`eager_floor_s`: per step
+plus per layer). Measured on the production V4 pass (docs/carry/eager): the eager pass takes
+max(graph time, host issue time), the host hidden once the GPU is busier (a 4,096-token chunk: +4 %).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ class HostCosts:
     gap_s: float = 0.0  # between steps, per step
     gap_per_sequence_s: float = 0.0  # between steps, per decoding sequence
     gap_per_chunk_s: float = 0.0  # between steps, per prefill chunk of the next step
+    eager_step_s: float = 0.0  # an eager step's host issue time: per step
+    eager_per_layer_s: float = 0.0  # and per decoder layer it runs
 
     @property
     def enabled(self) -> bool:
@@ -51,6 +59,10 @@ class HostCosts:
     def gap_before_s(self, decode_sequences: int, chunks: int) -> float:
         """The scheduler's time before a step of `decode_sequences` decodes and `chunks` prefill chunks."""
         return self.gap_s + self.gap_per_sequence_s * decode_sequences + self.gap_per_chunk_s * chunks
+
+    def eager_floor_s(self, layers: int) -> float:
+        """The least an eager step of `layers` decoder layers lasts: the host's time to issue it."""
+        return self.eager_step_s + self.eager_per_layer_s * layers
 
     def step_total_s(self, decode_sequences: int, chunks: int, rows: int) -> float:
         """Both parts: what a step adds to the engine's clock beyond its GPU work."""

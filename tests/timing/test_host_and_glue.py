@@ -64,6 +64,33 @@ def test_no_host_time_leaves_steps_bit_identical(one_gpu, context):
         assert a.step_s(64, terms, chunk) == b.step_s(64, terms, chunk)
 
 
+def test_an_eager_step_lasts_at_least_its_host_issue_time(one_gpu, context):
+    """A step holding chunks lasts max(its kernels, the eager floor) (docs/carry/eager: the eager pass
+    measured as max(graph, host issue)); decode steps (graphs) keep their time; on a DP instance the floor
+    holds for a step whether its ranks decode beside the chunk or not."""
+    plain = build_calibrated(one_gpu())
+    layers = plain.arith.layers
+    terms = plain.decode_seq_terms(8192, 1).scaled(16)
+    small = [PrefillChunk(64, 0, last_chunk=True)]
+    big = [PrefillChunk(2000, 0, last_chunk=True)]
+    low = plain.step_s(16, terms, small)  # the cheap step, below the floor
+    floor = HostCosts(eager_step_s=1e-3, eager_per_layer_s=(4 * low) / layers)
+    assert floor.eager_floor_s(layers) == pytest.approx(1e-3 + 4 * low)
+    tm = build_calibrated(one_gpu(host=floor))
+    assert tm.step_s(16, terms, small) == pytest.approx(1e-3 + 4 * low)  # host-bound: the floor
+    assert tm.step_s(16, terms, ()) == plain.step_s(16, terms, ())  # decode: no floor
+    huge = HostCosts(eager_per_layer_s=1e-9)  # a floor under the GPU's time is hidden
+    assert build_calibrated(one_gpu(host=huge)).step_s(16, terms, big) == plain.step_s(16, terms, big)
+    dp_ctx = context("deepseek-v4-flash", tp=1, ep=8, dp=8)
+    dp_plain = build_calibrated(dp_ctx)
+    dp_terms = dp_plain.decode_seq_terms(8192, 1).scaled(64)
+    chunk = [PrefillChunk(128, 0, last_chunk=True, rank=3)]
+    top = 10 * max(dp_plain.step_s(64, dp_terms, chunk), dp_plain.rank_step_s(64, dp_terms, chunk))
+    dp = build_calibrated(replace(dp_ctx, host=HostCosts(eager_step_s=top)))
+    assert dp.step_s(64, dp_terms, chunk) == top and dp.rank_step_s(64, dp_terms, chunk) == top
+    assert dp.step_s(64, dp_terms, ()) == dp_plain.step_s(64, dp_terms, ())
+
+
 def test_host_setting_is_validated():
     from pydantic import ValidationError
 
