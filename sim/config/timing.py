@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # measurements (sim.model.acceptance), imported where used, since sim.model reads its specs through sim.config
 WorkloadKind = Literal["coding", "coding_no_think", "math", "prose", "random_tokens"]
 
+
 class Efficiency(StrictModel):
     """Overrides of the hardware profile's `achievable` fractions (null = the profile's value)."""
 
@@ -51,7 +52,9 @@ class Host(StrictModel):
         0.0, ge=0, description="a step holding prefill chunks runs eagerly (no CUDA graph) and lasts at least "
         "the host's time to issue it: this per step plus eager_per_layer_s per decoder layer (sim.timing.host)",
     )  # fmt: skip
-    eager_per_layer_s: float = Field(0.0, ge=0, description="an eager step's host issue time per decoder layer")
+    eager_per_layer_s: float = Field(
+        0.0, ge=0, description="an eager step's host issue time per decoder layer"
+    )
 
 
 class Timing(StrictModel):

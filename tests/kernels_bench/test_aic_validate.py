@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels_bench.aic_validate import compare, command
+from kernels_bench.aic_validate import command, compare
 from sim.validate.cases import load_cases
 
 
@@ -18,7 +18,10 @@ def test_command_mirrors_the_case_setup():
     cases = _cases()
     b200 = " ".join(command("aic", cases["v4-flash-4xb200-agg"], 38))
     assert "--system b200_sxm" in b200 and "--model-path nvidia/DeepSeek-V4-Flash-NVFP4" in b200
-    assert "--backend vllm" in b200 and "--tp 4 --attention-dp-size 1 --moe-ep-size 1 --moe-tp-size 4 --bs 38" in b200
+    assert (
+        "--backend vllm" in b200
+        and "--tp 4 --attention-dp-size 1 --moe-ep-size 1 --moe-tp-size 4 --bs 38" in b200
+    )
     assert "--prefix 58982" in b200 and "--ctx-tokens 16384" in b200 and "--nextn" not in b200
     h200 = " ".join(command("aic", cases["v4-flash-4xh200-agg"], 16))
     assert "--tp 1 --attention-dp-size 4 --moe-ep-size 4 --moe-tp-size 1 --bs 4" in h200
