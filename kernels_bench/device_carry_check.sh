@@ -14,6 +14,9 @@
 #   ours   kernels_bench's own tables (run_all --preset full, FAMILIES_OURS, BUDGET_OURS s)
 #   moe    the forward pass's grouped GEMMs (torch) against DeepGEMM's at its MoE shapes (production.moe_grouped;
 #          needs SITE and DeepGEMM)
+# SITE_DIR=<folder> instead of SITE: the site already unpacked there (the site beside the tracked tree is over one
+# call's 64 MiB: carry it in two parts, each unpacked by its own call into an ignored folder such as .whl/u, which
+# the warm machine keeps between calls; docs/carry/eager/README.md).
 # Everything lands in $OUT: one results.tar.gz (tables, logs, run folders) plus this call's log.
 set -o pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -28,7 +31,9 @@ has() { [[ "$STAGES" == *",$1,"* ]]; }
 # packed after every stage, so that a call stopped at its time limit still returns what it measured
 pack() { tar czf "$OUT/results.tar.gz" -C "$R" --exclude=warm . ; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv,noheader
-if [ -n "${SITE:-}" ] && [ ! -f /tmp/site/flash_mla/__init__.py ]; then
+if [ -n "${SITE_DIR:-}" ]; then
+  ln -sfn "$(cd "$SITE_DIR" && pwd)" /tmp/site
+elif [ -n "${SITE:-}" ] && [ ! -f /tmp/site/flash_mla/__init__.py ]; then
   mkdir -p /tmp/site
   if command -v xz >/dev/null; then xz -d -T0 -c "$SITE" | tar x -C /tmp/site
   else python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp/site')" "$SITE"; fi
