@@ -79,8 +79,8 @@ def test_an_eager_step_lasts_at_least_its_host_issue_time(one_gpu, context):
     tm = build_calibrated(one_gpu(host=floor))
     assert tm.step_s(16, terms, small) == pytest.approx(1e-3 + 4 * low)  # host-bound: the floor
     assert tm.step_s(16, terms, ()) == plain.step_s(16, terms, ())  # decode: no floor
-    huge = HostCosts(eager_per_layer_s=1e-9)  # a floor under the GPU's time is hidden
-    assert build_calibrated(one_gpu(host=huge)).step_s(16, terms, big) == plain.step_s(16, terms, big)
+    tiny = HostCosts(eager_per_layer_s=1e-9)  # a floor under the GPU's time is hidden
+    assert build_calibrated(one_gpu(host=tiny)).step_s(16, terms, big) == plain.step_s(16, terms, big)
     dp_ctx = context("deepseek-v4-flash", tp=1, ep=8, dp=8)
     dp_plain = build_calibrated(dp_ctx)
     dp_terms = dp_plain.decode_seq_terms(8192, 1).scaled(64)
@@ -89,6 +89,15 @@ def test_an_eager_step_lasts_at_least_its_host_issue_time(one_gpu, context):
     dp = build_calibrated(replace(dp_ctx, host=HostCosts(eager_step_s=top)))
     assert dp.step_s(64, dp_terms, chunk) == top and dp.rank_step_s(64, dp_terms, chunk) == top
     assert dp.step_s(64, dp_terms, ()) == dp_plain.step_s(64, dp_terms, ())
+    # a drafter's blocks extend the prompt in the same step: V4's one MTP block, V4.1's three DSpark blocks
+    per_layer = HostCosts(eager_per_layer_s=1.0)  # a floor far above any step: the step is the floor
+    for model, draft, blocks in (("deepseek-v4-flash", 1, 1), ("deepseek-v4.1-flash", 5, 3)):
+        ctx = context(
+            model, tp=1, ep=8, dp=1, accepted_tokens_per_step=1.5, draft_tokens=draft, host=per_layer
+        )
+        t = build_calibrated(ctx)
+        one = [PrefillChunk(128, 0, last_chunk=True)]
+        assert t.step_s(0, t.decode_seq_terms(0, 1).scaled(0), one) == t.arith.layers + blocks
 
 
 def test_host_setting_is_validated():
