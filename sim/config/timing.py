@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 # the workload kinds acceptance is measured on (sim/model/acceptance.yaml's header); the model layer reads its
 # measurements (sim.model.acceptance), imported where used, since sim.model reads its specs through sim.config
-WorkloadKind = Literal["coding", "coding_no_think", "math", "prose", "random_tokens"]
+WorkloadKind = Literal["coding", "coding_no_think", "math", "prose", "random_tokens", "repeated_text"]
 
 
 class Efficiency(StrictModel):
@@ -194,7 +194,8 @@ class _SpecDecodeSwitch(StrictModel):
     workload_kind: WorkloadKind = Field(
         "coding",
         description="what the served text is like, for the measured acceptance (sim/model/acceptance.yaml): coding = "
-        "SPEED-Bench coding with thinking on, the agent workloads' kind",
+        "SPEED-Bench coding with thinking on, the agent workloads' kind; repeated_text = SGLang bench_serving's "
+        "`random` prompts (a question repeated to length, raw text)",
     )
 
     def for_family(self, key: str) -> SpecDecodeFamily:

@@ -35,9 +35,10 @@ def test_cookbook_cells_run_sglang_at_its_running_cap_and_chunk_per_rank():
     assert "--system b300_sxm --backend sglang" in ht and "--model-path deepseek-ai/DeepSeek-V4-Flash" in ht
     assert "--attention-dp-size 4 --moe-ep-size 4 --moe-tp-size 1 --bs 64" in ht and "--ctx-tokens 4096" in ht
     bal = " ".join(command("aic", cases["sglang-v4-flash-4xh200-balanced-c256"], 256))
-    # the H200 balanced cell caps running at 128: 32 a rank; FP8 experts; chunk 8,192 // 4; MTP 1 at 1.92
+    # the H200 balanced cell caps running at 128: 32 a rank; FP8 experts; chunk 8,192 // 4; MTP 1 at 1.91
+    # (V4 MTP on SGLang's `random` text, sim/model/acceptance.yaml repeated_text)
     assert "--bs 32" in bal and "--moe-quant-mode fp8_block" in bal and "--ctx-tokens 2048" in bal
-    assert "--nextn 1 --nextn-accepted 0.92" in bal
+    assert "--nextn 1 --nextn-accepted 0.91" in bal
 
 
 def test_compare_scores_each_published_metric():

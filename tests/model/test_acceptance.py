@@ -51,6 +51,34 @@ def test_the_curves_the_families_default_to():
     assert sd3.choice("v4").accepted_tokens_per_step == 2.49 and sd3.choice("v4").verify_rows == 4
 
 
+def test_sglang_random_text_points_follow_one_per_position_rate():
+    """V4 MTP on SGLang's `random` text (repeated_text) is derived, not measured: one per-position acceptance a,
+    fitted to the V4 DSpark run on the same client (AL 4.84 at k = 5), gives every draft length."""
+    pts = {p.draft_tokens: p for p in curve("v4", "mtp") if p.workload == "repeated_text"}
+    assert sorted(pts) == [1, 2, 3, 4, 5] and all(p.tag == "D" and "#30964" in p.source for p in pts.values())
+
+    def al(a: float, k: int) -> float:
+        return sum(a**i for i in range(k + 1))
+
+    lo, hi = 0.5, 1.0  # the rate that gives the k = 5 point, by bisection
+    for _ in range(50):
+        lo, hi = ((lo + hi) / 2, hi) if al((lo + hi) / 2, 5) < pts[5].accepted else (lo, (lo + hi) / 2)
+    for k, p in pts.items():
+        assert p.accepted == pytest.approx(al(lo, k), abs=0.01)
+    assert pts[5].accepted == pytest.approx(4.84, abs=0.01)  # the measured DSpark point it is fitted to
+    # the repeated question accepts more than coding with thinking off at 3 draft tokens, about the same at 1
+    assert pts[3].accepted > lookup("v4", "mtp", 3, "coding_no_think").accepted + 0.4
+    assert abs(pts[1].accepted - lookup("v4", "mtp", 1, "coding_no_think").accepted) < 0.05
+    # the cookbook cells read it
+    from sim.config.scenario import Scenario
+
+    cell = project_root() / "scenarios" / "validation" / "sglang-v4-flash-4xb200-low-latency-c16.yaml"
+    case = yaml.safe_load(cell.read_text())
+    scn = validate_or_raise(Scenario, case["scenario"], file="case.yaml")
+    assert scn.spec_decode.workload_kind == "repeated_text"
+    assert scn.spec_decode.choice("v4").accepted_tokens_per_step == pts[3].accepted
+
+
 def test_an_unmeasured_combination_is_refused_with_what_is_measured(tmp_path):
     from sim.config.scenario import Scenario
 
@@ -79,7 +107,12 @@ def test_model_show_prints_the_curve():
     assert result.exit_code == 0, result.output
     assert "measured accepted tokens per verify step" in result.stdout and "3.51" in result.stdout
     data = json.loads(CliRunner().invoke(app, ["model", "show", "deepseek-v4-flash", "--json"]).stdout)
-    assert {p["workload"] for p in data["acceptance"]} == {"coding", "coding_no_think", "prose"}
+    assert {p["workload"] for p in data["acceptance"]} == {
+        "coding",
+        "coding_no_think",
+        "prose",
+        "repeated_text",
+    }
     assert all(p["source"] for p in data["acceptance"])
     assert (
         json.loads(CliRunner().invoke(app, ["model", "show", "deepseek-v3.2", "--json"]).stdout)["acceptance"]
