@@ -66,6 +66,7 @@ def test_sglang_random_text_points_follow_one_per_position_rate():
     for k, p in pts.items():
         assert p.accepted == pytest.approx(al(lo, k), abs=0.01)
     assert pts[5].accepted == pytest.approx(4.84, abs=0.01)  # the measured DSpark point it is fitted to
+    assert lookup("v41", "dspark", 5, "repeated_text").accepted == 4.84  # that point itself, V4.1's analog
     # the repeated question accepts more than coding with thinking off at 3 draft tokens, about the same at 1
     assert pts[3].accepted > lookup("v4", "mtp", 3, "coding_no_think").accepted + 0.4
     assert abs(pts[1].accepted - lookup("v4", "mtp", 1, "coding_no_think").accepted) < 0.05
