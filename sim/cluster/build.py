@@ -539,6 +539,9 @@ def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain, cluster:
             dp_ranks=s.dp_ranks,
             dp_budget_divided=step_rules[s.pool].dp_prefill_budget == "divided",
             step_composition=step_rules[s.pool].step_composition,
+            rank_running_cap=max(1, sch.max_decode_batch // s.dp_ranks)
+            if step_rules[s.pool].dp_running_cap == "per_rank" and s.dp_ranks > 1
+            else 0,
             read_links=chain.read_links[i],
             max_queue_wait_s=sch.admission.max_queue_wait_s,
         )

@@ -25,7 +25,9 @@ decode and to find the next leave. The mixed and prefill_first engines keep the 
 HBM admission is FIFO (head-of-line): a request is admitted when its KV fits beside the running
 ones (cached copies are evicted as needed, LRU first); then its prefix is looked up through the
 tiers and loads start at once, asynchronously, on the instance's links; it becomes ready for
-prefill when they finish.
+prefill when they finish. With a running cap per DP rank (SGLang's per-worker
+`--max-running-requests`), the queue is the ranks' queues interleaved: a request whose rank is full is
+passed over, and the first one whose rank has room is admitted.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class Instance:
         dp_ranks: int = 1,
         dp_budget_divided: bool = True,
         step_composition: str = "mixed",
+        rank_running_cap: int = 0,
     ) -> None:
         if step_composition not in STEP_COMPOSITIONS:
             raise ValueError(f"step composition {step_composition!r} is not one of {STEP_COMPOSITIONS}")
@@ -104,6 +107,11 @@ class Instance:
         self.dp_ranks = dp_ranks
         self._budget_divided = dp_budget_divided
         self._next_rank = 0
+        # the running cap per DP rank (SGLang: --max-running-requests per DP worker, scheduler.dp_running_cap):
+        # a colocated instance admits a request only while its rank holds fewer; 0: max_decode_batch over
+        # the instance only
+        self._rank_cap = rank_running_cap if dp_ranks > 1 and role == "colocated" else 0
+        self._rank_held: list[int] = [0] * (dp_ranks if self._rank_cap else 0)  # admitted, not finished
         # scheduler.step_composition (sim.sched.batcher): prefill_first = a step with prefill chunks
         # decodes nothing (SGLang), mixed = the running decodes ride in every step (vLLM);
         # rank_prefill_first = only the DP ranks holding chunks wait (per-rank progress, the module doc),
@@ -204,6 +212,8 @@ class Instance:
         self.terms.clear()
         for terms in self.rank_terms:
             terms.clear()
+        for r in range(len(self._rank_held)):
+            self._rank_held[r] = 0
         self.queued_prompt_tokens = 0.0
         self.held_sequences = 0
 
@@ -274,20 +284,29 @@ class Instance:
         sequences (cached copies are evicted to make room); None if it must wait. A head that
         cannot fit even in an empty HBM is rejected and the next one tried. `with_output`: the
         reservation holds the output tokens too (the sequence decodes here); a shared prompt used
-        in place is not reserved again."""
+        in place is not reserved again. With a running cap per DP rank the head is the first request
+        whose rank has room: each rank's scheduler takes from its own queue, so a full rank's requests
+        wait without holding up the others'; None when every rank is full."""
         waiting, hbm = self.waiting, self.hbm
-        while waiting:
-            req = waiting[0]
+        cap, held = self._rank_cap, self._rank_held
+        if cap and min(held) >= cap:
+            return None
+        i = 0
+        while i < len(waiting):
+            req = waiting[i]
+            if cap and held[req.dp_rank] >= cap:
+                i += 1
+                continue
             need = self._reservation_bytes(req, with_output=with_output)
             shared, key = self._shared_in_place(req), req.shared_key
             if shared and key is not None:
                 need += self.store.shared_hold_bytes(key, self.index) - shared * self._rep_bpt
             if hbm.can_reserve(need):
-                waiting.popleft()
+                del waiting[i]
                 return req
             if hbm.reserved_bytes > 0.0:
                 return None  # head-of-line: wait for a running sequence to give its room back
-            waiting.popleft()
+            del waiting[i]
             self._drop_waiting(req, "kv_exceeds_hbm")
         return None
 
@@ -310,6 +329,8 @@ class Instance:
             req = self._fitting_head(with_output=colocated)
             if req is None:
                 break
+            if self._rank_cap:
+                self._rank_held[req.dp_rank] += 1
             need = self._reservation_bytes(req, with_output=colocated)
             req.admitted_s = now
             plan = plan_prefix(store, req, self.index, now)
@@ -693,6 +714,8 @@ class Instance:
         else:
             reserved_bytes, pinned = req.reserved_p_bytes, req.pinned
             req.pinned = False
+            if self._rank_cap:
+                self._rank_held[req.dp_rank] -= 1
         shared_held = req.shared_held
         req.shared_held = False
         self.store.finish(

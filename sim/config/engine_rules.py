@@ -3,16 +3,16 @@ own) decides, each rule with the source it was read from and the engine versions
 
 A profile decides, per pool: how a colocated step combines prefill chunks with the running decodes
 (`step_composition`; `dp_step_composition` where it differs on a colocated DP-attention pool without
-speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`), the KV
-block size, and which speculative-decoding / disaggregation / context-parallel combinations the engine
+speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`) and the
+running-request cap (`dp_running_cap`), the KV block size, and which speculative-decoding / disaggregation / context-parallel combinations the engine
 starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
 named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
 refusal names its source and the version it was read from. The simulator would still simulate a
 refused deployment: its figures are then what the engine would serve if it allowed it. A scenario
 that names no engine gets sim's generic defaults (`scheduler.step_composition` mixed,
-`dp_prefill_budget` divided) and no engine's refusals.
+`dp_prefill_budget` divided, `dp_running_cap` instance) and no engine's refusals.
 
-`scheduler.step_composition` / `scheduler.dp_prefill_budget`, when set, override the profile for every
+`scheduler.step_composition` / `scheduler.dp_prefill_budget` / `scheduler.dp_running_cap`, when set, override the profile for every
 pool (a what-if; the engine would not run that way). `sim scenario fields` lists the profiles.
 """
 
@@ -156,6 +156,25 @@ RULES: tuple[Rule, ...] = (
         "sglang divides --chunked-prefill-size by the DP size for DP attention (sim/sched/batcher.py)",
     ),
     Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "dp_running_cap",
+        "per_rank",
+        "sglang model_runner_kv_cache_mixin.py _resolve_max_num_reqs: 'Compute max concurrent requests (per dp "
+        "worker)', --max-running-requests // dp_size; server_args.py _handle_load_balance_method: 'auto' is "
+        "round_robin without PD, so a request's rank is fixed as it arrives and waits in that rank's queue "
+        "(read in the v0.5.15 wheel)",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "dp_running_cap",
+        "instance",
+        "each DP rank is an engine core with its own --max-num-seqs (docs/serving/data_parallel_deployment.md), "
+        "and vLLM's DP coordinator sends a request to a lightly loaded rank, modelled as one cap over the "
+        "instance (the balancing is not re-read [D])",
+    ),
+    Rule(
         "vllm",
         VERSIONS["vllm"],
         "block_tokens",
@@ -217,6 +236,7 @@ class StepRules:
 
     step_composition: str  # mixed | prefill_first | rank_prefill_first (sim.sched.batcher)
     dp_prefill_budget: str  # divided | per_rank
+    dp_running_cap: str  # per_rank | instance (sim.cluster.instance)
 
 
 def pool_step_rules(
@@ -230,7 +250,8 @@ def pool_step_rules(
         composition = _engine_value(engine, "dp_step_composition")
     composition = composition or _engine_value(engine, "step_composition") or "mixed"
     budget = scheduler.get("dp_prefill_budget") or _engine_value(engine, "dp_prefill_budget") or "divided"
-    return StepRules(composition, budget)
+    cap = scheduler.get("dp_running_cap") or _engine_value(engine, "dp_running_cap") or "instance"
+    return StepRules(composition, budget, cap)
 
 
 def _engine_value(engine: Engine | None, rule: str) -> str | None:

@@ -76,6 +76,14 @@ class Scheduler(StrictModel):
         description="requests running per instance (vLLM --max-num-seqs, SGLang --max-running-requests): decoded "
         "together, and a colocated instance admits no new request to prefill while this many are in it",
     )
+    dp_running_cap: Literal["per_rank", "instance"] | None = Field(
+        None,
+        description="with DP attention (dp > 1) on a colocated pool, where max_decode_batch applies (null = the "
+        "pool's engine rule, sim.config.engine_rules; instance without an engine): per_rank = max_decode_batch / "
+        "dp on each rank, requests placed on ranks round-robin as they arrive and a full rank's requests waiting "
+        "for it while the others admit theirs (SGLang: --max-running-requests per DP worker, round-robin "
+        "dispatch); instance = one cap over the instance's requests",
+    )
     admission: Admission = Field(default_factory=Admission)
 
     @model_validator(mode="after")

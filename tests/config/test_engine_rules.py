@@ -89,8 +89,10 @@ def test_vllm_and_no_engine_refuse_nothing_sim_can_express():
 
 def test_step_rules_follow_the_engine_unless_the_scheduler_sets_them():
     coloc_dp = _pool("colocated", dp=4)
-    assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, {}) == StepRules("mixed", "per_rank")
-    assert pool_step_rules(NEW, coloc_dp, True, {}) == StepRules("prefill_first", "divided")
+    assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, {}) == StepRules(
+        "mixed", "per_rank", "instance"
+    )
+    assert pool_step_rules(NEW, coloc_dp, True, {}) == StepRules("prefill_first", "divided", "per_rank")
     # without spec each DP rank picks its own batch (SGLang's dp_step_composition); dp 1 and other roles keep
     # the engine's step_composition
     assert pool_step_rules(NEW, coloc_dp, False, {}).step_composition == "rank_prefill_first"
@@ -101,10 +103,15 @@ def test_step_rules_follow_the_engine_unless_the_scheduler_sets_them():
         "prefill_first"  # an explicit what-if
     )
     assert pool_step_rules(None, coloc_dp, True, {}) == StepRules(
-        "mixed", "divided"
+        "mixed", "divided", "instance"
     )  # sim's generic defaults
-    explicit = {"step_composition": "mixed", "dp_prefill_budget": "divided"}
-    assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, explicit) == StepRules("mixed", "divided")
+    explicit = {"step_composition": "mixed", "dp_prefill_budget": "divided", "dp_running_cap": "per_rank"}
+    assert pool_step_rules(Engine(name="vllm"), coloc_dp, True, explicit) == StepRules(
+        "mixed", "divided", "per_rank"
+    )
+    # SGLang caps running requests per DP worker (--max-running-requests // dp), read from its code
+    cap_rule = next(r for r in profile_rows() if r["engine"] == "sglang" and r["rule"] == "dp_running_cap")
+    assert cap_rule["value"] == "per_rank" and "_resolve_max_num_reqs" in cap_rule["source"]
 
 
 def test_an_unknown_version_gets_one_clear_message():

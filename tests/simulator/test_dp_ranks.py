@@ -231,3 +231,28 @@ def test_rank_prefill_first_completes_every_request_with_its_tokens(trace):
     assert not any(timing.on_chunk_ranks)
     assert inst.decode_batch_size() == 0 and all(not heap for heap in inst.rank_running)
     assert all(0 <= steps <= inst.decode_steps for steps in inst.rank_steps)
+
+
+def test_a_running_cap_per_rank_admits_from_the_rank_that_has_room():
+    # 12 requests at once on 4 ranks (round-robin: rank = id % 4), a cap of 8: request 1 (rank 1) finishes first
+    admitted = {}
+    for per_rank in (False, True):
+        loop = EventLoop()
+        inst = _dp_instance(loop, RoundSteps(), rank_running_cap=2 if per_rank else 0)
+        reqs = [
+            Request(i, i, 0, 0, i, None, None, 0.0, 100, 3 if i == 1 else 200, 0, 0, 0, 0) for i in range(12)
+        ]
+        for req in reqs:
+            loop.call_at(0.0, inst.cluster.dispatch, req)
+        loop.run()
+        assert all(r.finish_s > 0 for r in reqs)  # every request completes
+        first_wave = sorted(reqs, key=lambda r: (r.admitted_s, r.request_id))[:8]
+        assert [r.request_id for r in first_wave] == list(range(8))  # two a rank either way
+        admitted[per_rank] = min(
+            (r for r in reqs if r.request_id >= 8), key=lambda r: r.admitted_s
+        ).request_id
+        if per_rank:
+            assert inst._rank_held == [0, 0, 0, 0]  # every admitted request has been counted out again
+    # request 1's slot: the instance's cap takes the queue's head (request 8, rank 0); SGLang's per-rank cap
+    # keeps rank 0 full, and rank 1 takes its own next request (9)
+    assert admitted == {False: 8, True: 9}
