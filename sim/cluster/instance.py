@@ -27,7 +27,7 @@ ones (cached copies are evicted as needed, LRU first); then its prefix is looked
 tiers and loads start at once, asynchronously, on the instance's links; it becomes ready for
 prefill when they finish. With a running cap per DP rank (SGLang's per-worker
 `--max-running-requests`), the queue is the ranks' queues interleaved: a request whose rank is full is
-passed over, and the first one whose rank has room is admitted.
+passed over, and the first one whose rank has room is admitted (on a decode instance: joins the batch).
 """
 
 from __future__ import annotations
@@ -108,10 +108,12 @@ class Instance:
         self._budget_divided = dp_budget_divided
         self._next_rank = 0
         # the running cap per DP rank (SGLang: --max-running-requests per DP worker, scheduler.dp_running_cap):
-        # a colocated instance admits a request only while its rank holds fewer; 0: max_decode_batch over
-        # the instance only
-        self._rank_cap = rank_running_cap if dp_ranks > 1 and role == "colocated" else 0
-        self._rank_held: list[int] = [0] * (dp_ranks if self._rank_cap else 0)  # admitted, not finished
+        # a colocated instance admits a request, a decode instance lets it join, only while its rank holds
+        # fewer; 0: max_decode_batch over the instance only
+        self._rank_cap = rank_running_cap if dp_ranks > 1 and role != "prefill" else 0
+        # by rank, the requests it holds against the cap: on a colocated instance from admission to finish, on a
+        # decode instance from joining the decode batch to finish
+        self._rank_held: list[int] = [0] * (dp_ranks if self._rank_cap else 0)
         # scheduler.step_composition (sim.sched.batcher): prefill_first = a step with prefill chunks
         # decodes nothing (SGLang), mixed = the running decodes ride in every step (vLLM);
         # rank_prefill_first = only the DP ranks holding chunks wait (per-rank progress, the module doc),
@@ -190,6 +192,9 @@ class Instance:
         req.decode_pool = self.pool
         req.decode_instance = self.index
         self.held_sequences += 1
+        if self._rank_cap:  # the decode side's own ranks, round-robin as handed over (SGLang PD decode)
+            req.dp_rank = self._next_rank
+            self._next_rank = (self._next_rank + 1) % self.dp_ranks
         self.waiting.append(req)
         self._admit_decode()
 
@@ -288,7 +293,8 @@ class Instance:
         whose rank has room: each rank's scheduler takes from its own queue, so a full rank's requests
         wait without holding up the others'; None when every rank is full."""
         waiting, hbm = self.waiting, self.hbm
-        cap, held = self._rank_cap, self._rank_held
+        cap = self._rank_cap if self._colocated else 0  # a decode instance caps its ranks at the join
+        held = self._rank_held
         if cap and min(held) >= cap:
             return None
         i = 0
@@ -499,9 +505,12 @@ class Instance:
 
     def _plan(self, start: float) -> None:
         """Plan the next step or span from `start` (now, or a boundary just ahead)."""
-        joins = self.joins
-        while joins and self.decode_batch_size() < self.max_decode_batch:
-            self._join(joins.popleft(), start)
+        if self._rank_cap and not self._colocated:
+            self._join_by_rank(start)
+        else:
+            joins = self.joins
+            while joins and self.decode_batch_size() < self.max_decode_batch:
+                self._join(joins.popleft(), start)
         if self._per_rank:
             self._plan_ranks(start)
             return
@@ -668,6 +677,22 @@ class Instance:
         if finished:
             self.ready = [r for r in self.ready if r.computed_tokens < r.new_tokens]
 
+    def _join_by_rank(self, start: float) -> None:
+        """Join waiting requests in order whose rank is under its running cap; the others keep their place."""
+        held, cap = self._rank_held, self._rank_cap
+        kept: deque[Request] = deque()
+        joins = self.joins
+        while joins and self.decode_batch_size() < self.max_decode_batch:
+            req = joins.popleft()
+            if held[req.dp_rank] >= cap:
+                kept.append(req)
+                continue
+            held[req.dp_rank] += 1
+            self._join(req, start)
+        if kept:
+            kept.extend(joins)
+            self.joins = kept
+
     def _join(self, req: Request, now: float) -> None:
         steps = max(1, math.ceil((req.output_tokens - 1) / self._accept))
         terms: DecodeTerms = self.timing.decode_seq_terms(req.input_tokens + 1, steps)
@@ -714,8 +739,8 @@ class Instance:
         else:
             reserved_bytes, pinned = req.reserved_p_bytes, req.pinned
             req.pinned = False
-            if self._rank_cap:
-                self._rank_held[req.dp_rank] -= 1
+        if self._rank_cap:
+            self._rank_held[req.dp_rank] -= 1
         shared_held = req.shared_held
         req.shared_held = False
         self.store.finish(

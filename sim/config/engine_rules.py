@@ -162,8 +162,8 @@ RULES: tuple[Rule, ...] = (
         "per_rank",
         "sglang model_runner_kv_cache_mixin.py _resolve_max_num_reqs: 'Compute max concurrent requests (per dp "
         "worker)', --max-running-requests // dp_size; server_args.py _handle_load_balance_method: 'auto' is "
-        "round_robin without PD, so a request's rank is fixed as it arrives and waits in that rank's queue "
-        "(read in the v0.5.15 wheel)",
+        "round_robin without PD and on a PD decode server (DataParallelController.round_robin_scheduler), so a "
+        "request's rank is fixed as it arrives and it waits in that rank's queue (read in the v0.5.15 wheel)",
     ),
     Rule(
         "vllm",

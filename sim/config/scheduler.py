@@ -78,11 +78,12 @@ class Scheduler(StrictModel):
     )
     dp_running_cap: Literal["per_rank", "instance"] | None = Field(
         None,
-        description="with DP attention (dp > 1) on a colocated pool, where max_decode_batch applies (null = the "
-        "pool's engine rule, sim.config.engine_rules; instance without an engine): per_rank = max_decode_batch / "
-        "dp on each rank, requests placed on ranks round-robin as they arrive and a full rank's requests waiting "
-        "for it while the others admit theirs (SGLang: --max-running-requests per DP worker, round-robin "
-        "dispatch); instance = one cap over the instance's requests",
+        description="with DP attention (dp > 1) on a colocated or decode pool, where max_decode_batch applies "
+        "(null = the pool's engine rule, sim.config.engine_rules; instance without an engine): per_rank = "
+        "max_decode_batch / dp on each rank, requests placed on ranks round-robin as they arrive (are handed "
+        "over, on a decode pool) and a full rank's requests waiting for it while the others admit theirs "
+        "(SGLang: --max-running-requests per DP worker, round-robin dispatch); instance = one cap over the "
+        "instance's requests",
     )
     admission: Admission = Field(default_factory=Admission)
 

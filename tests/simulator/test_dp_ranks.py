@@ -256,3 +256,62 @@ def test_a_running_cap_per_rank_admits_from_the_rank_that_has_room():
     # request 1's slot: the instance's cap takes the queue's head (request 8, rank 0); SGLang's per-rank cap
     # keeps rank 0 full, and rank 1 takes its own next request (9)
     assert admitted == {False: 8, True: 9}
+
+
+def test_a_decode_pool_caps_each_rank_as_its_requests_are_handed_over(tmp_path):
+    # SGLang's PD decode server places handed-over requests on its DP ranks round-robin and caps each rank at
+    # --max-running-requests // dp: 4 ranks of 2 decode fewer at once than one cap of 8 over the instance
+    import yaml
+
+    from sim.api import run_scenario
+
+    summaries = {}
+    for cap in ("instance", "per_rank"):
+        data = {
+            "name": f"decode-cap-{cap}",
+            "seed": 3,
+            "models": ["deepseek-v4-flash"],
+            "hardware": "nvidia-h200-hgx8",
+            "engine": {"name": "sglang"},
+            "cluster": {
+                "pools": [
+                    {
+                        "name": "p",
+                        "role": "prefill",
+                        "instances": 1,
+                        "gpus_per_instance": 4,
+                        "tp": 4,
+                        "ep": 4,
+                    },
+                    {
+                        "name": "d",
+                        "role": "decode",
+                        "instances": 1,
+                        "gpus_per_instance": 4,
+                        "tp": 1,
+                        "ep": 4,
+                        "dp": 4,
+                    },
+                ]
+            },
+            "workload": {
+                "benchmark": {
+                    "isl_tokens": 1024,
+                    "osl_tokens": 256,
+                    "length_jitter_frac": 0.9,
+                    "concurrency": 32,
+                },
+                "warmup_s": 0,
+                "max_requests": 160,
+            },
+            "scheduler": {"max_decode_batch": 8, "dp_running_cap": cap},
+            "capacity": "off",
+            "outputs": {"write_requests": False},
+        }
+        path = tmp_path / f"{cap}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        summaries[cap] = run_scenario(path, out_dir=tmp_path / cap).summary["models"]["deepseek-v4-flash"]
+    for s in summaries.values():
+        assert s["requests_completed"] == s["requests_arrived"] == 160  # every request ends, once
+    # a full rank's handed-over requests wait while another rank has room: less decoded at once, lower throughput
+    assert summaries["per_rank"]["output_tokens_per_s"] < summaries["instance"]["output_tokens_per_s"]
