@@ -4,16 +4,16 @@ own) decides, each rule with the source it was read from and the engine versions
 A profile decides, per pool: how a colocated step combines prefill chunks with the running decodes
 (`step_composition`; `dp_step_composition` where it differs on a colocated DP-attention pool without
 speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`) and the
-running-request cap (`dp_running_cap`), the KV block size, and which speculative-decoding / disaggregation / context-parallel combinations the engine
-starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
+running-request cap (`dp_running_cap`), the KV block size, and which speculative-decoding /
+disaggregation / context-parallel combinations the engine starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
 named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
 refusal names its source and the version it was read from. The simulator would still simulate a
 refused deployment: its figures are then what the engine would serve if it allowed it. A scenario
 that names no engine gets sim's generic defaults (`scheduler.step_composition` mixed,
 `dp_prefill_budget` divided, `dp_running_cap` instance) and no engine's refusals.
 
-`scheduler.step_composition` / `scheduler.dp_prefill_budget` / `scheduler.dp_running_cap`, when set, override the profile for every
-pool (a what-if; the engine would not run that way). `sim scenario fields` lists the profiles.
+`scheduler.step_composition` / `scheduler.dp_prefill_budget` / `scheduler.dp_running_cap`, when set,
+override the profile for every pool (a what-if; the engine would not run that way). `sim scenario fields` lists the profiles.
 """
 
 from __future__ import annotations
