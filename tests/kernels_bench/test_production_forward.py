@@ -50,6 +50,22 @@ def test_reference_stack_runs_and_is_deterministic(mode, batch, chunk):
         assert (idx < csa.att.kv.shape[0]).all()
 
 
+def test_the_grouped_gemms_rowwise_quantisation_is_booked_as_glue_not_expert_time():
+    """The routed experts' in-call quantisation is an op of its own under act_quant (docs/carry/moe_grouped):
+    the expert GEMM ops are the two grouped GEMMs alone, and splitting the call does not change the output."""
+    stack = fw.Stack(
+        ["SWA"], SMALL, fw.RefKernels(), mode="decode", batch=3, context=1024, chunk=0, device="cpu"
+    )
+    ops = [(c, n) for c, n, _ in stack.op_list]
+    assert [n for c, n in ops if c == "moe"] == ["gate_up", "down"]
+    assert ("act_quant", "quant_xs") in ops and ("act_quant", "quant_a") in ops
+    assert ops.index(("act_quant", "quant_xs")) == ops.index(("moe", "gate_up")) - 1
+    stack.run()
+    act, k = stack.layers[0].act, fw.RefKernels()
+    whole = k.grouped(act["xs"], stack.layers[0].gate_up, act["counts"])
+    assert torch.equal(whole, act["gu"])
+
+
 def test_moe_routes_every_token_to_six_experts():
     stack = fw.Stack(
         ["SWA"], SMALL, fw.RefKernels(), mode="decode", batch=3, context=1024, chunk=0, device="cpu"
