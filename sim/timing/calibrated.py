@@ -159,6 +159,17 @@ def pipeline_kind(layer) -> str:
     )
 
 
+# Dense projections every attention-TP GPU runs whole, in both engines sim models (the others are split: wq_b by
+# heads, wo_a by output group, wo_b by rows with an all-reduce, the shared expert by its intermediate): the fused
+# wq_a + wkv (the single KV latent cannot split, model.md "Parallelism facts"), the compressors, the whole
+# indexer and the router. Read in SGLang v0.5.15 (srt/models/deepseek_v4.py MQALayer: wqkv_a replicated,
+# wq_b ColumnParallel, wo_a ColumnParallel by group, wo_b RowParallel; srt/layers/attention/dsv4/compressor.py;
+# indexer.py `n_local_heads = n_heads`) and vLLM 0.34.0 (vllm/models/deepseek_v4/attention.py: the fused
+# wq_a + wkv `disable_tp=True`, the indexer's wq_b and weights_proj ReplicatedLinear; compressor.py
+# `disable_tp=True`; the gate a ReplicatedLinear). DeepSeek's reference code shards the index heads instead.
+TP_REPLICATED = frozenset({"wq_a", "wkv", "compressor_csa", "compressor_r2", "index_q", "router"})
+
+
 def layer_projections(layer) -> tuple[str, ...]:
     """Dense projections (table `layer_kind`) one decode layer runs (model.md §4, kernels.md §6.2)."""
     names = ["wq_a", "wq_b", "wkv", "wo_b"]
@@ -193,6 +204,7 @@ class LayerClass:
     decoder layers only on the request's tail; model.md §6.2); in decode all run on every row."""
 
     dense: tuple[tuple[tuple[Curve, ...], int], ...]  # (curves over M of a projection set, layers)
+    names: tuple[tuple[str, ...], ...]  # each set's projection names (table `layer_kind`), as `dense`
     layers: int
     moe_layers: int
 
@@ -272,12 +284,13 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
 
     def layer_class(on_every: bool) -> LayerClass:
         mine = [layer for layer in spec.layers if every[layer.index] == on_every]
-        sets = Counter(layer_projections(layer) for layer in mine)
+        sets = sorted(Counter(layer_projections(layer) for layer in mine).items())
         return LayerClass(
             dense=tuple(
                 (tuple(curve_of(dense_rows(n), "rows", path=path) for n in names), count)
-                for names, count in sorted(sets.items())
+                for names, count in sets
             ),
+            names=tuple(names for names, _count in sets),
             layers=len(mine),
             moe_layers=sum(1 for layer in mine if layer.mlp != "dense"),
         )
@@ -483,18 +496,31 @@ class CalibratedTiming(RooflineTiming):
     # --- building blocks, memoised by integer rows / batch / chunk size ---
 
     def _gemm_mhc(self, every: bool, m: int) -> tuple[float, float]:
-        """(dense GEMMs scaled for the work the tables lack, mHC) seconds of one class of layers at
-        `m` rows per DP group: memoised by m, which takes far fewer values than the rows."""
+        """(dense GEMMs scaled for the work the tables lack, mHC) seconds of one class of layers on a GPU
+        of an attention-TP group at `m` rows per DP group: the split projections / tp, the replicated ones
+        whole; memoised by m, which takes far fewer values than the rows."""
         cache = self._gemm_mhc_cache[0 if every else 1]
         v = cache.get(m)
         if v is None:
-            mt = self.mt
-            cls = mt.every if every else mt.tail
-            dense = sum((count * sum((c.at(m) for c in curves), 0.0) for curves, count in cls.dense), 0.0)
-            dense = (dense + cls.layers * mt.wo_a.at(m)) / self.par.tp
-            v = (dense * self._gemm_scale, cls.layers * MHC_BOUNDARIES_PER_LAYER * mt.mhc.at(m))
+            split, whole = self._dense_parts(every, m)
+            mhc = self.mt.every.layers if every else self.mt.tail.layers
+            v = (split / self.par.tp + whole, mhc * MHC_BOUNDARIES_PER_LAYER * self.mt.mhc.at(m))
             cache[m] = v
         return v
+
+    def _dense_parts(self, every: bool, m: int) -> tuple[float, float]:
+        """(projections attention TP splits, projections it replicates) seconds of one class of layers at
+        `m` rows with whole weights, scaled for the work the tables lack. wo_a splits by output group."""
+        mt = self.mt
+        cls = mt.every if every else mt.tail
+        split, whole = cls.layers * mt.wo_a.at(m), 0.0
+        for (curves, count), names in zip(cls.dense, cls.names, strict=True):
+            for c, name in zip(curves, names, strict=True):
+                if name in TP_REPLICATED:
+                    whole += count * c.at(m)
+                else:
+                    split += count * c.at(m)
+        return split * self._gemm_scale, whole * self._gemm_scale
 
     def _experts(self, rows: int) -> float:
         """Seconds of one MoE layer's routed experts over `rows` token rows on the GPU the step waits for: the
@@ -816,10 +842,12 @@ class CalibratedTiming(RooflineTiming):
             if m <= 0 or cls.layers == 0:
                 v = 0.0
             else:
-                dense, mhc = self._gemm_mhc(every, m)  # the GEMMs / tp: the unsplit weights take tp times
+                split, whole = self._dense_parts(every, m)  # every GPU runs the whole weights on its rows
+                mhc = self._gemm_mhc(every, m)[1]
                 # the term's per-row part of m whole rows: a rank's m x tp rows split over its tp GPUs
                 v = (
-                    dense * self.par.tp
+                    split
+                    + whole
                     + mhc
                     + cls.layers * self.layer_overhead_s
                     + self._row_term_s(every, m * self.par.tp)

@@ -202,3 +202,25 @@ def test_experts_split_over_expert_tp(context, h200_tables):
     assert roof._weights_s(rows) * roof._hbm_rate == pytest.approx(
         dense + roof.arith.expert_bytes_touched(rows) / 4
     )
+
+
+def test_attention_tp_splits_the_split_projections_and_runs_the_replicated_ones_whole(context):
+    """Under attention TP both engines run the fused wq_a + wkv, the compressors, the indexer and the router whole
+    on every GPU and split wq_b, wo_a, wo_b and the shared expert (sim.timing.calibrated TP_REPLICATED)."""
+    one = build_calibrated(context(tp=1, ep=1, dp=1))
+    four = build_calibrated(context(tp=4, ep=1, dp=1))
+    for m in (4, 64, 4096):
+        split, whole = one._dense_parts(True, m)
+        assert split > 0.0 and whole > 0.0
+        assert four._dense_parts(True, m) == pytest.approx((split, whole))
+        assert one._gemm_mhc(True, m)[0] == pytest.approx(split + whole)
+        assert four._gemm_mhc(True, m)[0] == pytest.approx(split / 4 + whole)
+    mt = one.mt
+    names = {n for group in mt.every.names for n in group}
+    assert {"wq_a", "wkv", "index_q", "router", "wq_b", "wo_b", "shared_gate_up"} <= names
+    # a prefill CP rank runs every projection whole on its share of the rows
+    cp = build_calibrated(context(tp=4, ep=1, dp=1, prefill_cp="round_robin"))
+    assert cp._cp_rank_s(True, 512) - cp._gemm_mhc(True, 512)[1] == pytest.approx(
+        sum(cp._dense_parts(True, 512)) + cp.mt.every.layers * cp.layer_overhead_s
+        + cp._row_term_s(True, 512 * 4), rel=1e-9
+    )  # fmt: skip

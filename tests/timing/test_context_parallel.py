@@ -98,11 +98,14 @@ def test_round_robin_step_is_each_gpus_share(tp8, model):
                           index_layers=t.mt.prefill_index_layers, bw_bytes_per_s=t._comm_bw,
                           latency_s=t._comm_lat)  # fmt: skip
     assert gathers > 0.0 and comm > gathers
-    # a GPU's dense work is the unsplit projections on its eighth of the rows
-    dense, mhc = t._gemm_mhc(True, share)
+    # a GPU's dense work is the unsplit projections on its eighth of the rows: the ones attention TP splits
+    # (an eighth each under TP) and the ones it replicates alike
+    split, whole = t._dense_parts(True, share)
+    mhc = t._gemm_mhc(True, share)[1]
+    assert t._gemm_mhc(True, share)[0] == pytest.approx(split / 8 + whole)
     cls = t.mt.every
     assert t._cp_rank_s(True, share) == pytest.approx(
-        dense * 8 + mhc + cls.layers * (t.layer_overhead_s + t.layer_row_overhead_s * share)
+        split + whole + mhc + cls.layers * (t.layer_overhead_s + t.layer_row_overhead_s * share)
     )
 
 
