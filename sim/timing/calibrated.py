@@ -503,8 +503,8 @@ class CalibratedTiming(RooflineTiming):
         v = cache.get(m)
         if v is None:
             split, whole = self._dense_parts(every, m)
-            mhc = self.mt.every.layers if every else self.mt.tail.layers
-            v = (split / self.par.tp + whole, mhc * MHC_BOUNDARIES_PER_LAYER * self.mt.mhc.at(m))
+            layers = self.mt.every.layers if every else self.mt.tail.layers
+            v = (split / self.par.tp + whole, layers * MHC_BOUNDARIES_PER_LAYER * self.mt.mhc.at(m))
             cache[m] = v
         return v
 

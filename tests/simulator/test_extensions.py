@@ -135,11 +135,17 @@ def test_a_failed_instance_s_requests_start_over_elsewhere_none_lost_or_duplicat
 
 
 def test_a_failed_decode_instance_sends_its_waiting_requests_on_with_their_kv(tmp_path, test_extension):
-    # GIVEN one prefill and two decode instances; decode instance 1 fails repeatedly, early
+    # GIVEN one prefill and two decode instances; decode instance 1 fails early, at the first second after 200 s
+    # at which it decodes (so that it holds requests whatever the step times)
     path = _scenario(
         tmp_path,
         [_pool("p", "prefill", 1), _pool("d", "decode", 2)],
-        [{"use": test_extension, "params": {"instance": 1, "at_s": 200.0, "repair_s": 600.0}}],
+        [
+            {
+                "use": test_extension,
+                "params": {"instance": 1, "at_s": 200.0, "repair_s": 600.0, "when_decoding": True},
+            }
+        ],
     )
     s = run_scenario(path, out_dir=tmp_path / "out").summary["models"]["deepseek-v4-flash"]
     ops = s["extensions"]["operations"]
