@@ -27,6 +27,14 @@ What each AIConfigurator table is compared with (V4-Flash shapes only; AIConfigu
   pipeline of that kind (indexer + top-k + sparse MLA; a TP rank runs the whole batch, heads split
   but the KV read whole) plus the layer's attention projections (wq_a, wq_b, wkv, wo_a, wo_b; CSA adds
   index_q and the compressor) at M = batch / tp. sim's forward-pass term (glue) is not included;
+- attention module, prefill (`dsv4_{csa,hca}_context_module_perf`, gemm_type fp8_block, one sequence, no
+  prefix (`step` 0), `predict --classes attention_prefill_csa,attention_prefill_hca`): one layer's attention
+  side for an `isl`-token chunk on one of tp_size ranks: sim's sparse MLA prefill / tp and, for CSA, the whole
+  indexer prefill (sim.timing.calibrated `_heads_attention_s`), plus the layer's attention projections and wo_a
+  at M = isl, the split ones / tp and the replicated ones whole (`TP_REPLICATED`). AIC's module is everything
+  between the two mHC boundaries but the norm (its `sdk/models/deepseek_v4.py` composes a layer from it); it
+  counts the 2 SWA layers as HCA. Added after AIC's figures had been read (docs/engines_and_validation.md
+  section 11): not blind;
 - indexer (`dsv4_paged_mqa_logits_module_perf`): the production indexer_decode (DeepGEMM MQA logits) at
   (context, batch); sparse MLA (`dsv4_hca_attn_module_perf`, local heads 64): FlashMLA's HCA sparse decode;
 - all-reduce (`custom_allreduce_perf`, BF16, message_size elements): sim's ring all-reduce of one call
@@ -92,6 +100,10 @@ def _attn_keep(r: dict) -> bool:
     return "V4-Flash" in str(r["model"]) and r["gemm_type"] == "fp8_block" and r["isl"] == 1
 
 
+def _prefill_keep(r: dict) -> bool:
+    return "V4-Flash" in str(r["model"]) and r["gemm_type"] == "fp8_block" and r["batch_size"] == 1 and r["step"] == 0
+
+
 TABLES = (
     Table("gemm", "gemm", "gemm_perf.parquet", ("kernel_source", "gemm_dtype", "m", "n", "k"), _gemm_keep,
           ("kernel_source", "gemm_dtype", "m", "n", "k")),
@@ -109,6 +121,12 @@ TABLES = (
     Table("attention_decode_hca", "sparse_attention", "dsv4_hca_generation_module_perf.parquet",
           ("model", "gemm_type", "num_heads", "batch_size", "isl", "tp_size", "step"), _attn_keep,
           ("num_heads", "tp_size", "batch_size", "step")),
+    Table("attention_prefill_csa", "sparse_attention", "dsv4_csa_context_module_perf.parquet",
+          ("model", "gemm_type", "num_heads", "batch_size", "isl", "tp_size", "step"), _prefill_keep,
+          ("num_heads", "tp_size", "isl")),
+    Table("attention_prefill_hca", "sparse_attention", "dsv4_hca_context_module_perf.parquet",
+          ("model", "gemm_type", "num_heads", "batch_size", "isl", "tp_size", "step"), _prefill_keep,
+          ("num_heads", "tp_size", "isl")),
     Table("indexer_decode", "sparse_attention", "dsv4_paged_mqa_logits_module_perf.parquet",
           ("model", "kernel_source", "batch_size", "isl", "step"),
           lambda r: "V4-Flash" in str(r["model"]) and r["isl"] == 1, ("kernel_source", "batch_size", "step")),
@@ -196,6 +214,21 @@ class SimSide:
         inside = grid.outer[0] <= ctx <= grid.outer[-1] and b <= batches[-1]
         return grid.at(ctx, b) + gemm / tp, inside
 
+    def attention_prefill(self, kind: str, r: dict) -> tuple[float, bool]:
+        from sim.timing.calibrated import TP_REPLICATED
+        from sim.timing.context_parallel import heads_split_attention_s
+
+        tokens, tp = float(r["isl"]), int(r["tp_size"])
+        mla = self.mt.mla_prefill.at(tokens)
+        index = self.mt.index_prefill.at(tokens, tokens) if kind == "CSA" else 0.0
+        names = [n for n in ATTN_PROJECTIONS if n in self._layer_projections(kind)]
+        split = self.mt.wo_a.at(tokens)
+        split += sum(self.dense[n][0].at(tokens) for n in names if n not in TP_REPLICATED)
+        whole = sum(self.dense[n][0].at(tokens) for n in names if n in TP_REPLICATED)
+        chunks = self.mt.mla_prefill.xs
+        attn = heads_split_attention_s(mla, index, tp)
+        return attn + split / tp + whole, chunks[0] <= tokens <= chunks[-1] and tokens <= self.max_rows
+
     def _layer_projections(self, kind: str) -> tuple[str, ...]:
         from sim.timing.calibrated import layer_projections, pipeline_kind
 
@@ -228,6 +261,8 @@ class SimSide:
     def predict(self, op_class: str, r: dict) -> tuple[float, bool] | None:
         if op_class.startswith("attention_decode_"):
             return self.attention(op_class.rsplit("_", 1)[1].upper(), r)
+        if op_class.startswith("attention_prefill_"):
+            return self.attention_prefill(op_class.rsplit("_", 1)[1].upper(), r)
         return getattr(self, op_class)(r)
 
 
@@ -262,12 +297,15 @@ def _commit() -> str:
     ).stdout.strip()
 
 
-def predict(aic, out: Path) -> list[Path]:
+def predict(aic, out: Path, classes: frozenset[str] | None = None) -> list[Path]:
+    """sim's prediction at each AIC shape, one CSV per GPU, backend and op class (`classes`: those only)."""
     written = []
     out.mkdir(parents=True, exist_ok=True)
     for gpu in GPUS:
         side = SimSide(gpu)
         for backend, version, t, path in _table_paths(aic, gpu):
+            if classes is not None and t.op_class not in classes:
+                continue
             points = _points(_shapes(path, list(t.columns)), t)
             rows = []
             for key, r in sorted(points.items(), key=lambda kv: tuple(str(x).zfill(12) for x in kv[0])):
@@ -477,6 +515,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--aic-data", help="aiconfigurator_core/systems/data (default: $SIM_AIC_DATA or installed)"
     )
+    p.add_argument("--classes", help="comma-separated op classes to predict (default: all)")
     c = sub.add_parser("compare", help="AIC's measured times beside the committed predictions")
     c.add_argument("--predicted", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
@@ -488,7 +527,13 @@ def main(argv=None) -> int:
         print(e, file=sys.stderr)
         return 2
     if args.cmd == "predict":
-        for path in predict(aic, args.out):
+        known = {t.op_class for t in TABLES}
+        classes = None if not args.classes else frozenset(x.strip() for x in args.classes.split(","))
+        if classes is not None and not classes <= known:
+            print(f"error: --classes {args.classes}: unknown op class {sorted(classes - known)[0]!r}; allowed: "
+                  f"{', '.join(sorted(known))}", file=sys.stderr)  # fmt: skip
+            return 2
+        for path in predict(aic, args.out, classes):
             print(f"wrote {path}")
     else:
         for row in compare(aic, args.predicted, args.out):

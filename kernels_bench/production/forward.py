@@ -41,8 +41,9 @@ from kernels_bench.production.attention import sparse_mla_ref_qkv
 FWD_COLUMNS = list(names(FORWARD_COLUMNS))  # kernels_bench.columns: shared with sim.timing.forward
 # attention: FlashMLA; indexer: index weights, FP8 scores, top-k; mhc: both boundaries; dense_gemm: FP8
 # blockwise GEMMs and wo_a; act_quant: their activation quantisation and the grouped GEMMs' rowwise one (its own
-# op since docs/carry/moe_grouped split it out: glue a serving engine fuses); moe: the two grouped GEMMs; routing: router, top-6, sort, dispatch gather and the weighted combine; other:
-# norms, RoPE, SwiGLU, quantise-on-write
+# op since docs/carry/moe_grouped split it out: glue a serving engine fuses); moe: the two grouped GEMMs;
+# routing: router, top-6, sort, dispatch gather and the weighted combine; other: norms, RoPE, SwiGLU,
+# quantise-on-write
 CATEGORIES = ("attention", "indexer", "mhc", "dense_gemm", "act_quant", "moe", "routing", "other")
 
 

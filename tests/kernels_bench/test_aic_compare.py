@@ -100,3 +100,34 @@ def _shape_only(read):
 def _rows(path):
     with path.open() as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def test_prefill_attention_module_is_the_layers_attention_side_for_the_chunk(aic_dir, tmp_path):
+    """`attention_prefill_*`: sim's sparse MLA prefill / tp, the indexer whole (CSA), the attention projections
+    and wo_a at M = isl with the split ones / tp, against AIC's context module rows of one sequence, no prefix."""
+    from sim.timing.calibrated import TP_REPLICATED
+    from sim.timing.context_parallel import heads_split_attention_s
+
+    rows = {"model": ["deepseek-ai/DeepSeek-V4-Flash"] * 4, "gemm_type": ["fp8_block"] * 3 + ["bfloat16"],
+            "num_heads": [64, 16, 16, 16], "batch_size": [1, 1, 2, 1], "isl": [2048, 2048, 2048, 2048],
+            "tp_size": [1, 4, 4, 4], "step": [0, 0, 0, 0], "latency": [1.0, 0.5, 9.0, 9.0]}  # fmt: skip
+    for system in ("b200_sxm", "h200_sxm"):
+        _write(aic_dir / system / "sparse_attention" / "sglang" / "0.5.14" / "dsv4_csa_context_module_perf.parquet",
+               rows)  # fmt: skip
+    aic = find_aic(aic_dir)
+    written = {p.name: p for p in aic_compare.predict(aic, tmp_path / "pred", frozenset({"attention_prefill_csa"}))}
+    assert set(written) == {"b200_sglang_attention_prefill_csa.csv", "h200_sglang_attention_prefill_csa.csv"}
+    got = {(r["num_heads"], r["tp_size"]): float(r["sim_us"]) for r in _rows(written["h200_sglang_attention_prefill_csa.csv"])}
+    assert set(got) == {("64", "1"), ("16", "4")}  # the batch-2 and bfloat16 rows are not compared
+    side = aic_compare.SimSide("h200")
+    mt, names = side.mt, [n for n in aic_compare.ATTN_PROJECTIONS if n in side._layer_projections("CSA")]
+    split = mt.wo_a.at(2048) + sum(side.dense[n][0].at(2048) for n in names if n not in TP_REPLICATED)
+    whole = sum(side.dense[n][0].at(2048) for n in names if n in TP_REPLICATED)
+    attn = heads_split_attention_s(mt.mla_prefill.at(2048), mt.index_prefill.at(2048, 2048), 4)
+    assert got[("16", "4")] == pytest.approx((attn + split / 4 + whole) * 1e6, rel=1e-4)
+    assert got[("16", "4")] < got[("64", "1")]
+    summary = aic_compare.compare(aic, tmp_path / "pred", tmp_path / "out")
+    h200 = next(r for r in summary if r["gpu"] == "h200" and r["op_class"] == "attention_prefill_csa")
+    assert h200["points"] == 2
+    assert aic_compare.main(["predict", "--aic-data", str(aic_dir), "--out", str(tmp_path / "x"),
+                             "--classes", "attention_prefil_csa"]) == 2  # fmt: skip
