@@ -26,7 +26,9 @@ What each AIConfigurator table is compared with (V4-Flash shapes only; AIConfigu
   attention side at batch_size sequences of context `step` on one of tp_size ranks: sim's `decode_layer`
   pipeline of that kind (indexer + top-k + sparse MLA; a TP rank runs the whole batch, heads split
   but the KV read whole) plus the layer's attention projections (wq_a, wq_b, wkv, wo_a, wo_b; CSA adds
-  index_q and the compressor) at M = batch / tp. sim's forward-pass term (glue) is not included;
+  index_q and the compressor) at M = batch, the split ones / tp and the replicated ones whole
+  (`TP_REPLICATED`, since issue 29's fifth sitting; the committed decode predictions are from before it, each
+  file's header names its commit). sim's forward-pass term (glue) is not included;
 - attention module, prefill (`dsv4_{csa,hca}_context_module_perf`, gemm_type fp8_block, one sequence, no
   prefix (`step` 0), `predict --classes attention_prefill_csa,attention_prefill_hca`): one layer's attention
   side for an `isl`-token chunk on one of tp_size ranks: sim's sparse MLA prefill / tp and, for CSA, the whole
@@ -208,26 +210,29 @@ class SimSide:
     def attention(self, kind: str, r: dict) -> tuple[float, bool]:
         grid, _n = self.mt.pipelines[kind]
         ctx, b, tp = float(r["step"]), float(r["batch_size"]), float(r["tp_size"])
-        names = [n for n in ATTN_PROJECTIONS if n in self._layer_projections(kind)]
-        gemm = sum(self.dense[n][0].at(b) for n in names) + self.mt.wo_a.at(b)
         batches = grid.inner[0].xs
         inside = grid.outer[0] <= ctx <= grid.outer[-1] and b <= batches[-1]
-        return grid.at(ctx, b) + gemm / tp, inside
+        return grid.at(ctx, b) + self._projections_s(kind, b, int(tp)), inside
 
     def attention_prefill(self, kind: str, r: dict) -> tuple[float, bool]:
-        from sim.timing.calibrated import TP_REPLICATED
         from sim.timing.context_parallel import heads_split_attention_s
 
         tokens, tp = float(r["isl"]), int(r["tp_size"])
         mla = self.mt.mla_prefill.at(tokens)
         index = self.mt.index_prefill.at(tokens, tokens) if kind == "CSA" else 0.0
-        names = [n for n in ATTN_PROJECTIONS if n in self._layer_projections(kind)]
-        split = self.mt.wo_a.at(tokens)
-        split += sum(self.dense[n][0].at(tokens) for n in names if n not in TP_REPLICATED)
-        whole = sum(self.dense[n][0].at(tokens) for n in names if n in TP_REPLICATED)
         chunks = self.mt.mla_prefill.xs
-        attn = heads_split_attention_s(mla, index, tp)
-        return attn + split / tp + whole, chunks[0] <= tokens <= chunks[-1] and tokens <= self.max_rows
+        attn = heads_split_attention_s(mla, index, tp) + self._projections_s(kind, tokens, tp)
+        return attn, chunks[0] <= tokens <= chunks[-1] and tokens <= self.max_rows
+
+    def _projections_s(self, kind: str, m: float, tp: int) -> float:
+        """One layer's attention projections and wo_a at M = m on one of `tp` ranks: the ones attention TP
+        splits / tp, the replicated ones whole (sim.timing.calibrated `TP_REPLICATED`)."""
+        from sim.timing.calibrated import TP_REPLICATED
+
+        names = [n for n in ATTN_PROJECTIONS if n in self._layer_projections(kind)]
+        split = self.mt.wo_a.at(m) + sum(self.dense[n][0].at(m) for n in names if n not in TP_REPLICATED)
+        whole = sum(self.dense[n][0].at(m) for n in names if n in TP_REPLICATED)
+        return split / tp + whole
 
     def _layer_projections(self, kind: str) -> tuple[str, ...]:
         from sim.timing.calibrated import layer_projections, pipeline_kind
