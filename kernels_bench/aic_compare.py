@@ -4,6 +4,7 @@ AIC's H100 times were read), in two stages.
 
     python3 -m kernels_bench.aic_compare predict --out docs/carry/aic/predicted [--aic-data DIR]
     python3 -m kernels_bench.aic_compare compare --predicted docs/carry/aic/predicted --out docs/carry/aic
+    python3 -m kernels_bench.aic_compare modules --out hwprofiles/engine_modules/dsv4_prefill_attention_modules.csv
 
 `predict` reads ONLY the shape columns of AIConfigurator's tables (`_shapes` refuses a time column) and
 writes, per GPU, backend and op class, sim's prediction at each shape: on the B200 the H200's production
@@ -31,7 +32,8 @@ What each AIConfigurator table is compared with (V4-Flash shapes only; AIConfigu
   file's header names its commit). sim's forward-pass term (glue) is not included;
 - attention module, prefill (`dsv4_{csa,hca}_context_module_perf`, gemm_type fp8_block, one sequence, no
   prefix (`step` 0), `predict --classes attention_prefill_csa,attention_prefill_hca`): one layer's attention
-  side for an `isl`-token chunk on one of tp_size ranks: sim's sparse MLA prefill / tp and, for CSA, the whole
+  side for an `isl`-token chunk on one of tp_size ranks: sim's sparse MLA prefill at the rank's heads padded to
+  FlashMLA's 64 (all of it for V4, since issue 29's sixth sitting; / tp before) and, for CSA, the whole
   indexer prefill (sim.timing.calibrated `_heads_attention_s`), plus the layer's attention projections and wo_a
   at M = isl, the split ones / tp and the replicated ones whole (`TP_REPLICATED`). AIC's module is everything
   between the two mHC boundaries but the norm (its `sdk/models/deepseek_v4.py` composes a layer from it); it
@@ -43,6 +45,8 @@ What each AIConfigurator table is compared with (V4-Flash shapes only; AIConfigu
   (3 us + 2 (p-1)/p bytes at the profile's NVLink rate; a step exposes 1 - comm_overlap_frac of it);
 - moe_a2a (`moe_a2a_perf`, DeepEP, hidden 4096 top-6): sim's dispatch (FP8) / combine (BF16) all-to-all
   of num_tokens rows per rank.
+`modules` extracts AIC's measured V4-Flash prefill attention modules (every GPU and engine it has) into the
+table sim.timing.engine_glue fits the engine glue on.
 Rows outside sim's measured grid (M > 8192, a context or batch beyond the pipelines' grid) are
 flagged `in_sim_grid = False` (extrapolated) and left out of the summary with the reason.
 """
@@ -69,7 +73,6 @@ BACKENDS = {"vllm": "0.24.0", "sglang": "0.5.14"}
 TIME_COLUMNS = ("latency", "transmit_us", "notify_us", "power", "power_limit")
 MODEL = "deepseek-v4-flash"
 KEY = "V4"
-ATTN_PROJECTIONS = ("wq_a", "wq_b", "wkv", "wo_b", "index_q", "compressor_csa")
 
 
 def _shapes(path: Path, columns: list[str]) -> list[dict]:
@@ -215,21 +218,22 @@ class SimSide:
         return grid.at(ctx, b) + self._projections_s(kind, b, int(tp)), inside
 
     def attention_prefill(self, kind: str, r: dict) -> tuple[float, bool]:
-        from sim.timing.context_parallel import heads_split_attention_s
+        from sim.timing.context_parallel import heads_split_attention_s, padded_head_share
 
         tokens, tp = float(r["isl"]), int(r["tp_size"])
         mla = self.mt.mla_prefill.at(tokens)
         index = self.mt.index_prefill.at(tokens, tokens) if kind == "CSA" else 0.0
         chunks = self.mt.mla_prefill.xs
-        attn = heads_split_attention_s(mla, index, tp) + self._projections_s(kind, tokens, tp)
+        share = padded_head_share(self.spec.attention.heads, tp)
+        attn = heads_split_attention_s(mla, index, share) + self._projections_s(kind, tokens, tp)
         return attn, chunks[0] <= tokens <= chunks[-1] and tokens <= self.max_rows
 
     def _projections_s(self, kind: str, m: float, tp: int) -> float:
         """One layer's attention projections and wo_a at M = m on one of `tp` ranks: the ones attention TP
         splits / tp, the replicated ones whole (sim.timing.calibrated `TP_REPLICATED`)."""
-        from sim.timing.calibrated import TP_REPLICATED
+        from sim.timing.calibrated import ATTENTION_SIDE, TP_REPLICATED
 
-        names = [n for n in ATTN_PROJECTIONS if n in self._layer_projections(kind)]
+        names = [n for n in self._layer_projections(kind) if n in ATTENTION_SIDE]
         split = self.mt.wo_a.at(m) + sum(self.dense[n][0].at(m) for n in names if n not in TP_REPLICATED)
         whole = sum(self.dense[n][0].at(m) for n in names if n in TP_REPLICATED)
         return split / tp + whole
@@ -509,6 +513,56 @@ def _grid_extent(aic) -> list[dict]:
     return out
 
 
+MODULE_KINDS = {"CSA": "dsv4_csa_context_module_perf.parquet", "HCA": "dsv4_hca_context_module_perf.parquet"}
+MODULE_COLUMNS = ("gpu", "engine", "engine_version", "layer_kind", "tp", "heads", "isl", "latency_us", "samples")
+
+
+def export_modules(aic, out: Path) -> list[dict]:
+    """AIC's measured V4-Flash prefill attention modules (`dsv4_{csa,hca}_context_module`, fp8_block, one
+    sequence, no prefix), the median latency per (GPU, engine, layer kind, TP, isl), every GPU sim knows
+    (sim.timing.aic_data.SYSTEMS), written as one CSV with its source: the measured engine modules the
+    calibrated timing's engine glue reads (sim.timing.engine_glue)."""
+    import pyarrow.parquet as pq
+
+    from sim.timing.aic_data import SYSTEMS
+
+    rows = []
+    for gpu in sorted(SYSTEMS):
+        system = aic.system(gpu)
+        if system is None:
+            continue
+        for engine, version in sorted(BACKENDS.items()):
+            for kind, name in sorted(MODULE_KINDS.items()):
+                path = system / "sparse_attention" / engine / version / name
+                if not path.is_file():
+                    continue
+                cols = ["model", "gemm_type", "num_heads", "batch_size", "isl", "tp_size", "step", "latency"]
+                times: dict[tuple[int, int, int], list[float]] = {}
+                for r in pq.read_table(path, columns=cols).to_pylist():
+                    if _prefill_keep(r):
+                        key = (int(r["tp_size"]), int(r["num_heads"]), int(r["isl"]))
+                        times.setdefault(key, []).append(float(r["latency"]) * 1e3)  # ms -> us
+                for (tp, heads, isl), v in sorted(times.items()):
+                    rows.append({"gpu": gpu, "engine": engine, "engine_version": version, "layer_kind": kind,
+                                 "tp": tp, "heads": heads, "isl": isl,
+                                 "latency_us": f"{statistics.median(v):.4g}", "samples": len(v)})  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        _header(f, {
+            "what": "one V4-Flash layer's attention side at prefill as the engine runs it (AIC's "
+                    "dsv4_{csa,hca}_context_module: everything between the two mHC boundaries but the norm), "
+                    "gemm_type fp8_block, fp8_e4m3 KV, batch 1, no prefix (step 0); median of AIC's rows per point",
+            "source": f"{aic.describe()}, <gpu system>/sparse_attention/<engine>/<version>/<file>; "
+                      "measured by NVIDIA on each GPU with the named engine's layer",
+            "license": "Apache-2.0 (AIConfigurator, NVIDIA); rows extracted unchanged but for the median",
+            "written_by": "python3 -m kernels_bench.aic_compare modules --out <this file>",
+        })  # fmt: skip
+        w = csv.DictWriter(f, fieldnames=list(MODULE_COLUMNS), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
 def main(argv=None) -> int:
     from sim.errors import InputError
     from sim.timing.aic_data import find_aic
@@ -525,13 +579,19 @@ def main(argv=None) -> int:
     c.add_argument("--predicted", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--aic-data", help="as for predict")
+    m = sub.add_parser("modules", help="export AIC's measured prefill attention modules for sim.timing.engine_glue")
+    m.add_argument("--out", type=Path, required=True)
+    m.add_argument("--aic-data", help="as for predict")
     args = ap.parse_args(argv)
     try:
         aic = find_aic(args.aic_data)
     except InputError as e:
         print(e, file=sys.stderr)
         return 2
-    if args.cmd == "predict":
+    if args.cmd == "modules":
+        rows = export_modules(aic, args.out)
+        print(f"wrote {len(rows)} rows to {args.out}")
+    elif args.cmd == "predict":
         known = {t.op_class for t in TABLES}
         classes = None if not args.classes else frozenset(x.strip() for x in args.classes.split(","))
         if classes is not None and not classes <= known:

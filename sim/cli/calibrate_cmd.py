@@ -326,6 +326,7 @@ def show_cmd(
         composed=stacks[DEFAULT_STACK]["composed"],
         efficiency_curves={s: efficiency_curves(load_stack(REFERENCE_GPU, s)) for s in STACKS},
         aic=_aic_section(profile, every),
+        engine_glue=_engine_glue(profile),
     )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -362,6 +363,26 @@ def _aic_section(profile, every_row: bool) -> dict:
         "rows": rows,
         "composed": _composed(profile, "aic"),
     }
+
+
+def _engine_glue(profile) -> list[dict]:
+    """Per engine, the glue its measured attention modules add to this GPU's prefill attention side
+    (sim.timing.engine_glue), or why none."""
+    from dataclasses import asdict, replace
+
+    from sim.timing.factory import make_timing
+
+    if profile is None:
+        return []
+    out = []
+    for engine in ("sglang", "vllm"):
+        ctx = replace(_contexts(profile, "deepseek-v4-flash"), engine=engine)
+        glue = getattr(make_timing("calibrated", ctx), "engine_glue", None)
+        if glue is None:
+            out.append({"engine": engine, "glue": None, "text": f"{engine}: no measured modules on this GPU"})
+        else:
+            out.append({"engine": engine, "glue": asdict(glue), "text": glue.describe()})
+    return out
 
 
 def _forward(profile) -> dict:
@@ -444,6 +465,10 @@ def _print(data: dict) -> None:
     else:
         _print_measured(console, data)
     _print_forward(console, data["forward_check"])
+    for g in data["engine_glue"]:
+        console.print(
+            f"Engine glue on prefill rows (timing.engine_glue, sim/timing/engine_glue.py): {g['text']}"
+        )
     _print_curves(console, data)
     _print_stacks(console, data)
     comp = data["composed"]

@@ -359,6 +359,7 @@ def pool_timing(
     scn, pool: Pool, hw: HwProfile, arith: ModelArith, model_ref, spec_step, engram_in_dram: bool
 ):
     """The timing model of one instance of `pool` on its hardware (sim.timing.factory)."""
+    engine = scn.pool_engine(pool)
     ctx = TimingContext.of_instance(
         arith.name,
         _pool_arith(arith, pool, model_ref.kv_layout),
@@ -377,6 +378,8 @@ def pool_timing(
         prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
         prefill_cp=pool.prefill_context_parallel,
         host=HostCosts(**scn.timing.host.model_dump()),
+        engine=engine.name if engine is not None else "",
+        engine_glue=scn.timing.engine_glue,
     )
     return make_timing(scn.timing.model, ctx)
 

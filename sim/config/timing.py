@@ -68,6 +68,14 @@ class Timing(StrictModel):
         "aic (NVIDIA AIConfigurator's measured GEMMs, MoE and mHC where it has the GPU, production elsewhere; "
         'needs pip install ".[aic]")',
     )  # sim.timing.stacks / sim.timing.aic: the composition rules; `sim calibrate show GPU` shows them
+    engine_glue: Literal["modules", "none"] = Field(
+        "modules",
+        description="calibrated steps: what the pool's engine adds per layer and prompt row to sim's prefill "
+        "attention side (norms, RoPE, quantisation, cache store and dequantisation, as separate passes), fitted "
+        "against the engine's measured V4-Flash attention modules on that GPU (AIConfigurator's SGLang / vLLM "
+        "context modules, hwprofiles/engine_modules/; sim/timing/engine_glue.py): modules = that term where "
+        "measured (V4 and V4.1 pools with an engine named); none = sim's kernels alone",
+    )
     forward_term: Literal["fused_glue", "measured", "served", "unfused_glue", "none"] = Field(
         "fused_glue",
         description="calibrated steps: what a real forward pass on the H200 took beyond the kernel sum "

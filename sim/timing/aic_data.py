@@ -1,5 +1,7 @@
 """NVIDIA AIConfigurator's measured operator tables, found where the user installed them (an optional
-dependency: `pip install ".[aic]"`; nothing of it is copied into this repository).
+dependency: `pip install ".[aic]"`). One extract of it is committed, with its source and license in its
+header: the V4-Flash prefill attention modules the engine glue is fitted on
+(`hwprofiles/engine_modules/`, `kernels_bench.aic_compare modules`, sim.timing.engine_glue).
 
 AIConfigurator (Apache-2.0) ships per-operator latencies measured on real GPUs under
 `aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/*.parquet`

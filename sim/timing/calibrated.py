@@ -106,7 +106,14 @@ from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.carry import tables_available
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, allgather_s
-from sim.timing.context_parallel import ContextParallel, cp_gather_s, heads_split_attention_s, rank_rows
+from sim.timing.context_parallel import (
+    ContextParallel,
+    cp_gather_s,
+    heads_split_attention_s,
+    padded_head_share,
+    rank_rows,
+)
+from sim.timing.engine_glue import AttentionSideParts, EngineGlue
 from sim.timing.experts import busiest_rank, grouped_s
 from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.interp import (
@@ -168,6 +175,8 @@ def pipeline_kind(layer) -> str:
 # wq_a + wkv `disable_tp=True`, the indexer's wq_b and weights_proj ReplicatedLinear; compressor.py
 # `disable_tp=True`; the gate a ReplicatedLinear). DeepSeek's reference code shards the index heads instead.
 TP_REPLICATED = frozenset({"wq_a", "wkv", "compressor_csa", "compressor_r2", "index_q", "router"})
+# the dense projections of a layer's attention side (between its two mHC boundaries), wo_a apart
+ATTENTION_SIDE = frozenset({"wq_a", "wq_b", "wkv", "wo_b", "index_q", "compressor_csa", "compressor_r2"})
 
 
 def layer_projections(layer) -> tuple[str, ...]:
@@ -418,6 +427,7 @@ class CalibratedTiming(RooflineTiming):
         prefill_through_decode: bool = False,
         prefill_cp: str = "off",
         host: HostCosts = NO_HOST,
+        engine_glue: EngineGlue | None = None,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -492,6 +502,18 @@ class CalibratedTiming(RooflineTiming):
         self._index_prefill = GridPair(self.mt.index_prefill, self.mt.index_prefill_flops)
         self._fixed_memo = IndexMemo()
         self._attn_cache: list[Curve | None] = []  # by batch size (a list: no boxing and hashing per lookup)
+        # the share of a chunk's sparse MLA one attention-TP GPU runs, its heads padded (context_parallel)
+        self.spec_heads: int = spec.attention.heads
+        self._head_share: float = padded_head_share(self.spec_heads, par.tp)
+        # the engine's glue per prompt row on a GPU, through the every-token and the tail layers; under
+        # prefill CP a GPU runs its rows with whole weights (sim.timing.engine_glue)
+        self.engine_glue = engine_glue
+        row_s = engine_glue.per_layer_row_s(par.tp) if engine_glue is not None else 0.0
+        whole_row_s = engine_glue.per_layer_row_s(1) if engine_glue is not None else 0.0
+        self._glue_every_s: float = row_s * self.mt.every.layers
+        self._glue_tail_s: float = row_s * self.mt.tail.layers
+        self._glue_cp_every_s: float = whole_row_s * self.mt.every.layers
+        self._glue_cp_tail_s: float = whole_row_s * self.mt.tail.layers
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
 
@@ -680,16 +702,16 @@ class CalibratedTiming(RooflineTiming):
 
     def _heads_attention_s(self, attn_flops: float, new_tokens: int, context_tokens: int) -> float:
         """Seconds of a chunk's attention + indexer (`attn_flops`) on a GPU of an attention group whose
-        TP GPUs split it by heads: the measured sparse MLA prefill / tp, the replicated indexer whole
-        (sim.timing.context_parallel.heads_split_attention_s)."""
-        tp = self.par.tp
-        if tp == 1:
+        TP GPUs split it by heads: the measured sparse MLA prefill at the GPU's padded share of the heads
+        (all of it for V4 / V4.1), the replicated indexer whole (sim.timing.context_parallel)."""
+        share = self._head_share
+        if share == 1.0:
             return attn_flops * self.prefill_attention_s_per_flop(new_tokens, context_tokens)
         ni = self.mt.prefill_index_layers
         mla_s, mla_flops = self._mla_prefill(new_tokens)
         index_s, index_flops = self._index_prefill.at(new_tokens, context_tokens + new_tokens)
         flops = mla_flops + ni * index_flops
-        return attn_flops * heads_split_attention_s(mla_s, ni * index_s, tp) / flops
+        return attn_flops * heads_split_attention_s(mla_s, ni * index_s, share) / flops
 
     def _host_s(self, decode_sequences: int, chunks: int, rows: int) -> float:
         """The engine's host time around a step (`timing.host`): the rows its busiest DP rank's graph runs."""
@@ -716,6 +738,32 @@ class CalibratedTiming(RooflineTiming):
         self._mla_s.put(new_tokens, v)
         self._mla_flops.put(new_tokens, flops)
         return v, flops
+
+    def attention_side_parts(self, tokens: int) -> AttentionSideParts:
+        """The composed attention side of one `tokens`-token chunk at context 0 through every layer (its
+        attention and indexer as `_heads_attention_s` takes them, the attention projections and wo_a as
+        `_dense_parts`), whole, for the engine glue's fit (sim.timing.engine_glue)."""
+        attn_flops = chunk_attention_flops(self._prefill_every, self._prefill_tail, tokens, 0, True)
+        ni = self.mt.prefill_index_layers
+        mla_s, mla_flops = self._mla_prefill(tokens)
+        index_s, index_flops = self._index_prefill.at(tokens, tokens)
+        per_flop = attn_flops / (mla_flops + ni * index_flops)
+        mt = self.mt
+        split, whole = mt.every.layers * mt.wo_a.at(tokens), 0.0
+        for (curves, count), names in zip(mt.every.dense, mt.every.names, strict=True):
+            for c, name in zip(curves, names, strict=True):
+                if name in ATTENTION_SIDE:
+                    if name in TP_REPLICATED:
+                        whole += count * c.at(tokens)
+                    else:
+                        split += count * c.at(tokens)
+        return AttentionSideParts(
+            mla_s * per_flop, ni * index_s * per_flop, whole * self._gemm_scale, split * self._gemm_scale
+        )
+
+    def _glue_s(self, new_tokens: int, tail_rows: int) -> float:
+        """The engine glue of a chunk's rows on a GPU of its attention group (sim.timing.engine_glue)."""
+        return new_tokens * self._glue_every_s + tail_rows * self._glue_tail_s
 
     # --- the interface ---
 
@@ -761,8 +809,9 @@ class CalibratedTiming(RooflineTiming):
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
-            if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
-                tail_rows += min(ctx + new, tail_tokens)
+            tail = min(ctx + new, tail_tokens) if last and tail_tokens else 0
+            tail_rows += tail  # the decoder tail runs on the request's last rows (model.md §6.2)
+            attn += self._glue_s(new, tail)
         if every_rows == 0:
             return 0.0
         if through_decode:
@@ -820,8 +869,10 @@ class CalibratedTiming(RooflineTiming):
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
-            if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
-                tail_rows += min(ctx + new, tail_tokens)
+            tail = min(ctx + new, tail_tokens) if last and tail_tokens else 0
+            tail_rows += tail  # the decoder tail runs on the request's last rows (model.md §6.2)
+            # the glue of the GPU's share of the rows, with whole weights
+            attn += share * self._glue_cp_every_s + rank_rows(tail, g) * self._glue_cp_tail_s
         if not tail_tokens:
             tail_rows = every_rows
         rank = self._cp_rank_s(True, rank_rows(every_rows, g)) + self._cp_rank_s(
@@ -931,6 +982,7 @@ class CalibratedTiming(RooflineTiming):
             else:
                 attn_flops = chunk_attention_flops(self._prefill_every, self._prefill_tail, new, ctx, last)
                 load.attn += self._heads_attention_s(attn_flops, new, ctx)  # on the rank's TP GPUs
+            load.attn += self._glue_s(new, min(ctx + new, tail_tokens) if last and tail_tokens else 0)
             if chunk.image_tokens and self.vision_on_instance:  # on the rank's GPUs: 1 / dp of the rate
                 load.attn += (
                     a.vision_flops(chunk.image_tokens, chunk.image_count) * dp / self._attn_rate_prefill
@@ -1069,6 +1121,9 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
     tables = stack_tables(ctx.hw_profile, ctx.kernels)
     term = forward_term_of(ctx)
+    glue = None
+    if ctx.engine and ctx.engine_glue == "modules" and MODEL_KEYS.get(ctx.model_name) in GLUE_MODELS:
+        glue = tables.derived(("engine_glue", ctx.engine), lambda: _fit_engine_glue(ctx, tables))
     return CalibratedTiming(
         ctx.arith,
         ctx.hw,
@@ -1086,6 +1141,31 @@ def build_calibrated(ctx) -> CalibratedTiming:
         prefill_through_decode=ctx.prefill_through_decode,
         prefill_cp=ctx.prefill_cp,
         host=ctx.host,
+        engine_glue=glue,
+    )
+
+
+# models whose layers the engine's measured V4-Flash modules speak for (V4.1 by assumption, engine_glue doc)
+GLUE_MODELS = frozenset({"V4", "V4.1"})
+GLUE_REFERENCE_MODEL = "deepseek-v4-flash"  # the model AIConfigurator's modules measure
+
+
+def _fit_engine_glue(ctx, tables: KernelTables) -> EngineGlue | None:
+    """The engine glue of the context's engine on its GPU, fitted against V4-Flash's composition on the same
+    tables (one GPU, no TP: `AttentionSideParts` carry the TP split)."""
+    from sim.timing.arith import build_arith
+    from sim.timing.engine_glue import engine_glue
+    from sim.timing.tables import gpu_key
+
+    arith = build_arith(GLUE_REFERENCE_MODEL)
+    one = Parallelism(gpus=1, tp=1, ep=1, dp=1)
+    reference = CalibratedTiming(arith, ctx.hw, one, ctx.eff, tables)
+    heads = reference.spec_heads
+    return engine_glue(
+        gpu_key(ctx.hw_profile),
+        ctx.engine,
+        reference.attention_side_parts,
+        lambda tp: padded_head_share(heads, tp),
     )
 
 

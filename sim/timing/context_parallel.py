@@ -2,8 +2,9 @@
 the default) or by token position (prefill context parallelism, CP). Pure arithmetic; the calibrated
 timing (sim.timing.calibrated) composes a step from it.
 
-Heads (CP off). Attention-TP GPUs split the sparse MLA's query heads, so each runs 1 / tp of the MLA
-work of every prompt row. The lightning indexer is not split: its query projection and key scoring
+Heads (CP off). Attention-TP GPUs split the sparse MLA's query heads, but the kernel runs 64 or 128
+heads, so each pads its share up (`padded_head_share`): a V4 / V4.1 GPU (64 heads) runs the whole MLA
+work of every prompt row at any TP. The lightning indexer is not split: its query projection and key scoring
 are replicated on every TP GPU (vLLM `deepseek_v2.Indexer`: "no tensor parallel, just replicated";
 SGLang's NSA indexer builds `wq_b` / `wk` as `ReplicatedLinear`), so each GPU scores every row of
 the chunk against the whole compressed context. The decode pipeline is timed the same way already
@@ -88,10 +89,28 @@ def rank_rows(rows: int, ranks: int) -> int:
     return -(-rows // ranks)
 
 
-def heads_split_attention_s(mla_s: float, index_s: float, tp: int) -> float:
-    """One GPU's seconds for a chunk's attention split by heads over `tp` GPUs: the sparse MLA / tp,
-    the replicated indexer whole (module doc)."""
-    return mla_s / tp + index_s
+# FlashMLA's sparse kernels specialise the query heads a GPU runs for 64 and 128 only, so both engines
+# pad a TP rank's heads up: SGLang 0.5.15 `srt/models/deepseek_v4.py` MQALayer.forward ("FlashMLA's fp8
+# sparse decode kernel only specializes h_q for {64, 128}": `padded_num_heads = 64 if n_local_heads <= 64
+# else n_heads`, for every forward mode, and the extend path hands the padded q to `flash_mla_sparse_fwd`,
+# `deepseek_v4_backend._forward_prefill_sparse`); vLLM 0.34.0 `models/deepseek_v4/nvidia/flashmla.py`
+# `get_padded_num_q_heads` (64 if heads <= 64 else 128; the layer's q buffer, prefill included).
+FLASHMLA_HEAD_WIDTHS = (64, 128)
+
+
+def padded_head_share(heads: int, tp: int) -> float:
+    """The share of the model's sparse-MLA work one of `tp` attention-TP GPUs runs: its heads / tp padded
+    up to the kernel's head width (FLASHMLA_HEAD_WIDTHS), over the model's heads. 1.0 for V4 and V4.1
+    (64 heads) at any TP."""
+    local = -(-heads // tp)
+    run = next((w for w in FLASHMLA_HEAD_WIDTHS if local <= w), local)
+    return min(run, heads) / heads
+
+
+def heads_split_attention_s(mla_s: float, index_s: float, head_share: float) -> float:
+    """One GPU's seconds for a chunk's attention split by heads: the sparse MLA at the GPU's padded share
+    of the heads (`padded_head_share`), the replicated indexer whole (module doc)."""
+    return mla_s * head_share + index_s
 
 
 def cp_gather_s(

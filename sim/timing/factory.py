@@ -53,6 +53,9 @@ class TimingContext:
     verify_rows: int = 0  # query rows per decoding sequence per step; 0 = 1 + draft_tokens
     prefill_cp: str = "off"  # prefill context parallelism of the pool (sim.timing.context_parallel)
     host: HostCosts = NO_HOST  # the engine's host time around a step (timing.host; sim.timing.host)
+    engine: str = ""  # the pool's serving engine by name ("": none named)
+    # the engine's prefill attention glue (timing.engine_glue; sim.timing.engine_glue)
+    engine_glue: str = "modules"
 
     @classmethod
     def of_instance(

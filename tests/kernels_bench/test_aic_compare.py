@@ -103,9 +103,9 @@ def _rows(path):
 
 
 def test_prefill_attention_module_is_the_layers_attention_side_for_the_chunk(aic_dir, tmp_path):
-    """`attention_prefill_*`: sim's sparse MLA prefill / tp, the indexer whole (CSA), the attention projections
+    """`attention_prefill_*`: sim's sparse MLA prefill at the padded heads (whole for V4), the indexer whole (CSA), the attention projections
     and wo_a at M = isl with the split ones / tp, against AIC's context module rows of one sequence, no prefix."""
-    from sim.timing.calibrated import TP_REPLICATED
+    from sim.timing.calibrated import ATTENTION_SIDE, TP_REPLICATED
     from sim.timing.context_parallel import heads_split_attention_s
 
     rows = {"model": ["deepseek-ai/DeepSeek-V4-Flash"] * 4, "gemm_type": ["fp8_block"] * 3 + ["bfloat16"],
@@ -120,10 +120,10 @@ def test_prefill_attention_module_is_the_layers_attention_side_for_the_chunk(aic
     got = {(r["num_heads"], r["tp_size"]): float(r["sim_us"]) for r in _rows(written["h200_sglang_attention_prefill_csa.csv"])}
     assert set(got) == {("64", "1"), ("16", "4")}  # the batch-2 and bfloat16 rows are not compared
     side = aic_compare.SimSide("h200")
-    mt, names = side.mt, [n for n in aic_compare.ATTN_PROJECTIONS if n in side._layer_projections("CSA")]
+    mt, names = side.mt, [n for n in side._layer_projections("CSA") if n in ATTENTION_SIDE]
     split = mt.wo_a.at(2048) + sum(side.dense[n][0].at(2048) for n in names if n not in TP_REPLICATED)
     whole = sum(side.dense[n][0].at(2048) for n in names if n in TP_REPLICATED)
-    attn = heads_split_attention_s(mt.mla_prefill.at(2048), mt.index_prefill.at(2048, 2048), 4)
+    attn = heads_split_attention_s(mt.mla_prefill.at(2048), mt.index_prefill.at(2048, 2048), 1.0)
     assert got[("16", "4")] == pytest.approx((attn + split / 4 + whole) * 1e6, rel=1e-4)
     assert got[("16", "4")] < got[("64", "1")]
     summary = aic_compare.compare(aic, tmp_path / "pred", tmp_path / "out")

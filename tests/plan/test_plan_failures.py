@@ -41,9 +41,8 @@ def _recommended_nodes(folder: Path, name: str, extensions: list | None) -> dict
 
 def test_a_plan_with_failures_on_buys_the_spare_capacity_they_need(tmp_path):
     shutil.copy(HERE / "plan_tiny.yaml", tmp_path)
-    agent_trace(
-        tmp_path / "plan_tiny_trace.parquet", sessions=80, turns=4, gap_s=0.25, shared_prefix_tokens=0
-    )
+    # sessions every 0.5 s: one prefill node carries them with room (its TP 8 GPUs pad their heads, sixth sitting)
+    agent_trace(tmp_path / "plan_tiny_trace.parquet", sessions=80, turns=4, gap_s=0.5, shared_prefix_tokens=0)
     without = _recommended_nodes(tmp_path, "plain", None)
     with_failures = _recommended_nodes(tmp_path, "failures", [FAILURES])
     assert without == {"prefill": 1, "decode": 1}

@@ -12,6 +12,7 @@ from sim.timing.context_parallel import (
     ContextParallel,
     cp_gather_s,
     heads_split_attention_s,
+    padded_head_share,
     rank_rows,
 )
 from sim.timing.interp import chunk_parts
@@ -50,8 +51,15 @@ def test_allgather_and_cp_gathers():
 
 
 def test_heads_split_keeps_the_indexer_whole():
-    assert heads_split_attention_s(8.0, 3.0, 8) == 4.0
-    assert heads_split_attention_s(8.0, 3.0, 1) == 11.0
+    assert heads_split_attention_s(8.0, 3.0, 0.5) == 7.0
+    assert heads_split_attention_s(8.0, 3.0, 1.0) == 11.0
+
+
+def test_a_tp_gpu_pads_its_heads_to_the_kernels_width():
+    """FlashMLA runs 64 or 128 query heads: V4's 64 heads stay whole at any TP, 128 heads halve once."""
+    assert [padded_head_share(64, tp) for tp in (1, 2, 4, 8)] == [1.0, 1.0, 1.0, 1.0]
+    assert [padded_head_share(128, tp) for tp in (1, 2, 4, 8)] == [1.0, 0.5, 0.5, 0.5]
+    assert padded_head_share(256, 1) == 1.0 and padded_head_share(256, 2) == 0.5
 
 
 @pytest.fixture(scope="module")
@@ -149,15 +157,12 @@ def test_decode_steps_do_not_change(tp8, model):
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_tp_gpus_split_the_mla_by_heads_and_repeat_the_indexer(tp8, model):
+def test_tp_gpus_run_the_mla_at_64_padded_heads_and_repeat_the_indexer(tp8, model):
+    """At TP 8 a V4 GPU holds 8 of the 64 heads but pads them to the kernel's 64: each runs the whole chunk's
+    attention and indexer, as one GPU would."""
     t = tp8[(model, "off")]
-    mt, new, ctx = t.mt, 4096, 200 * K
-    mla_s, mla_flops = t._mla_prefill(new)
-    index_s = mt.prefill_index_layers * mt.index_prefill.at(new, ctx + new)
-    index_flops = mt.prefill_index_layers * mt.index_prefill_flops.at(new, ctx + new)
-    flops = 1e15
-    got = t._heads_attention_s(flops, new, ctx)
-    assert got == pytest.approx(flops * (mla_s / 8 + index_s) / (mla_flops + index_flops), rel=1e-12)
-    # far more than an eighth of one GPU's time at long context: the indexer dominates there
-    whole = flops * t.prefill_attention_s_per_flop(new, ctx)
-    assert whole / 8 < 0.5 * got < whole
+    new, ctx, flops = 4096, 200 * K, 1e15
+    assert t._head_share == 1.0
+    assert t._heads_attention_s(flops, new, ctx) == pytest.approx(
+        flops * t.prefill_attention_s_per_flop(new, ctx), rel=1e-12
+    )
