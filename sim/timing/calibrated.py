@@ -530,14 +530,17 @@ class CalibratedTiming(RooflineTiming):
             cache[m] = v
         return v
 
-    def _dense_parts(self, every: bool, m: int) -> tuple[float, float]:
+    def _dense_parts(self, every: bool, m: int, only: frozenset[str] | None = None) -> tuple[float, float]:
         """(projections attention TP splits, projections it replicates) seconds of one class of layers at
-        `m` rows with whole weights, scaled for the work the tables lack. wo_a splits by output group."""
+        `m` rows with whole weights, scaled for the work the tables lack (`only`: those projections and
+        wo_a). wo_a splits by output group."""
         mt = self.mt
         cls = mt.every if every else mt.tail
         split, whole = cls.layers * mt.wo_a.at(m), 0.0
         for (curves, count), names in zip(cls.dense, cls.names, strict=True):
             for c, name in zip(curves, names, strict=True):
+                if only is not None and name not in only:
+                    continue
                 if name in TP_REPLICATED:
                     whole += count * c.at(m)
                 else:
@@ -748,18 +751,8 @@ class CalibratedTiming(RooflineTiming):
         mla_s, mla_flops = self._mla_prefill(tokens)
         index_s, index_flops = self._index_prefill.at(tokens, tokens)
         per_flop = attn_flops / (mla_flops + ni * index_flops)
-        mt = self.mt
-        split, whole = mt.every.layers * mt.wo_a.at(tokens), 0.0
-        for (curves, count), names in zip(mt.every.dense, mt.every.names, strict=True):
-            for c, name in zip(curves, names, strict=True):
-                if name in ATTENTION_SIDE:
-                    if name in TP_REPLICATED:
-                        whole += count * c.at(tokens)
-                    else:
-                        split += count * c.at(tokens)
-        return AttentionSideParts(
-            mla_s * per_flop, ni * index_s * per_flop, whole * self._gemm_scale, split * self._gemm_scale
-        )
+        split, whole = self._dense_parts(True, tokens, ATTENTION_SIDE)
+        return AttentionSideParts(mla_s * per_flop, ni * index_s * per_flop, whole, split)
 
     def _glue_s(self, new_tokens: int, tail_rows: int) -> float:
         """The engine glue of a chunk's rows on a GPU of its attention group (sim.timing.engine_glue)."""
