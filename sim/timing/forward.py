@@ -46,6 +46,15 @@ bounds it (issue 28, item 2; `carried_check`, `TERM_PARTS`):
 The pass on X is our kernels there plus the three parts, and the term is fitted on X as on the H200; each
 part is fitted alike (the fit is linear, so the parts add up to the term) and `calibrate show` prints the
 split per GPU. Without a forward-pass table the term is zero and `calibrate show` says so.
+
+TP ranks (issue 29, sixth sitting). A GPU of an attention-TP group runs its share of each layer: the split
+projections / tp, the routed experts / expert TP (GPUs / EP), the replicated projections, attention (heads
+padded to 64) and mHC whole (`GpuShare`). The per-layer part was charged whole on every such GPU, although
+its `kernels_missed` part is kernel work that shrinks with the kernels. It is carried to the share by the same
+rule as to another GPU: each pass's missed kernel work x (our kernels on one GPU of the share / on one GPU of
+the whole layer) at its shapes, then fitted (`carried_check(..., share)`); its per-layer part is the TP GPU's
+(H200, attention and expert TP 4: 133 -> ~80 us a layer). `launch` stays whole. The per-row part keeps its
+m / tp split (sim.timing.calibrated `_row_term_s`), and a prefill-CP GPU keeps the share's per-layer part [D].
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ import functools
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from kernels_bench import columns
 from sim import units
@@ -221,8 +231,24 @@ def _arith(spec_name: str, kinds: tuple[str, ...], routed_experts: int, top_k: i
     return arith_of(reduced_spec(spec_name, kinds, routed_experts, top_k))
 
 
-def kernels_s(point: ForwardPoint, tables: KernelTables, profile) -> float:
-    """The calibrated step of `point`'s shapes on one GPU of `profile`, without the term."""
+class GpuShare(NamedTuple):
+    """The share of a layer's work one GPU of an instance runs: its attention-TP degree (split projections,
+    padded heads) and its expert-TP degree (each routed expert's slice); (1, 1): the whole layer."""
+
+    attention_tp: int = 1
+    expert_tp: int = 1
+
+    @classmethod
+    def of(cls, par) -> GpuShare:
+        return cls(par.tp, max(par.gpus // par.ep, 1))
+
+
+WHOLE_LAYER = GpuShare()
+
+
+def kernels_s(point: ForwardPoint, tables: KernelTables, profile, share: GpuShare = WHOLE_LAYER) -> float:
+    """The calibrated step of `point`'s shapes on one GPU of `profile` running `share` of each layer, without
+    the term and without communication (the pass has none)."""
     from sim.config.timing import Timing
     from sim.timing.batch import DecodeTerms, PrefillChunk
     from sim.timing.calibrated import CalibratedTiming
@@ -233,12 +259,16 @@ def kernels_s(point: ForwardPoint, tables: KernelTables, profile) -> float:
     timing = Timing()
     rates = hw_rates(profile, timing.scale_out_latency_s)
     eff = efficiency(profile_achievable(profile), timing)
-    cal = CalibratedTiming(arith, rates, Parallelism(1, 1, 1, 1), eff, tables)
+    # expert TP = GPUs / EP (sim.timing.calibrated `_experts`): one EP rank whose experts split `expert_tp` ways
+    par = Parallelism(gpus=share.expert_tp, tp=share.attention_tp, ep=1, dp=1)
+    cal = CalibratedTiming(arith, rates, par, eff, tables)
     if point.mode == "decode":
-        return cal.step_s(
+        step = cal.step_s(
             point.batch, DecodeTerms(context_tokens=float(point.context_tokens * point.batch)), ()
         )
-    return cal.step_s(0, DecodeTerms(), [PrefillChunk(point.chunk_tokens, point.context_tokens)])
+        return step - cal.comm_s(point.batch, False)
+    step = cal.step_s(0, DecodeTerms(), [PrefillChunk(point.chunk_tokens, point.context_tokens)])
+    return step - cal.comm_s(point.chunk_tokens, True)
 
 
 def fit_term(points: list[ForwardPoint], kernels: list[float]) -> tuple[float, float]:
@@ -357,9 +387,32 @@ def reference_check() -> ForwardCheck | None:
 FORWARD_TERMS = ("fused_glue", "measured", "served", "unfused_glue", "none")
 
 
-def forward_term(profile, which: str = "fused_glue") -> Term:
+def forward_term(profile, which: str = "fused_glue", share: GpuShare = WHOLE_LAYER) -> Term:
     """The term for `profile`'s GPU (`timing.forward_term`): measured on the reference GPU, carried
-    elsewhere (module doc); `fused_glue` leaves out the pass's own glue ops."""
+    elsewhere (module doc); `fused_glue` leaves out the pass's own glue ops. On a GPU running a TP `share`
+    of each layer, the per-layer part is carried to that share's kernels (`share_term`)."""
+    term = _gpu_term(profile, which)
+    if share == WHOLE_LAYER or term is NO_TERM:
+        return term
+    return share_term(profile, which, share, term)
+
+
+def share_term(profile, which: str, share: GpuShare, term: Term) -> Term:
+    """`term` (the GPU's, whole layers) with its per-layer part refitted to the passes carried to one GPU of a
+    TP `share` (module doc, "TP ranks"); the per-row part stays the GPU's, split by the timing (m / tp)."""
+    carried = carried_check(profile, which, share)
+    return Term(
+        carried.term.per_layer_s,
+        term.per_layer_row_s,
+        term.points,
+        f"{term.source}; its per-layer part at attention TP {share.attention_tp} / expert TP "
+        f"{share.expert_tp}: each pass's missed kernel work x our kernels on that GPU / on one GPU "
+        f"(median {carried.ratio:.2f}) [D]",
+    )
+
+
+def _gpu_term(profile, which: str) -> Term:
+    """The term for `profile`'s GPU running whole layers."""
     if which in ("served", "unfused_glue"):  # per model and engine settings: forward_term_of(ctx)
         raise ValueError(f"the {which} term needs the timing context: forward_term_of(ctx)")
     ref = reference_check()
@@ -397,20 +450,20 @@ class CarriedCheck:
     parts: tuple[tuple[str, Term], ...] = ()  # TERM_PARTS, each fitted like the term
 
 
-def carried_check(profile, which: str = "fused_glue") -> CarriedCheck:
-    """The term on `profile`'s GPU: each reference pass (less its glue ops for `fused_glue`) times
-    the ratio of our composed kernels there to the reference GPU's at its shapes, fitted like the
-    reference term (module doc)."""
+def carried_check(profile, which: str = "fused_glue", share: GpuShare = WHOLE_LAYER) -> CarriedCheck:
+    """The term on `profile`'s GPU running `share` of each layer: each reference pass (less its glue ops
+    for `fused_glue`) times the ratio of our composed kernels there to the reference GPU's at its shapes,
+    fitted like the reference term (module doc)."""
     from sim.timing.carry import tables_for
 
     ref = reference_check()
     if ref is None:
         return CarriedCheck(NO_TERM, 1.0)
     # memoised by the GPU's tables (one object per GPU's peaks: the profile's other fields do not enter
-    # a one-GPU pass without communication), per term and reference table with its fitted terms
+    # a one-GPU pass without communication), per term, share and reference table with its fitted terms
     tables = tables_for(profile, FIT_STACK)
-    key = ("carried_forward_term", which, ref.path, ref.term, ref.glue)
-    carried: CarriedCheck = tables.derived(key, lambda: _carry(ref, which, profile, tables))
+    key = ("carried_forward_term", which, share, ref.path, ref.term, ref.glue)
+    carried: CarriedCheck = tables.derived(key, lambda: _carry(ref, which, profile, tables, share))
     return carried
 
 
@@ -426,14 +479,14 @@ def pass_parts(p: ForwardPoint, kernels_ref_s: float, kernel_ratio: float, sm_ra
     }
 
 
-def _carry(ref: ForwardCheck, which: str, profile, tables: KernelTables) -> CarriedCheck:
+def _carry(ref: ForwardCheck, which: str, profile, tables: KernelTables, share: GpuShare) -> CarriedCheck:
     from sim.timing.carry import GpuPeaks
 
     sm_ratio = GpuPeaks.of(profile).sm_ratio
     points, kernels, ratios, parts = [], [], [], []
     for row, p in zip(ref.rows, load_points(ref.path)[1], strict=True):
         k_ref = row["predicted_kernels_us"] * 1e-6
-        k_x = kernels_s(p, tables, profile)
+        k_x = kernels_s(p, tables, profile, share)
         ratio = k_x / k_ref
         split = pass_parts(p, k_ref, ratio, sm_ratio, which)
         points.append(replace(p, measured_s=k_x + sum(split.values()), glue_s=0.0))
@@ -636,4 +689,4 @@ def forward_term_of(ctx) -> Term:
         return served_term(ctx).term
     if ctx.forward_term == "unfused_glue":
         return unfused_glue_term(ctx)
-    return forward_term(ctx.hw_profile, ctx.forward_term)
+    return forward_term(ctx.hw_profile, ctx.forward_term, GpuShare.of(ctx.par))

@@ -228,6 +228,10 @@ class RooflineTiming:
             latency_s=self._comm_lat,
         )
 
+    def comm_s(self, rows: int, extend: bool = False) -> float:
+        """`_comm_s`, for callers that take a step apart (sim.timing.forward)."""
+        return self._comm_s(rows, extend)
+
     def _comm_s(self, rows: int, extend: bool = False) -> float:
         """Exposed communication + Engram gathers + fixed overhead of a step of `rows` rows; `extend`: the step
         carries prefill rows (DeepEP runs its normal kernels then)."""

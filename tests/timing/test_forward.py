@@ -13,7 +13,9 @@ from sim.errors import InputError
 from sim.hardware import load_hw
 from sim.timing.forward import (
     REQUIRED,
+    WHOLE_LAYER,
     ForwardPoint,
+    GpuShare,
     check,
     fit_term,
     forward_term,
@@ -189,7 +191,27 @@ def test_the_carried_term_is_memoised_by_the_gpus_tables(synthetic, h200, monkey
     b200_hw = load_hw("nvidia-b200-hgx8")
     first = forward.carried_check(b200_hw, "measured")
     assert forward.carried_check(b200_hw, "measured") is first
-    key = ("carried_forward_term", "measured", result.path, result.term, result.glue)
+    key = ("carried_forward_term", "measured", WHOLE_LAYER, result.path, result.term, result.glue)
     assert tables_for(b200_hw, "production").derived(key, lambda: None) is first
     assert forward.carried_check(b200_hw, "fused_glue") is not first
     assert not hasattr(forward, "_CARRIED")
+
+
+def test_a_tp_gpu_carries_the_per_layer_part_to_its_share_of_the_kernels(h200, context):
+    """On a GPU of an attention- and expert-TP group the missed kernel work shrinks with our kernels there; the
+    launch gaps do not, and the per-row part keeps its m / tp split in the timing."""
+    from sim.timing import forward
+    from sim.timing.calibrated import build_calibrated
+
+    tables = load_stack("h200", "production")
+    point = load_points(forward.forward_path("h200"))[1][0]
+    assert kernels_s(point, tables, h200, GpuShare(4, 4)) < kernels_s(point, tables, h200, GpuShare(4, 1))
+    assert kernels_s(point, tables, h200, GpuShare(4, 1)) < kernels_s(point, tables, h200)
+    whole, tp4 = forward_term(h200), forward_term(h200, "fused_glue", GpuShare(4, 4))
+    launch = dict(forward.carried_check(h200).parts)["launch"].per_layer_s
+    assert launch < tp4.per_layer_s < whole.per_layer_s
+    assert tp4.per_layer_row_s == whole.per_layer_row_s
+    assert forward_term(h200, "fused_glue", GpuShare(8, 8)).per_layer_s < tp4.per_layer_s
+    assert build_calibrated(context(tp=4, ep=1, dp=1)).layer_overhead_s == pytest.approx(tp4.per_layer_s)
+    assert build_calibrated(context(tp=1, ep=8, dp=8)).layer_overhead_s == pytest.approx(whole.per_layer_s)
+    assert GpuShare.of(build_calibrated(context(tp=4, ep=4, dp=1)).par) == GpuShare(4, 1)
