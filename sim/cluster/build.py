@@ -21,7 +21,7 @@ Resolution rules (each a stated choice):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sim import units
@@ -31,6 +31,7 @@ from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.config.cache import LINK_OWNER, TierPath
 from sim.config.cluster import Pool
+from sim.config.engine_rules import custom_allreduce_max_bytes
 from sim.errors import InputError
 from sim.hardware import HwProfile, load_hw
 from sim.kvcache.paths import kv_regions_per_block, link_lanes, path_cost, path_rates
@@ -381,6 +382,8 @@ def pool_timing(
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
     )
+    # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
+    ctx = replace(ctx, hw=replace(ctx.hw, allreduce_custom_max_bytes=custom_allreduce_max_bytes(engine)))
     return make_timing(scn.timing.model, ctx)
 
 

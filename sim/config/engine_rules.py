@@ -208,6 +208,26 @@ RULES: tuple[Rule, ...] = (
         "not applied: scheduler.max_decode_batch and prefill_budget_tokens keep sim's defaults, and which usage "
         "context Dynamo's vLLM worker runs under is not checked [D]",
     ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "custom_allreduce_max_bytes",
+        "8388608",
+        "sglang srt/distributed/device_communicators/custom_all_reduce.py CustomAllreduce._MAX_CAR_SIZE = 8192 * "
+        "1024 on NVIDIA (should_custom_ar: inp_size <= max_size); a larger TP all-reduce falls to NCCL "
+        "(parallel_state.GroupCoordinator.all_reduce -> inplace_all_reduce); read in the v0.5.15 wheel, the later "
+        "versions assumed the same [D]",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "custom_allreduce_max_bytes",
+        "inf",
+        "not modelled: vLLM's custom all-reduce, then torch symmetric-memory all-reduce, then NCCL, at thresholds "
+        "per SM and TP size (vllm/distributed/device_communicators/all_reduce_utils.py, read in 0.34.0, which sim "
+        "has no rules for; SM100 TP 4: custom to 2 MiB, symmetric memory to 32 MiB); the custom all-reduce's fit "
+        "at every size [D]",
+    ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
     DSPARK_PD_DCP1,
@@ -252,6 +272,13 @@ def pool_step_rules(
     budget = scheduler.get("dp_prefill_budget") or _engine_value(engine, "dp_prefill_budget") or "divided"
     cap = scheduler.get("dp_running_cap") or _engine_value(engine, "dp_running_cap") or "instance"
     return StepRules(composition, budget, cap)
+
+
+def custom_allreduce_max_bytes(engine: Engine | None) -> float:
+    """The largest TP all-reduce message the engine runs in its custom all-reduce (above it: NCCL); no engine,
+    or none known: every size."""
+    value = _engine_value(engine, "custom_allreduce_max_bytes")
+    return float(value) if value is not None else float("inf")
 
 
 def _engine_value(engine: Engine | None, rule: str) -> str | None:

@@ -120,6 +120,14 @@ class ScaleUp(StrictModel):
     allreduce_bus_GBps: Sourced[float] | None = Field(
         None, description="its bus bandwidth per GPU, one direction"
     )
+    # the same all-reduce in NCCL, which the engine takes above its custom all-reduce's largest message
+    # (sim.config.engine_rules `custom_allreduce_max_bytes`); absent: the custom all-reduce's fit at every size
+    allreduce_nccl_latency_us: Sourced[float] | None = Field(
+        None, description="per-call latency of the TP all-reduce in NCCL (large messages)"
+    )
+    allreduce_nccl_bus_GBps: Sourced[float] | None = Field(
+        None, description="its bus bandwidth per GPU, one direction"
+    )
     # the MoE all-to-all as DeepEP's kernels run it (a pool's `moe_a2a: deepep`); absent: such a pool is refused
     deepep: DeepEp | None = Field(None, description="DeepEP's measured per-call times (moe_a2a: deepep)")
 

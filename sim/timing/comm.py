@@ -8,6 +8,7 @@ direction, per GPU, already scaled by the achievable fraction.
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 DISPATCH_BYTES_PER_ELEM: Final = 1.0  # DeepEP dispatch in FP8 (hardware.md §1 notes, S41)
@@ -76,9 +77,17 @@ def tp_allreduce_s(
     act_bytes_per_elem: float,
     bw_bytes_per_s: float,
     latency_s: float,
+    custom_max_bytes: float = math.inf,
+    nccl_bw_bytes_per_s: float = 0.0,
+    nccl_latency_s: float = 0.0,
 ) -> float:
-    """Tensor-parallel all-reduces of the activations: each of the `dp` groups holds tokens / dp rows."""
+    """Tensor-parallel all-reduces of the activations: each of the `dp` groups holds tokens / dp rows. A message
+    above `custom_max_bytes` (the engine's custom all-reduce's largest) runs at NCCL's rate instead."""
     if tp <= 1 or tokens <= 0.0:
         return 0.0
     nbytes = tokens / dp * hidden * act_bytes_per_elem
-    return layers * allreduces_per_layer * allreduce_s(nbytes, tp, bw_bytes_per_s, latency_s)
+    if nbytes > custom_max_bytes:
+        one = allreduce_s(nbytes, tp, nccl_bw_bytes_per_s, nccl_latency_s)
+    else:
+        one = allreduce_s(nbytes, tp, bw_bytes_per_s, latency_s)
+    return layers * allreduces_per_layer * one

@@ -132,6 +132,16 @@ def hw_rates(hw, scale_out_latency_s: float) -> HwRates:
         ssd_read_bytes_per_s=hw.ssd_read_bytes_per_s,
         ssd_write_bytes_per_s=hw.ssd_write_bytes_per_s,
         deepep=deepep_costs(hw.scale_up.deepep),
+        allreduce_nccl_latency_s=(
+            hw.scale_up.allreduce_nccl_latency_us.value * units.US
+            if hw.scale_up.allreduce_nccl_latency_us
+            else 0.0
+        ),
+        allreduce_nccl_bw_bytes_per_s=(
+            hw.scale_up.allreduce_nccl_bus_GBps.value * units.GB
+            if hw.scale_up.allreduce_nccl_bus_GBps
+            else 0.0
+        ),
     )
 
 

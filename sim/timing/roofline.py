@@ -96,6 +96,12 @@ class HwRates:
     ssd_read_bytes_per_s: float  # per node
     ssd_write_bytes_per_s: float  # per node
     deepep: DeepEpCosts | None = None  # measured DeepEP kernels (None: not measured on this GPU)
+    # the TP all-reduce in NCCL, which the engine takes above `allreduce_custom_max_bytes` (0 bw: not measured)
+    allreduce_nccl_latency_s: float = 0.0
+    allreduce_nccl_bw_bytes_per_s: float = 0.0
+    # the largest message the engine's custom all-reduce takes (an engine rule, sim.config.engine_rules); inf:
+    # the custom all-reduce's fit at every size
+    allreduce_custom_max_bytes: float = math.inf
 
 
 MOE_A2A = ("link", "deepep", "megamoe")  # how the EP ranks exchange tokens (module doc)
@@ -159,10 +165,15 @@ class RooflineTiming:
             self._comm_lat = hw.scale_up_latency_s
             self._ar_bw = hw.allreduce_bw_bytes_per_s or self._comm_bw
             self._ar_lat = hw.allreduce_latency_s
+            nccl = hw.allreduce_nccl_bw_bytes_per_s > 0.0
+            self._ar_max_bytes = hw.allreduce_custom_max_bytes if nccl else math.inf
+            self._nccl_bw = hw.allreduce_nccl_bw_bytes_per_s if nccl else self._ar_bw
+            self._nccl_lat = hw.allreduce_nccl_latency_s if nccl else self._ar_lat
         else:
             self._comm_bw = hw.scale_out_bw_per_gpu_bytes_per_s * eff.scale_out_bw_frac
             self._comm_lat = hw.scale_out_latency_s
             self._ar_bw, self._ar_lat = self._comm_bw, self._comm_lat
+            self._ar_max_bytes, self._nccl_bw, self._nccl_lat = math.inf, self._comm_bw, self._comm_lat
         self._pcie_rate = g * hw.pcie_bw_per_gpu_bytes_per_s * eff.pcie_bw_frac
         self._dense_weight_bytes_per_gpu = arith.dense_weight_bytes / par.tp
         self._draft_flops = arith.draft_flops_per_token * draft_tokens  # per sequence per step
@@ -250,6 +261,9 @@ class RooflineTiming:
                 act_bytes_per_elem=2.0,  # BF16 activations
                 bw_bytes_per_s=self._ar_bw,
                 latency_s=self._ar_lat,
+                custom_max_bytes=self._ar_max_bytes,
+                nccl_bw_bytes_per_s=self._nccl_bw,
+                nccl_latency_s=self._nccl_lat,
             )
             # the TP all-reduce is not overlapped: the next block needs its sum (vLLM's and SGLang's custom
             # all-reduce run in line)

@@ -151,3 +151,11 @@ def test_scenario_check_notes_a_refusal_with_its_version(tmp_path):
     data = CliRunner().invoke(app, ["scenario", "check", str(path), "--json"]).stdout
     models = {m["name"]: m["engine_refusal"] for m in json.loads(data)["summary"]["models"]}
     assert models == {"deepseek-v4-flash": None, "deepseek-v4.1-flash": None}  # the newest rule starts it
+
+
+def test_sglang_hands_a_tp_all_reduce_above_8_mib_to_nccl():
+    from sim.config.engine_rules import custom_allreduce_max_bytes
+
+    assert custom_allreduce_max_bytes(Engine(name="sglang")) == 8 * 1024 * 1024
+    assert custom_allreduce_max_bytes(Engine(name="vllm")) == float("inf")
+    assert custom_allreduce_max_bytes(None) == float("inf")
