@@ -64,8 +64,9 @@ attention or prefill CP they see every prompt token (full40, sim.timing.decoder_
 arithmetic) at the measured seconds per FLOP of the prefill kernels at this chunk size and
 context (sparse MLA prefill and indexer prefill, weighted by the layers that run them on every
 prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; attention-TP GPUs
-split the sparse MLA by heads but each runs the whole indexer (it is replicated in vLLM and SGLang,
-sim.timing.context_parallel); vision on the roofline.
+split the sparse MLA by heads but pad their share to the kernel's 64 heads (all of it for V4 / V4.1),
+and each runs the whole indexer (it is replicated in vLLM and SGLang, sim.timing.context_parallel);
+the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline.
 
 DP attention (dp > 1): a request lives on one DP rank (`PrefillChunk.rank`, placed by the engine,
 sim.cluster.instance), so its chunk's attention, dense projections, mHC and forward-pass term run

@@ -14,8 +14,9 @@ NVIDIA's AIConfigurator measured that business: one V4-Flash layer's attention s
 vLLM 0.24.0 run it (`dsv4_{csa,hca}_context_module`, fp8_block, one sequence, no prefix) on the H100, H200,
 B200, B300 and GB200, at 1-8,192 tokens and attention TP 1-8
 (`hwprofiles/engine_modules/dsv4_prefill_attention_modules.csv`, `kernels_bench.aic_compare modules`).
-At 512-8,192 tokens it is 1.3-3.5x sim's composition of the same layer (docs/carry/aic/README.md,
-"Prefill attention modules"), and what it adds grows with the tokens: a cost per prompt row.
+At 512-8,192 tokens it was 1.3-3.7x sim's composition of the same layer before this term (heads split
+/ tp then; docs/carry/aic/README.md, "Prefill attention modules"), and what it adds grows with the
+tokens: a cost per prompt row.
 
 So the engine glue is a term of the model, fitted as sim's forward-pass term is fitted (sim.timing.forward),
 but against the engine's modules: for each GPU and engine, the 43-layer V4-Flash stack of AIC's modules (21
