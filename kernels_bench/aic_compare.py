@@ -152,7 +152,7 @@ TABLES = (
 class SimSide:
     """sim's kernel times on one GPU, read the way the calibrated timing reads them."""
 
-    def __init__(self, gpu: str) -> None:
+    def __init__(self, gpu: str, expert_activations: str = "fp8") -> None:
         from sim.model.spec import load_model
         from sim.timing.calibrated import DENSE_FORMATS, model_tables
         from sim.timing.carry import carried, tables_for
@@ -162,7 +162,7 @@ class SimSide:
         _, self.profile = resolve_gpu(gpu)
         self.gpu = gpu
         self.carried = carried(self.profile)
-        t = tables_for(self.profile, "production")
+        t = tables_for(self.profile, "production", expert_activations)
         self.tables = t
         self.spec = load_model(MODEL)
         self.mt = model_tables(t, self.spec, self.spec.default_prefill_mode)
@@ -306,19 +306,24 @@ def _commit() -> str:
     ).stdout.strip()
 
 
-def predict(aic, out: Path, classes: frozenset[str] | None = None) -> list[Path]:
-    """sim's prediction at each AIC shape, one CSV per GPU, backend and op class (`classes`: those only)."""
+W4A4_MOE_DTYPES = ("nvfp4",)  # AIC moe formats whose activations are FP4 too (sim.timing.carry rule 4)
+
+
+def predict(aic, out: Path, classes: frozenset[str] | None = None, gpus: tuple[str, ...] = GPUS) -> list[Path]:
+    """sim's prediction at each AIC shape, one CSV per GPU, backend and op class (`classes`: those only); an
+    AIC MoE row of a W4A4 format is predicted with the experts' activations in FP4, every other in FP8."""
     written = []
     out.mkdir(parents=True, exist_ok=True)
-    for gpu in GPUS:
-        side = SimSide(gpu)
+    for gpu in gpus:
+        side, side_w4a4 = SimSide(gpu), SimSide(gpu, "fp4")
         for backend, version, t, path in _table_paths(aic, gpu):
             if classes is not None and t.op_class not in classes:
                 continue
             points = _points(_shapes(path, list(t.columns)), t)
             rows = []
             for key, r in sorted(points.items(), key=lambda kv: tuple(str(x).zfill(12) for x in kv[0])):
-                got = side.predict(t.op_class, r)
+                w4a4 = t.op_class == "moe" and r["moe_dtype"] in W4A4_MOE_DTYPES
+                got = (side_w4a4 if w4a4 else side).predict(t.op_class, r)
                 if got is None:
                     continue
                 seconds, inside = got
@@ -471,12 +476,12 @@ def compare(aic, predicted: Path, out: Path) -> list[dict]:
                            "its flagged rows (in_summary 0)"})  # fmt: skip
     ratio: dict[tuple, list[tuple[float, str]]] = {}
     for (backend, op_class, _shape), by_gpu in pairs.items():
-        for gpu in GPUS:
+        for gpu in sorted(by_gpu):
             if gpu == REFERENCE_GPU:
                 continue
             for vx, sx, ax, fx in by_gpu.get(gpu, []):
-                if gpu == "b200" and op_class == "moe" and vx.startswith("fp8_block"):
-                    continue  # sim's B200 experts are MXFP4 (carry rule 4): its ratio is not AIC's FP8 / FP8 one
+                if gpu != "h100" and op_class == "moe" and vx.startswith("fp8_block"):
+                    continue  # sim's Blackwell experts are MXFP4 (carry rule 4): its ratio is not AIC's FP8 / FP8 one
                 for vh, sh, ah, fh in by_gpu.get(REFERENCE_GPU, []):
                     variant = vx if vx == vh else f"{gpu} {vx} / {REFERENCE_GPU} {vh}"
                     ratio.setdefault((gpu, op_class, variant, backend), []).append(
@@ -565,7 +570,7 @@ def export_modules(aic, out: Path) -> list[dict]:
 
 def main(argv=None) -> int:
     from sim.errors import InputError
-    from sim.timing.aic_data import find_aic
+    from sim.timing.aic_data import SYSTEMS, find_aic
 
     ap = argparse.ArgumentParser(prog="kernels_bench.aic_compare", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -575,6 +580,7 @@ def main(argv=None) -> int:
         "--aic-data", help="aiconfigurator_core/systems/data (default: $SIM_AIC_DATA or installed)"
     )
     p.add_argument("--classes", help="comma-separated op classes to predict (default: all)")
+    p.add_argument("--gpus", help=f"comma-separated GPU keys (default: {','.join(GPUS)}; also b300, gb200)")
     c = sub.add_parser("compare", help="AIC's measured times beside the committed predictions")
     c.add_argument("--predicted", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
@@ -598,7 +604,13 @@ def main(argv=None) -> int:
             print(f"error: --classes {args.classes}: unknown op class {sorted(classes - known)[0]!r}; allowed: "
                   f"{', '.join(sorted(known))}", file=sys.stderr)  # fmt: skip
             return 2
-        for path in predict(aic, args.out, classes):
+        gpus = GPUS if not args.gpus else tuple(x.strip() for x in args.gpus.split(","))
+        unknown = [g for g in gpus if g not in SYSTEMS]
+        if unknown:
+            print(f"error: --gpus {args.gpus}: no AIConfigurator system for {unknown[0]!r}; allowed: "
+                  f"{', '.join(SYSTEMS)}", file=sys.stderr)  # fmt: skip
+            return 2
+        for path in predict(aic, args.out, classes, gpus):
             print(f"wrote {path}")
     else:
         for row in compare(aic, args.predicted, args.out):

@@ -381,6 +381,7 @@ def pool_timing(
         host=HostCosts(**scn.timing.host.model_dump()),
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
+        expert_activations=model_ref.expert_activations or "fp8",
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
     ctx = replace(ctx, hw=replace(ctx.hw, allreduce_custom_max_bytes=custom_allreduce_max_bytes(engine)))

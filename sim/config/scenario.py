@@ -72,6 +72,12 @@ class ModelRef(StrictModel):
     kv_layout: str | None = Field(
         None, description="KV byte layout (model.md §9 #2); null = the model's default"
     )
+    expert_activations: Literal["fp8", "fp4"] | None = Field(
+        None,
+        description="the format the engine quantises the routed experts' activations to, on GPUs with native "
+        "FP4 (sim.timing.carry rule 4): fp8 = W4A8, an MXFP4 checkpoint in SGLang's or vLLM's MoE runners, at "
+        "the FP8 MMA rate; fp4 = W4A4, an NVFP4 checkpoint on vLLM, at the FP4 rate; null = fp8",
+    )
     pools: list[Pool] | None = Field(
         None,
         min_length=1,

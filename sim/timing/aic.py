@@ -11,8 +11,9 @@ carry (`COVERAGE`; docs/carry/aic/README.md compares both with AIC op by op):
   fp8_block rows are not used: at small M they sit flat at 3-25x BF16's time (~180 us on the B200), a table
   artifact (docs/carry/aic/README.md). wq_b (32768 x 1024) is not in AIC's grid: carry;
 - routed experts (gemm_grouped moe_gate_up / moe_down, V4): a grouped row of g experts with b tokens each
-  is AIC's balanced `moe_perf` (vLLM; NVFP4 where the GPU has an FP4 peak, as the Dynamo B200 recipe runs
-  `nvidia/DeepSeek-V4-Flash-NVFP4`, else fp8_block) at EP e = 256 / g' with g' the power of two nearest g
+  is AIC's balanced `moe_perf` (vLLM; on a GPU with an FP4 peak w4a8_mxfp4_mxfp8, or nvfp4 where the
+  experts run W4A4 as the Dynamo B200 recipe's `nvidia/DeepSeek-V4-Flash-NVFP4` does (sim.timing.carry rule 4);
+  else fp8_block) at EP e = 256 / g' with g' the power of two nearest g
   (each rank then holds g' experts) and T = 256 b / 6 tokens (uniform routing gives every expert b tokens),
   scaled by g / g', split between gate_up and down in the proportion of the production rows; T beyond AIC's
   16,384 tokens keeps the carry. AIC's time is the whole fused MoE (routing permute, activation included);
@@ -46,7 +47,10 @@ MHC_SOURCE = ("sglang", "0.5.14")  # vLLM's B200 table lacks `pre` below 48 toke
 MHC_KERNELS = ("mhc_fused", "mhc_unfused")
 COVERAGE = (
     ("dense projections (V4, but wq_b)", "AIC SGLang 0.5.14 gemm_perf fp8_block (DeepGEMM)"),
-    ("routed experts (V4)", "AIC vLLM 0.24.0 moe_perf, balanced: nvfp4 with an FP4 peak, else fp8_block"),
+    (
+        "routed experts (V4)",
+        "AIC vLLM 0.24.0 moe_perf, balanced: w4a8_mxfp4_mxfp8 (nvfp4 for W4A4) with an FP4 peak, else fp8_block",
+    ),
     ("mHC boundary (V4)", "AIC SGLang 0.5.14 mhc_module_perf (TileLang): pre + post"),
     ("wq_b projection", "carry: 32768 x 1024 is not in AIC's GEMM grid"),
     (
@@ -90,11 +94,10 @@ def _gemms(system: Path) -> dict[tuple[int, int], Curve]:
     return {nk: c for nk, pts in by_nk.items() if (c := _curve(pts)) is not None}
 
 
-def _moe(system: Path, fp4: bool) -> dict[int, Curve]:
-    """Per EP size: seconds of one balanced MoE layer over num_tokens tokens (expert TP 1)."""
+def _moe(system: Path, dtype: str) -> dict[int, Curve]:
+    """Per EP size: seconds of one balanced MoE layer of `dtype` over num_tokens tokens (expert TP 1)."""
     backend, version = MOE_SOURCE
     path = system / "moe" / backend / version / "moe_perf.parquet"
-    dtype = "nvfp4" if fp4 else "fp8_block"
     by_ep: dict[int, dict[float, list[float]]] = {}
     if path.is_file():
         cols = ["moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
@@ -125,9 +128,16 @@ def _note(aic: AicData, what: str) -> str:
     return f"aic {aic.version}: {what}"
 
 
-def aic_stack(base: KernelTables, aic: AicData, system: Path, fp4: bool) -> KernelTables:
+def moe_dtype(peaks: GpuPeaks) -> str:
+    """AIC's moe_perf format for the routed experts on `peaks`' GPU (module doc)."""
+    if not peaks.native_fp4:
+        return "fp8_block"
+    return "nvfp4" if peaks.expert_activations == "fp4" else "w4a8_mxfp4_mxfp8"
+
+
+def aic_stack(base: KernelTables, aic: AicData, system: Path, dtype: str) -> KernelTables:
     """`base` (the production stack of the GPU) with the operations AIC covers replaced (module doc)."""
-    gemms, moe, mhc = _gemms(system), _moe(system, fp4), _mhc(system)
+    gemms, moe, mhc = _gemms(system), _moe(system, dtype), _mhc(system)
     rows: list[KernelRow] = []
     by_point = {(r.kernel, r.groups, r.batch): r for r in base.rows
                 if r.family == "gemm_grouped" and r.model == MODEL and r.kernel.startswith("moe_")}  # fmt: skip
@@ -168,19 +178,20 @@ def _cached(peaks: GpuPeaks, key: str, root: Path, version: str) -> KernelTables
         raise InputError("AIConfigurator has no measured data for this GPU", where="timing.kernels: aic",
                          value=key, allowed="b200, gb200, b300, h200, h100")  # fmt: skip
     base = load_stack(key, "production") if table_path(key).is_file() else carried_stack(peaks, "production")
-    return aic_stack(base, aic, system, fp4=peaks.native_fp4)
+    return aic_stack(base, aic, system, moe_dtype(peaks))
 
 
-def aic_tables(profile) -> KernelTables:
+def aic_tables(profile, expert_activations: str = "fp8") -> KernelTables:
     """The `aic` stack of `profile`'s GPU; an InputError when AIConfigurator is not installed."""
     aic = find_aic(needed_by="timing.kernels: aic")
-    return _cached(GpuPeaks.of(profile), gpu_key(profile), aic.root, aic.version)
+    return _cached(GpuPeaks.of(profile, expert_activations), gpu_key(profile), aic.root, aic.version)
 
 
-def stack_tables(profile, stack: str) -> KernelTables:
-    """The kernel tables a calibrated timing of `profile` reads for `stack` (timing.kernels)."""
+def stack_tables(profile, stack: str, expert_activations: str = "fp8") -> KernelTables:
+    """The kernel tables a calibrated timing of `profile` reads for `stack` (timing.kernels), the routed
+    experts' activations in `expert_activations` (sim.timing.carry rule 4)."""
     if stack == "aic":
-        return aic_tables(profile)
+        return aic_tables(profile, expert_activations)
     from sim.timing.carry import tables_for
 
-    return tables_for(profile, stack)
+    return tables_for(profile, stack, expert_activations)

@@ -1113,7 +1113,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
     from sim.timing.aic import stack_tables
     from sim.timing.forward import forward_term_of
 
-    tables = stack_tables(ctx.hw_profile, ctx.kernels)
+    tables = stack_tables(ctx.hw_profile, ctx.kernels, ctx.expert_activations)
     term = forward_term_of(ctx)
     glue = None
     if ctx.engine and ctx.engine_glue == "modules" and MODEL_KEYS.get(ctx.model_name) in GLUE_MODELS:

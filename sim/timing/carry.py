@@ -34,12 +34,21 @@ BF16) say which peaks it runs against. The rule, per row:
    bandwidth-bound on X and vice versa.
 4. Formats X runs natively (Blackwell and other GPUs with an FP4 peak in their profile): the
    routed experts (grouped MoE GEMMs) are MXFP4 (model.md: per-32 UE8M0 scales, 0.53125 B a
-   weight) at the FP4 peak, so `Y_X` replaces the FP8 weight bytes (groups x N x K) by MXFP4
-   bytes and `P_X` is the FP4 peak against the H200's FP8; index keys are MXFP4 (68 B instead of
-   the FP8 132 B Hopper kernels read, kernels.md §2), scaling the key bytes of every row timed with
-   FP8 keys (V4's indexer and CSA pipeline; the production stack's V4.1 indexer, DeepGEMM's SM90
-   MQA logits being FP8 only, kernels.md §3.1). Their compute stays at the FP8 rate [D]: the head
-   reduction on CUDA cores (3·H·N ops, kernels.md §3.1) does not speed up with FP4 MMAs.
+   weight), so `Y_X` replaces the FP8 weight bytes (groups x N x K) by MXFP4 bytes. Their MMA rate is
+   set by the activations, not the weights (`EXPERT_ACTIVATIONS`): an FP8 x FP4 product is
+   tcgen05 `kind::mxf8f6f4`, K = 32 a instruction as for FP8 x FP8, so the FP8 peak; only FP4 x FP4
+   (`kind::mxf4` / `mxf4nvf4`, K = 64) reaches the FP4 peak (PTX ISA 9.7.17.2.1, Table 42 [A]). The
+   engines quantise the activations of MXFP4 experts to FP8 (W4A8): SGLang 0.5.15's flashinfer_mxfp4
+   runner (`mxfp8_quantize`), DeepEP + DeepGEMM's FP8 x FP4 grouped GEMM and Mega MoE's `fp8_fp4_mega_moe`
+   (unless its FP4-activation env is set); vLLM 0.34.0's DeepSeek-V4 MXFP4 backends (FlashInfer TRT-LLM
+   MXFP4 x MXFP8, then DeepGEMM MXFP4, fused_moe/oracle/mxfp4.py `select_deepseek_v4_mxfp4_moe_backend`). An
+   NVFP4 checkpoint on vLLM runs W4A4 (modelopt.py: activation key kNvfp4Dynamic): `fp4`. Before issue 29's
+   seventh sitting every expert GEMM here ran at the FP4 peak; AIConfigurator's measured B200 W4A8 MoE
+   (SGLang 0.5.14 / vLLM 0.24.0) took 2-3x that at 4K-16K tokens (docs/carry/aic). Index keys are
+   MXFP4 (68 B instead of the FP8 132 B Hopper kernels read, kernels.md §2), scaling the key bytes of
+   every row timed with FP8 keys (V4's indexer and CSA pipeline; the production stack's V4.1 indexer,
+   DeepGEMM's SM90 MQA logits being FP8 only, kernels.md §3.1). Their compute stays at the FP8 rate [D]:
+   the head reduction on CUDA cores (3·H·N ops, kernels.md §3.1) does not speed up with FP4 MMAs.
 5. Published Blackwell anchors bound what the rule gives (each with its source, `ANCHORS`):
    FlashMLA sparse decode reaches at most 350 TFLOP/s on B200 and keeps a ~21.6 us per-call
    floor at batch 1; FlashMLA sparse prefill at most 1,450 TFLOP/s. The anchors act on the sparse
@@ -72,6 +81,9 @@ FP8_INDEX_KEY_BYTES, FP4_INDEX_KEY_BYTES = 132.0, 68.0  # kernels.md §2: V4 ind
 # rows that read V4's index keys, and the column with the keys per sequence (indexer: n, pipeline: k)
 V4_INDEX_ROWS = (("indexer", "CSA"), ("pipeline", "CSA"))
 OP_CLASSES = ("attention", "dense_gemm", "grouped_gemm", "elementwise")
+# the routed experts' activation format on a GPU with native FP4 (rule 4): fp8 = W4A8 at the FP8 MMA rate,
+# fp4 = W4A4 (an NVFP4 checkpoint) at the FP4 rate
+EXPERT_ACTIVATIONS = ("fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -121,9 +133,10 @@ class GpuPeaks:
     fp4_flops_per_s: float  # 0: no native FP4
     vendor: str
     sm_rate: float = H200_SM_RATE  # SMs x maximum clock (Hz); the H200's where the profile does not say
+    expert_activations: str = "fp8"  # rule 4: EXPERT_ACTIVATIONS
 
     @classmethod
-    def of(cls, profile) -> GpuPeaks:
+    def of(cls, profile, expert_activations: str = "fp8") -> GpuPeaks:
         fp4 = profile.peak_tflops("fp4")
         return cls(
             name=str(profile.gpu),
@@ -133,6 +146,7 @@ class GpuPeaks:
             fp4_flops_per_s=profile.peak_flops_per_s("fp4") if fp4 else 0.0,
             vendor=str(profile.vendor),
             sm_rate=_sm_rate(profile.accelerator),
+            expert_activations=expert_activations,
         )
 
     @property
@@ -295,7 +309,7 @@ def _native_bytes(row: KernelRow, gpu: GpuPeaks) -> tuple[float, str]:
     prec, nbytes = precision(row), row.bytes
     if gpu.native_fp4 and _is_expert_gemm(row) and prec == "fp8":
         weights = (row.groups or 1.0) * (row.n or 0.0) * (row.k or 0.0)  # FP8: one byte a weight
-        return max(nbytes - weights, 0.0) + weights * MXFP4_BYTES_PER_WEIGHT, "fp4"
+        return max(nbytes - weights, 0.0) + weights * MXFP4_BYTES_PER_WEIGHT, gpu.expert_activations
     if gpu.blackwell and reads_fp8_index_keys(row):
         keys = (row.batch or 1.0) * ((row.n if row.family == "indexer" else row.k) or 0.0)
         index = min(nbytes, keys * FP8_INDEX_KEY_BYTES)
@@ -397,13 +411,14 @@ def efficiency_curves(tables: KernelTables) -> list[dict]:
     return out
 
 
-def tables_for(profile, stack: str) -> KernelTables:
+def tables_for(profile, stack: str, expert_activations: str = "fp8") -> KernelTables:
     """The kernel tables a calibrated timing of `profile` reads: its own GPU's where they are
-    measured, else the reference GPU's carried to it."""
+    measured, else the reference GPU's carried to it with the routed experts' activations in
+    `expert_activations` (rule 4)."""
     key = gpu_key(profile)
     if table_path(key).is_file():
         return load_stack(key, stack)
-    return carried_stack(GpuPeaks.of(profile), stack)
+    return carried_stack(GpuPeaks.of(profile, expert_activations), stack)
 
 
 def tables_available(profile) -> bool:

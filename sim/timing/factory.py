@@ -56,6 +56,7 @@ class TimingContext:
     engine: str = ""  # the pool's serving engine by name ("": none named)
     # the engine's prefill attention glue (timing.engine_glue; sim.timing.engine_glue)
     engine_glue: str = "modules"
+    expert_activations: str = "fp8"  # the routed experts' activation format (sim.timing.carry rule 4)
 
     @classmethod
     def of_instance(

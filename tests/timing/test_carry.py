@@ -118,6 +118,34 @@ def test_blackwell_runs_the_experts_in_mxfp4(h200_tables, b200_tables):
         assert c.median_s < h.median_s / 2.5
 
 
+def test_blackwell_expert_mma_rate_follows_the_activations(h200_tables, gpus):
+    """An FP8 x FP4 expert GEMM (W4A8, the engines' MXFP4 runners) is tcgen05 kind::mxf8f6f4 at the FP8 rate; only
+    W4A4 (an NVFP4 checkpoint) reaches the FP4 peak: a compute-bound expert row takes twice as long in W4A8."""
+    b200 = load_hw("nvidia-b200-hgx8")
+    w4a8 = carry_tables(h200_tables, GpuPeaks.of(b200))
+    w4a4 = carry_tables(h200_tables, GpuPeaks.of(b200, "fp4"))
+    assert GpuPeaks.of(b200) == gpus["nvidia-b200-hgx8"]  # W4A8 is the default
+    sat = saturation(h200_tables)
+    compute = [
+        (h, a8, a4)
+        for (h, a8), (_h, a4) in zip(
+            _pairs(h200_tables, w4a8, family="gemm_grouped", kernel="moe_gate_up", fmt="fp8_rowwise"),
+            _pairs(h200_tables, w4a4, family="gemm_grouped", kernel="moe_gate_up", fmt="fp8_rowwise"),
+            strict=True,
+        )
+        if regime(h, sat) == "compute"
+    ]
+    assert compute
+    for h, a8, a4 in compute:
+        # still compute-bound on the B200: the work at the H200's FP8 fraction of the B200's FP8 / FP4 peak
+        assert a8.median_s - LAUNCH_S == pytest.approx((h.median_s - LAUNCH_S) * 1979.0 / 4500.0, rel=1e-6)
+        assert a4.median_s - LAUNCH_S == pytest.approx((a8.median_s - LAUNCH_S) / 2.0, rel=1e-6)
+    # non-expert rows do not depend on the experts' activations
+    for c8, c4 in zip(w4a8.rows, w4a4.rows, strict=True):
+        if c8.family != "gemm_grouped":
+            assert c8.median_s == c4.median_s
+
+
 def test_blackwell_anchors_bound_sparse_mla(h200_tables, b200_tables):
     floor = next(a for a in ANCHORS if a.unit == "s").value
     for h, c in _pairs(h200_tables, b200_tables, family="attention", kernel="sparse_mla_decode"):
@@ -148,3 +176,38 @@ def test_b200_decode_grows_with_batch(context, h200_tables, model):
             timing.step_s(b, DecodeTerms(context_tokens=ctx_tokens * b), ()) for b in (8, 64, 256, 1024, 4096)
         ]
         assert steps == sorted(steps) and steps[-1] > 1.5 * steps[0], steps
+
+
+def test_a_models_expert_activations_reach_its_pools_timing(h200_tables):
+    """`models[].expert_activations: fp4` (an NVFP4 checkpoint, W4A4) times a B200 pool's experts at the FP4 rate:
+    a 16K-token prefill is faster than with the default W4A8, a one-sequence decode (weight streaming) is not."""
+    import yaml
+
+    from sim.cluster.build import build_simulation
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+    from sim.timing.arith import build_arith
+    from sim.timing.batch import PrefillChunk
+
+    case = project_root() / "scenarios" / "validation" / "v4-flash-4xb200-agg.yaml"
+    doc = yaml.safe_load(case.read_text())["scenario"]
+    assert doc["models"][0]["expert_activations"] == "fp4"  # the recipe's NVFP4 checkpoint
+    steps = {}
+    for acts in ("fp4", None):
+        scn = validate_or_raise(Scenario, {**doc, "models": [{**doc["models"][0], "expert_activations": acts}]},
+                                file=str(case))  # fmt: skip
+        one = scn.for_model(scn.models[0].name)
+        t = (
+            build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
+            .instances[0]
+            .timing
+        )
+        terms = t.decode_seq_terms(8192, 1)
+        steps[acts] = (
+            t.step_s(0, DecodeTerms(), [PrefillChunk(16 * K, 0, last_chunk=True)]),
+            t.step_s(1, terms, []),
+        )
+    (prefill4, decode4), (prefill8, decode8) = steps["fp4"], steps[None]
+    assert prefill4 < 0.99 * prefill8
+    assert decode4 == pytest.approx(decode8, rel=0.02)
