@@ -384,7 +384,9 @@ def pool_timing(
         expert_activations=model_ref.expert_activations or "fp8",
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
-    ctx = replace(ctx, hw=replace(ctx.hw, allreduce_custom_max_bytes=custom_allreduce_max_bytes(engine)))
+    cc = hw.accelerator.compute_capability
+    fast_max_bytes = custom_allreduce_max_bytes(engine, cc.value if cc is not None else None, pool.tp)
+    ctx = replace(ctx, hw=replace(ctx.hw, allreduce_custom_max_bytes=fast_max_bytes))
     return make_timing(scn.timing.model, ctx)
 
 

@@ -112,6 +112,22 @@ DSPARK_PD_DCP1 = Rule(
     f"{_HOOK} validate_deepseek_v41_features at main@006cbb66: 'DSpark PD requires static verify, Mooncake, and "
     "DCP=1. Use CP=1 for DP attention, or interleave prefill CP with DP=1'; its test accepts DP prefill and decode",
 )
+# a rule value: the rule's number depends on the GPU and TP size (the table below)
+PER_GPU_AND_TP = "per compute capability and TP size (VLLM_FAST_ALLREDUCE_MAX_MIB)"
+# vLLM 0.34.0's largest TP all-reduce message before NCCL, MiB, per compute capability and TP size: the largest of
+# its FlashInfer, custom and symmetric-memory tiers at that size (rule custom_allreduce_max_bytes). 10.3 has no
+# custom or symmetric-memory table (custom keeps its 8 MiB, symmetric memory is off)
+VLLM_FAST_ALLREDUCE_MAX_MIB: dict[str, dict[int, float]] = {
+    # FlashInfer {2: 64, 4: 2, 8: 0.5}, custom <= 8, symmetric memory {2: 64, 4: 32, 6: 64, 8: 64}
+    "9.0": {2: 64, 4: 32, 6: 64, 8: 64},
+    # FlashInfer {2: 64, 4: 32, 8: 1}, custom <= 2, symmetric memory {2: 8, 4: 32, 6: 128, 8: 128}
+    "10.0": {2: 64, 4: 32, 6: 128, 8: 128},
+    # FlashInfer {2: 64, 4: 64, 8: 4}, custom 8
+    "10.3": {2: 64, 4: 64, 6: 8, 8: 8},
+}
+VLLM_CUSTOM_ALLREDUCE_MAX_MIB = 8.0  # CustomAllreduce(max_size=8192 * 1024) where no table names the GPU / TP
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "vllm",
@@ -222,11 +238,14 @@ RULES: tuple[Rule, ...] = (
         "vllm",
         VERSIONS["vllm"],
         "custom_allreduce_max_bytes",
-        "inf",
-        "not modelled: vLLM's custom all-reduce, then torch symmetric-memory all-reduce, then NCCL, at thresholds "
-        "per SM and TP size (vllm/distributed/device_communicators/all_reduce_utils.py, read in 0.34.0, which sim "
-        "has no rules for; SM100 TP 4: custom to 2 MiB, symmetric memory to 32 MiB); the custom all-reduce's fit "
-        "at every size [D]",
+        PER_GPU_AND_TP,
+        "vllm 0.34.0 CudaCommunicator.all_reduce (distributed/device_communicators/cuda_communicator.py) tries, in "
+        "order, FlashInfer's all-reduce (VLLM_ALLREDUCE_USE_FLASHINFER default on, up to "
+        "FI_ALLREDUCE_FUSION_MAX_SIZE_MB, compilation/passes/fusion/allreduce_rms_fusion.py), its custom all-reduce "
+        "(8 MiB, capped by CUSTOM_ALL_REDUCE_MAX_SIZES), torch symmetric memory (VLLM_ALLREDUCE_USE_SYMM_MEM default "
+        "on, SYMM_MEM_ALL_REDUCE_MAX_SIZES, all_reduce_utils.py), then NCCL; the rule is the largest message one of "
+        "the first three takes. The three are timed alike, at the profile's custom all-reduce fit [D]; FlashInfer "
+        "assumed installed and its backend resolved [D]",
     ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
@@ -274,11 +293,21 @@ def pool_step_rules(
     return StepRules(composition, budget, cap)
 
 
-def custom_allreduce_max_bytes(engine: Engine | None) -> float:
-    """The largest TP all-reduce message the engine runs in its custom all-reduce (above it: NCCL); no engine,
-    or none known: every size."""
+def custom_allreduce_max_bytes(
+    engine: Engine | None, compute_capability: str | None = None, tp: int = 1
+) -> float:
+    """The largest TP all-reduce message the engine runs before NCCL (in its custom, FlashInfer or symmetric-memory
+    all-reduce) on a GPU of `compute_capability` at TP size `tp`; no engine, none known, or a vLLM rule on a GPU of
+    unknown capability: every size."""
     value = _engine_value(engine, "custom_allreduce_max_bytes")
-    return float(value) if value is not None else float("inf")
+    if value is None:
+        return float("inf")
+    if value == PER_GPU_AND_TP:
+        if compute_capability is None:
+            return float("inf")
+        table = VLLM_FAST_ALLREDUCE_MAX_MIB.get(compute_capability, {})
+        return table.get(tp, VLLM_CUSTOM_ALLREDUCE_MAX_MIB) * 2**20
+    return float(value)
 
 
 def _engine_value(engine: Engine | None, rule: str) -> str | None:

@@ -85,6 +85,10 @@ class Accelerator(StrictModel):
         None, description="streaming multiprocessors (AMD: compute units) per GPU"
     )
     sm_clock_max_MHz: Sourced[float] | None = Field(None, description="maximum (boost) SM clock, MHz")
+    # what an engine picks its kernels and collectives by (e.g. vLLM's all-reduce tiers, sim.config.engine_rules)
+    compute_capability: Sourced[str] | None = Field(
+        None, description="CUDA compute capability, major.minor (NVIDIA only), e.g. 9.0, 10.0, 10.3"
+    )
 
 
 class DeepEpKernel(StrictModel):

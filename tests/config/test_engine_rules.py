@@ -157,5 +157,11 @@ def test_sglang_hands_a_tp_all_reduce_above_8_mib_to_nccl():
     from sim.config.engine_rules import custom_allreduce_max_bytes
 
     assert custom_allreduce_max_bytes(Engine(name="sglang")) == 8 * 1024 * 1024
-    assert custom_allreduce_max_bytes(Engine(name="vllm")) == float("inf")
+    # vLLM 0.34.0: the largest of its FlashInfer / custom / symmetric-memory tiers per compute capability and TP
+    assert custom_allreduce_max_bytes(Engine(name="vllm")) == float("inf")  # capability unknown
+    assert custom_allreduce_max_bytes(Engine(name="vllm"), "10.0", 4) == 32 * 1024 * 1024
+    assert custom_allreduce_max_bytes(Engine(name="vllm"), "10.0", 8) == 128 * 1024 * 1024
+    assert custom_allreduce_max_bytes(Engine(name="vllm"), "9.0", 8) == 64 * 1024 * 1024
+    assert custom_allreduce_max_bytes(Engine(name="vllm"), "8.0", 4) == 8 * 1024 * 1024  # custom's own 8 MiB
+    assert custom_allreduce_max_bytes(Engine(name="sglang"), "10.0", 4) == 8 * 1024 * 1024
     assert custom_allreduce_max_bytes(None) == float("inf")

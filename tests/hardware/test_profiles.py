@@ -118,7 +118,8 @@ def test_wrong_unit_suffix_is_rejected_with_the_expected_name(tmp_path):
     assert err.value.lines == [
         f"{path}: accelerator.hbm_bw_Gbps: wrong unit suffix '_Gbps' = gigabits/s (1e9 bits/s); "
         "this field is 'hbm_bw_TBps', in terabytes/s (1e12 bytes/s); allowed: model, count_per_node, "
-        "hbm_capacity_gb, hbm_capacity_nominal_gb, hbm_bw_TBps, dense_tflops, tdp_w, sm_count, sm_clock_max_MHz"
+        "hbm_capacity_gb, hbm_capacity_nominal_gb, hbm_bw_TBps, dense_tflops, tdp_w, sm_count, sm_clock_max_MHz, "
+        "compute_capability"
     ]
 
 
@@ -166,6 +167,8 @@ _DTYPE_KEYS = set(DTYPES)
 
 def _numeric(annotation) -> bool:
     text = str(annotation)
+    if "Sourced[str]" in text:  # a sourced label (compute_capability), not a quantity
+        return False
     return any(t in text for t in ("int", "float", "Sourced"))
 
 

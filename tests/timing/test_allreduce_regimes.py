@@ -64,3 +64,27 @@ def test_an_sglang_pool_takes_its_rule_and_a_pool_without_an_engine_does_not():
     # TP 4 decode rows stay in the custom all-reduce; a 8,192-row chunk's 64 MiB messages go to NCCL, faster
     assert comm[8 * MiB][0] == comm[float("inf")][0]
     assert comm[8 * MiB][1] < 0.8 * comm[float("inf")][1]
+
+
+def test_a_vllm_pool_takes_its_tiers_for_its_gpu_and_tp_size():
+    """vLLM 0.34.0 on a B200 (compute capability 10.0) at TP 4: FlashInfer's all-reduce up to 32 MiB, NCCL above."""
+    import yaml
+
+    from sim.cluster.build import build_simulation
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+    from sim.timing.arith import build_arith
+
+    assert load_hw("nvidia-b200-hgx8").accelerator.compute_capability.value == "10.0"
+    case = project_root() / "scenarios" / "validation" / "v4-flash-4xb200-agg.yaml"
+    scn = validate_or_raise(Scenario, yaml.safe_load(case.read_text())["scenario"], file=str(case))
+    one = scn.for_model(scn.models[0].name)
+    timing = (
+        build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
+        .instances[0]
+        .timing
+    )
+    assert timing.hw.allreduce_custom_max_bytes == 32 * MiB
+    # a 8,192-row prefill chunk's 64 MiB all-reduces go to NCCL; 4,096 rows (32 MiB) stay in the fast tier
+    assert timing.comm_s(8192, True) < 2.0 * timing.comm_s(4096, True)
