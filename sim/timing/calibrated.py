@@ -105,7 +105,7 @@ from sim.errors import InputError
 from sim.model.modes import on_every_prompt_token
 from sim.model.weights import head_bytes
 from sim.timing.batch import DecodeTerms, PrefillChunk
-from sim.timing.carry import tables_available
+from sim.timing.carry import GpuPeaks, tables_available
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, allgather_s
 from sim.timing.context_parallel import (
     ContextParallel,
@@ -128,6 +128,7 @@ from sim.timing.interp import (
     span_end,
     span_s,
 )
+from sim.timing.megamoe import MegaMoe, layer_s, rank_work
 from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.rows_attention import PipelineRows, pipeline_rows
@@ -429,6 +430,7 @@ class CalibratedTiming(RooflineTiming):
         prefill_cp: str = "off",
         host: HostCosts = NO_HOST,
         engine_glue: EngineGlue | None = None,
+        megamoe: MegaMoe | None = None,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -515,6 +517,9 @@ class CalibratedTiming(RooflineTiming):
         self._glue_tail_s: float = row_s * self.mt.tail.layers
         self._glue_cp_every_s: float = whole_row_s * self.mt.every.layers
         self._glue_cp_tail_s: float = whole_row_s * self.mt.tail.layers
+        # a `moe_a2a: megamoe` pool on Blackwell: the routed experts as DeepGEMM's Mega MoE measured (sim.timing.megamoe)
+        self.megamoe = megamoe
+        self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
 
@@ -554,11 +559,16 @@ class CalibratedTiming(RooflineTiming):
         measured experts (sim.timing.experts), split over the expert-TP GPUs. The same in both classes of layers
         (`_experts_s` memoises it)."""
         mt, par = self.mt, self.par
-        rank = busiest_rank(self.arith.routed_experts, self.arith.top_k, float(rows), par.ep)
         # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
         # rank's experts and runs every row routed to them on that slice, timed as the full
         # grouped GEMM / expert_tp, as the dense projections are / TP
         expert_tp = par.gpus / par.ep
+        if self.megamoe is not None:
+            flops, weight_bytes = rank_work(
+                self.arith.routed_experts, self.arith.top_k, self._expert_weights, float(rows), par.ep
+            )
+            return layer_s(self.megamoe, flops, weight_bytes) / expert_tp
+        rank = busiest_rank(self.arith.routed_experts, self.arith.top_k, float(rows), par.ep)
         return (
             grouped_s(mt.moe_gate_up, rank.experts, rank.rows_per_expert)
             + grouped_s(mt.moe_down, rank.experts, rank.rows_per_expert)
@@ -627,7 +637,9 @@ class CalibratedTiming(RooflineTiming):
             if rows <= 0 or cls.moe_layers == 0:
                 v = 0.0
             else:
-                v = cls.moe_layers * self._experts(rows) * self._gemm_scale
+                # Mega MoE's measured time is the whole routed-expert op: not scaled to the tables' missing work
+                scale = 1.0 if self.megamoe is not None else self._gemm_scale
+                v = cls.moe_layers * self._experts(rows) * scale
             memo.put(rows, v)
         return v
 
@@ -1115,6 +1127,11 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
     tables = stack_tables(ctx.hw_profile, ctx.kernels, ctx.expert_activations)
     term = forward_term_of(ctx)
+    megamoe = None
+    if ctx.par.moe_a2a == "megamoe" and GpuPeaks.of(ctx.hw_profile).blackwell:
+        from sim.timing.megamoe import published
+
+        megamoe = published()
     glue = None
     if ctx.engine and ctx.engine_glue == "modules" and MODEL_KEYS.get(ctx.model_name) in GLUE_MODELS:
         glue = tables.derived(("engine_glue", ctx.engine), lambda: _fit_engine_glue(ctx, tables))
@@ -1136,6 +1153,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         prefill_cp=ctx.prefill_cp,
         host=ctx.host,
         engine_glue=glue,
+        megamoe=megamoe,
     )
 
 
