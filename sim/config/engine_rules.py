@@ -244,8 +244,9 @@ RULES: tuple[Rule, ...] = (
         "FI_ALLREDUCE_FUSION_MAX_SIZE_MB, compilation/passes/fusion/allreduce_rms_fusion.py), its custom all-reduce "
         "(8 MiB, capped by CUSTOM_ALL_REDUCE_MAX_SIZES), torch symmetric memory (VLLM_ALLREDUCE_USE_SYMM_MEM default "
         "on, SYMM_MEM_ALL_REDUCE_MAX_SIZES, all_reduce_utils.py), then NCCL; the rule is the largest message one of "
-        "the first three takes. The three are timed alike, at the profile's custom all-reduce fit [D]; FlashInfer "
-        "assumed installed and its backend resolved [D]",
+        "the first three takes. Read in 0.34.0, a later version than the ones sim knows, assumed the same for them [D]; "
+        "the three are timed alike, at the profile's custom all-reduce fit [D]; FlashInfer assumed installed and its "
+        "backend resolved [D]",
     ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
