@@ -35,7 +35,7 @@ BF16) say which peaks it runs against. The rule, per row:
 4. Formats X runs natively (Blackwell and other GPUs with an FP4 peak in their profile): the
    routed experts (grouped MoE GEMMs) are MXFP4 (model.md: per-32 UE8M0 scales, 0.53125 B a
    weight), so `Y_X` replaces the FP8 weight bytes (groups x N x K) by MXFP4 bytes. Their MMA rate is
-   set by the activations, not the weights (`EXPERT_ACTIVATIONS`): an FP8 x FP4 product is
+   set by the activations, not the weights (`GpuPeaks.expert_activations`): an FP8 x FP4 product is
    tcgen05 `kind::mxf8f6f4`, K = 32 a instruction as for FP8 x FP8, so the FP8 peak; only FP4 x FP4
    (`kind::mxf4` / `mxf4nvf4`, K = 64) reaches the FP4 peak (PTX ISA 9.7.17.2.1, Table 42 [A]). The
    engines quantise the activations of MXFP4 experts to FP8 (W4A8): SGLang 0.5.15's flashinfer_mxfp4
@@ -81,9 +81,6 @@ FP8_INDEX_KEY_BYTES, FP4_INDEX_KEY_BYTES = 132.0, 68.0  # kernels.md §2: V4 ind
 # rows that read V4's index keys, and the column with the keys per sequence (indexer: n, pipeline: k)
 V4_INDEX_ROWS = (("indexer", "CSA"), ("pipeline", "CSA"))
 OP_CLASSES = ("attention", "dense_gemm", "grouped_gemm", "elementwise")
-# the routed experts' activation format on a GPU with native FP4 (rule 4): fp8 = W4A8 at the FP8 MMA rate,
-# fp4 = W4A4 (an NVFP4 checkpoint) at the FP4 rate
-EXPERT_ACTIVATIONS = ("fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -133,7 +130,8 @@ class GpuPeaks:
     fp4_flops_per_s: float  # 0: no native FP4
     vendor: str
     sm_rate: float = H200_SM_RATE  # SMs x maximum clock (Hz); the H200's where the profile does not say
-    expert_activations: str = "fp8"  # rule 4: EXPERT_ACTIVATIONS
+    # rule 4: the routed experts' activations, fp8 (W4A8, the FP8 MMA rate) or fp4 (W4A4, the FP4 rate)
+    expert_activations: str = "fp8"
 
     @classmethod
     def of(cls, profile, expert_activations: str = "fp8") -> GpuPeaks:
