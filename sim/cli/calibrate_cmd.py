@@ -327,6 +327,7 @@ def show_cmd(
         efficiency_curves={s: efficiency_curves(load_stack(REFERENCE_GPU, s)) for s in STACKS},
         aic=_aic_section(profile, every),
         engine_glue=_engine_glue(profile),
+        experts=_experts(profile),
     )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -363,6 +364,39 @@ def _aic_section(profile, every_row: bool) -> dict:
         "rows": rows,
         "composed": _composed(profile, "aic"),
     }
+
+
+def _experts(profile) -> dict:
+    """How this GPU's routed experts are timed: the MMA rate by the activations' format (sim.timing.carry rule 4)
+    and, on NVIDIA Blackwell, DeepGEMM's Mega MoE as measured for `moe_a2a: megamoe` pools (sim.timing.megamoe)."""
+    from sim.timing.carry import GpuPeaks
+
+    if profile is None:
+        return {"native_fp4": False, "megamoe": None, "text": ["experts: this GPU's measured tables"]}
+    peaks = GpuPeaks.of(profile)
+    if not peaks.native_fp4:
+        text = [
+            "routed experts: FP8 weights and activations, this GPU's FP8 rate (no FP4 peak in its profile)"
+        ]
+        return {"native_fp4": False, "megamoe": None, "text": text}
+    text = [
+        f"routed experts: MXFP4 weights; W4A8 (the default, models[].expert_activations: fp8) at the FP8 MMA rate "
+        f"({peaks.fp8_flops_per_s / 1e12:,.0f} TFLOP/s peak), W4A4 (expert_activations: fp4, an NVFP4 checkpoint) at "
+        f"the FP4 rate ({peaks.fp4_flops_per_s / 1e12:,.0f}) (sim/timing/carry.py rule 4)"
+    ]
+    megamoe = None
+    if peaks.blackwell:
+        from sim.timing.megamoe import POINTS_FILE, published
+
+        m = published()
+        megamoe = {**m._asdict(), "points_file": "/".join(POINTS_FILE)}
+        text.append(
+            f"moe_a2a: megamoe pools: DeepGEMM's Mega MoE as measured, per MoE layer on the busiest EP rank "
+            f"{m.floor_s * 1e6:.1f} us + sqrt((FLOPs / {m.flops_per_s / 1e15:.2f} PFLOP/s)^2 + (MXFP4 weight bytes / "
+            f"{m.weight_bytes_per_s / 1e12:.2f} TB/s)^2), fitted to {m.points} published points ({'/'.join(POINTS_FILE)}, "
+            f"rms {m.rms_error * 100:.1f} %; sim/timing/megamoe.py)"
+        )
+    return {"native_fp4": True, "megamoe": megamoe, "text": text}
 
 
 def _engine_glue(profile) -> list[dict]:
@@ -469,6 +503,8 @@ def _print(data: dict) -> None:
         console.print(
             f"Engine glue on prefill rows (timing.engine_glue, sim/timing/engine_glue.py): {g['text']}"
         )
+    for line in data["experts"]["text"]:
+        console.print(line)
     _print_curves(console, data)
     _print_stacks(console, data)
     comp = data["composed"]

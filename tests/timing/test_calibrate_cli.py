@@ -68,6 +68,9 @@ def test_show_b200_json_carried_from_h200(h200_tables):
     assert all(a["applied"] and a["source"] for a in data["anchors"])
     assert {k["source"].split(" (")[0] for k in data["kernels"]} == {"carried from h200"}
     assert set(data["efficiency_curves"]) == {"production", "kernels_bench"}
+    # W4A8 experts at the FP8 rate, and the Mega MoE fit a megamoe pool takes on Blackwell
+    assert data["experts"]["native_fp4"] and "FP8 MMA rate" in data["experts"]["text"][0]
+    assert data["experts"]["megamoe"]["points"] == 4 and data["experts"]["megamoe"]["rms_error"] < 0.02
     for stack in data["stacks"].values():
         decode = stack["composed"]["decode"]
         for model in ("deepseek-v4-flash", "deepseek-v4.1-flash"):
