@@ -315,7 +315,9 @@ def predict(aic, out: Path, classes: frozenset[str] | None = None, gpus: tuple[s
     written = []
     out.mkdir(parents=True, exist_ok=True)
     for gpu in gpus:
-        side, side_w4a4 = SimSide(gpu), SimSide(gpu, "fp4")
+        side = SimSide(gpu)
+        # the experts' FP4-activation tables only where MoE rows are predicted
+        side_w4a4 = SimSide(gpu, "fp4") if classes is None or "moe" in classes else side
         for backend, version, t, path in _table_paths(aic, gpu):
             if classes is not None and t.op_class not in classes:
                 continue
@@ -480,8 +482,8 @@ def compare(aic, predicted: Path, out: Path) -> list[dict]:
             if gpu == REFERENCE_GPU:
                 continue
             for vx, sx, ax, fx in by_gpu.get(gpu, []):
-                if gpu != "h100" and op_class == "moe" and vx.startswith("fp8_block"):
-                    continue  # sim's Blackwell experts are MXFP4 (carry rule 4): its ratio is not AIC's FP8 / FP8 one
+                if op_class == "moe" and vx.startswith("fp8_block") and _native_fp4(gpu):
+                    continue  # sim's experts there are MXFP4 (carry rule 4): its ratio is not AIC's FP8 / FP8 one
                 for vh, sh, ah, fh in by_gpu.get(REFERENCE_GPU, []):
                     variant = vx if vx == vh else f"{gpu} {vx} / {REFERENCE_GPU} {vh}"
                     ratio.setdefault((gpu, op_class, variant, backend), []).append(
@@ -498,6 +500,15 @@ def compare(aic, predicted: Path, out: Path) -> list[dict]:
         out / "aic_grid.csv", _grid_extent(aic), {"what": "where AIC's decode attention grids stop", **head}
     )
     return summary
+
+
+def _native_fp4(gpu: str) -> bool:
+    """Whether sim runs `gpu`'s routed experts in MXFP4 (an FP4 peak in its profile; carry rule 4)."""
+    from sim.timing.carry import GpuPeaks
+    from sim.timing.tables import resolve_gpu
+
+    profile = resolve_gpu(gpu)[1]
+    return profile is not None and GpuPeaks.of(profile).native_fp4
 
 
 def _grid_extent(aic) -> list[dict]:
