@@ -14,6 +14,8 @@
 #   ours   kernels_bench's own tables (run_all --preset full, FAMILIES_OURS, BUDGET_OURS s)
 #   moe    the forward pass's grouped GEMMs (torch) against DeepGEMM's at its MoE shapes (production.moe_grouped;
 #          needs SITE and DeepGEMM)
+#   host   the host's time to issue the eager production pass, op by op and per launch, and bare library calls
+#          (production.host_issue; needs SITE and DeepGEMM; docs/carry/eager)
 # SITE_DIR=<folder> instead of SITE: the site already unpacked there (the site beside the tracked tree is over one
 # call's 64 MiB: carry it in two parts, each unpacked by its own call into an ignored folder such as .whl/u, which
 # the warm machine keeps between calls; docs/carry/eager/README.md).
@@ -41,7 +43,7 @@ elif [ -n "${SITE:-}" ] && [ ! -f /tmp/site/flash_mla/__init__.py ]; then
 fi
 export PYTHONPATH=/tmp/site:$DG_DIR/DeepGEMM:$PWD DG_JIT_CACHE_DIR=$DG_DIR/jit
 export NVCC_VERSION=$("$CUDA_HOME/bin/nvcc" --version | grep -o "release [0-9.]*, V[0-9.]*") DEEPGEMM_COMMIT=54e2261
-if has dg || has fwd || has moe; then
+if has dg || has fwd || has moe || has host; then
   ( DG_SRC=$DG_SRC DG_DIR=$DG_DIR bash kernels_bench/production/build_deepgemm.sh > "$R/deepgemm_build.txt" 2>&1 ) &
   BUILD=$!
 fi
@@ -70,6 +72,14 @@ fi
 if has fwd; then
   python3 -m kernels_bench.production.forward --out "$R/fwd" --commit "$COMMIT" --budget-s "${BUDGET_FWD:-150}" 2>&1 | tail -12
   el "forward done"; pack
+fi
+if has host; then
+  printf '%s\n' dg_dense:V4:wq_a dg_moe:V4:moe_gate_up dg_indexer_prefill dg_wo_a dg_hc_prenorm |
+    xargs -P 5 -I{} timeout 240 python3 -m kernels_bench.production.run --out /tmp/warm --warm {} \
+    > "$R/host_warm.txt" 2>&1
+  el "host JIT warm rc=$?"
+  python3 -m kernels_bench.production.host_issue --out "$R/host" --commit "$COMMIT" 2>&1 | tail -20
+  el "host issue done"; pack
 fi
 if has serve; then
   for spec in deepseek-v4-flash-mini deepseek-v4.1-flash-mini; do
