@@ -45,7 +45,17 @@ LAUNCH_CALLS = (
     "cudaMemcpyAsync",
     "cudaMemsetAsync",
 )
-OPS_COLUMNS = ("stack", "layer_kinds", "mode", "chunk_tokens", "op_index", "category", "op", "launches", "host_us_p50")
+OPS_COLUMNS = (
+    "stack",
+    "layer_kinds",
+    "mode",
+    "chunk_tokens",
+    "op_index",
+    "category",
+    "op",
+    "launches",
+    "host_us_p50",
+)
 CALL_COLUMNS = ("call", "library", "launches_per_call", "host_us_per_call", "note")
 STACKS = {"layer": ["CSA"], "reduced": ["SWA", "CSA", "HCA", "CSA", "HCA"]}
 PREFILL_CHUNK = 512  # host-bound on the H100 / H200 (docs/carry/eager: issue 6.0-6.2 ms a layer, GPU 2 ms)
@@ -56,7 +66,9 @@ def is_launch(name: str) -> bool:
     return name.startswith(LAUNCH_CALLS)
 
 
-def attribute_launches(op_ranges: list[tuple[float, float, int]], launch_starts: list[float], n_ops: int) -> list[int]:
+def attribute_launches(
+    op_ranges: list[tuple[float, float, int]], launch_starts: list[float], n_ops: int
+) -> list[int]:
     """Launches per op: each launch call's start time falls in at most one op's [start, end) range (ops run
     one after another on one thread). Ranges in any order; launches outside every range are not counted."""
     ranges = sorted(op_ranges)
@@ -201,7 +213,14 @@ def bare_calls(device: str) -> list[tuple[str, str, Callable[[], object], str]]:
 
 def measure_stack(name: str, kinds: list[str], kern) -> tuple[list[dict], dict]:
     stack = fw.Stack(
-        kinds, fw.Dims(), kern, mode="prefill", batch=1, context=PREFILL_CONTEXT, chunk=PREFILL_CHUNK, device="cuda"
+        kinds,
+        fw.Dims(),
+        kern,
+        mode="prefill",
+        batch=1,
+        context=PREFILL_CONTEXT,
+        chunk=PREFILL_CHUNK,
+        device="cuda",
     )
     for _ in range(3):  # JIT compilation, autotuning, allocator warm-up
         stack.run()
@@ -250,12 +269,17 @@ def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict], prov: dict
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="kernels_bench.production.host_issue", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="kernels_bench.production.host_issue", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("error: CUDA is not available (the host-issue measurement runs on the GPU machine)", file=sys.stderr)
+        print(
+            "error: CUDA is not available (the host-issue measurement runs on the GPU machine)",
+            file=sys.stderr,
+        )
         return 2
     from kernels_bench import report
     from kernels_bench.production.run import production_provenance
@@ -286,12 +310,16 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 row["note"] = f"{type(e).__name__}: {str(e)[:160]}"
         call_rows.append(row)
-        print(f"{call}: {row['host_us_per_call']} us, {row['launches_per_call']} launches {row['note']}", flush=True)
+        print(
+            f"{call}: {row['host_us_per_call']} us, {row['launches_per_call']} launches {row['note']}",
+            flush=True,
+        )
     write_csv(args.out / "host_issue_ops.csv", OPS_COLUMNS, op_rows, prov)
     write_csv(args.out / "host_issue_calls.csv", CALL_COLUMNS, call_rows, prov)
     report.atomic_write(
         args.out / "host_issue.json",
-        json.dumps({"provenance": prov, "passes": summaries, "calls": call_rows}, indent=1, default=str) + "\n",
+        json.dumps({"provenance": prov, "passes": summaries, "calls": call_rows}, indent=1, default=str)
+        + "\n",
     )
     return 0
 

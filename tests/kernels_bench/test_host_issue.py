@@ -17,12 +17,18 @@ def test_launches_are_counted_in_the_op_whose_range_holds_them():
 
 
 def test_only_launch_copy_and_fill_calls_count():
-    assert hi.is_launch("cudaLaunchKernel") and hi.is_launch("cuLaunchKernelEx") and hi.is_launch("cudaMemcpyAsync")
+    assert (
+        hi.is_launch("cudaLaunchKernel")
+        and hi.is_launch("cuLaunchKernelEx")
+        and hi.is_launch("cudaMemcpyAsync")
+    )
     assert not hi.is_launch("aten::add_") and not hi.is_launch("cudaStreamSynchronize")
 
 
 def test_per_op_host_times_and_launches_cover_every_op_of_the_pass():
-    stack = fw.Stack(KINDS, SMALL, fw.RefKernels(), mode="prefill", batch=1, context=1024, chunk=32, device="cpu")
+    stack = fw.Stack(
+        KINDS, SMALL, fw.RefKernels(), mode="prefill", batch=1, context=1024, chunk=32, device="cpu"
+    )
     host = hi.op_host_us(stack, passes=2)
     launches = hi.op_launches(stack)
     assert len(host) == len(launches) == len(stack.op_list)
