@@ -31,7 +31,7 @@ from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.config.cache import LINK_OWNER, TierPath
 from sim.config.cluster import Pool
-from sim.config.engine_rules import custom_allreduce_max_bytes
+from sim.config.engine_rules import LayerShape, custom_allreduce_max_bytes, eager_prefill_launches
 from sim.errors import InputError
 from sim.hardware import HwProfile, load_hw
 from sim.kvcache.paths import kv_regions_per_block, link_lanes, path_cost, path_rates
@@ -51,7 +51,7 @@ from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.decoder_tail import pool_prefill_mode
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
-from sim.timing.host import HostCosts
+from sim.timing.host import HostCosts, eager_issue_s
 from sim.timing.roofline import Parallelism
 
 # Defaults not (yet) in the scenario schema, each a stated choice:
@@ -356,6 +356,29 @@ def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
     )
 
 
+def _host_costs(scn, pool: Pool, engine, arith: ModelArith) -> HostCosts:
+    """The scenario's `timing.host`, with an eager step's issue time the engine's where it leaves it unset:
+    the launches of the engine's eager prefill step (sim.config.engine_rules) at the measured host time a launch
+    (sim.timing.host); no floor where the engine graphs its prefill."""
+    costs = scn.timing.host.model_dump()
+    if costs["eager_step_s"] is None or costs["eager_per_layer_s"] is None:
+        shapes = [
+            LayerShape(
+                compressor=layer.compressor is not None and layer.owns_kv,
+                indexer=layer.has_index_query,
+                compressed=layer.ratio > 0,
+                top_k=layer.top_k is not None,
+            )
+            for layer in arith.spec.layers
+        ]
+        launches = eager_prefill_launches(engine, arith.name, shapes, pool.moe_a2a, pool.tp)
+        step_s, layer_s = eager_issue_s(*launches, arith.layers) if launches else (0.0, 0.0)
+        for key, value in (("eager_step_s", step_s), ("eager_per_layer_s", layer_s)):
+            if costs[key] is None:
+                costs[key] = value
+    return HostCosts(**costs)
+
+
 def pool_timing(
     scn, pool: Pool, hw: HwProfile, arith: ModelArith, model_ref, spec_step, engram_in_dram: bool
 ):
@@ -378,7 +401,7 @@ def pool_timing(
         row_buckets=tuple(scn.timing.graph_row_buckets),
         prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
         prefill_cp=pool.prefill_context_parallel,
-        host=HostCosts(**scn.timing.host.model_dump()),
+        host=_host_costs(scn, pool, engine, arith),
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
         expert_activations=model_ref.expert_activations or "fp8",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -126,6 +126,80 @@ VLLM_FAST_ALLREDUCE_MAX_MIB: dict[str, dict[int, float]] = {
     "10.3": {2: 64, 4: 64, 6: 8, 8: 8},
 }
 VLLM_CUSTOM_ALLREDUCE_MAX_MIB = 8.0  # CustomAllreduce(max_size=8192 * 1024) where no table names the GPU / TP
+
+
+class LayerShape(NamedTuple):
+    """What of a decoder layer's attention side an eager step launches kernels for (from its LayerSpec)."""
+
+    compressor: bool  # compresses its own KV (CSA, HCA)
+    indexer: bool  # scores its own top-k (CSA; V4.1's CSA2 where it selects anew)
+    compressed: bool  # attends compressed entries beside the window
+    top_k: bool  # over a top-k selection of them (not all: HCA)
+
+
+@dataclass(frozen=True)
+class LaunchInventory:
+    """What one GPU's host launches (kernels, copies, collectives) in an eager DeepSeek-V4 extend step: per
+    decoder layer by what its attention side does and by the MoE path, plus once a step (rule
+    `eager_prefill_launches`)."""
+
+    projections: float  # q / kv side and output side of every layer
+    compressor: float
+    indexer: float
+    window_attention: float  # the window's dequantisation and the sparse attention kernel
+    compressed_region: float  # the compressed entries' dequantisation
+    top_k_combine: float  # merging the top-k selection into the attention's index list
+    attention_tp_allreduce: float  # wo_b's all-reduce, where attention runs TP over the instance's GPUs
+    mhc: float  # both boundaries of a layer
+    moe: Mapping[str, float]  # per layer, by the pool's moe_a2a (none: TP or EP experts without an exchange)
+    per_step: float  # attention metadata, the prompt's embedding, the head, sampling
+
+    def layer(self, shape: LayerShape, moe_a2a: str, attention_tp: int) -> float:
+        return (
+            self.projections
+            + self.compressor * shape.compressor
+            + self.indexer * shape.indexer
+            + self.window_attention
+            + self.compressed_region * shape.compressed
+            + self.top_k_combine * (shape.compressed and shape.top_k)
+            + (self.attention_tp_allreduce if attention_tp > 1 else 0.0)
+            + self.mhc
+            + self.moe.get(moe_a2a, self.moe["none"])
+        )
+
+    def describe(self) -> str:
+        moe = " / ".join(f"{k} {v:g}" for k, v in self.moe.items())
+        return (
+            f"a layer: projections {self.projections:g}, compressor {self.compressor:g}, indexer {self.indexer:g}, "
+            f"attention {self.window_attention:g} + {self.compressed_region:g} with compressed entries + "
+            f"{self.top_k_combine:g} for a top-k, +{self.attention_tp_allreduce:g} under "
+            f"attention TP, mHC {self.mhc:g}, MoE by moe_a2a {moe}; {self.per_step:g} a step"
+        )
+
+
+# SGLang v0.5.15's V4 extend path, counted launch by launch in the released wheel's code (CUDA defaults; the
+# best of each low / best / high count in docs/carry/eager/sglang_v4_launches.md, every launch with its file and
+# line) [B read, D where a library's internal launches are inferred; counted, not profiled]: per layer the
+# projections 13 (fused wq_a + wkv, wq_b, wo_b: each a per-token-group quantisation and a DeepGEMM GEMM; q norm,
+# the fused q norm / RoPE, the fused kv norm / RoPE / store, the inverse RoPE, wo_a's quantisation and
+# fp8_einsum), mHC 6 (DeepGEMM's pre-norm GEMM and TileLang's pre at both boundaries, TileLang's post at both), a
+# compressor 4, the C4 indexer 10, the sparse prefill attention 2 (window) + 1 (compressed region) + 1 (top-k
+# combine), wo_b's all-reduce under attention TP; the MoE (router, top-k, shared expert included) 12 with Mega
+# MoE, 16 TP (flashinfer_mxfp4 on Blackwell; Triton's fused MoE on the H200 one more), 28 with DeepEP normal and
+# DeepGEMM's contiguous runner; once a step about 120 (extend metadata 47, the sparse prefill's lazy set-up in
+# layers 0 / 2 / 3 48, embedding, mHC expand and head, final norm, logits, sampling)
+SGLANG_V4_EXTEND_LAUNCHES = LaunchInventory(
+    projections=13.0,
+    compressor=4.0,
+    indexer=10.0,
+    window_attention=2.0,
+    compressed_region=1.0,
+    top_k_combine=1.0,
+    attention_tp_allreduce=1.0,
+    mhc=6.0,
+    moe={"none": 16.0, "deepep": 28.0, "megamoe": 12.0},
+    per_step=120.0,
+)
 
 
 RULES: tuple[Rule, ...] = (
@@ -248,6 +322,33 @@ RULES: tuple[Rule, ...] = (
         "the three are timed alike, at the profile's custom all-reduce fit [D]; FlashInfer assumed installed and its "
         "backend resolved [D]",
     ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "prefill_cuda_graph",
+        "off for DeepSeek-V4: every prefill step eager, on every DP rank of the step",
+        "sglang server_args.py _disable_breakable_cudagraph_if_incompatible: 'DeepSeek-V4 (heavy capture-pool "
+        "memory pressure)' sets the prefill graph backend to disabled unless --cuda-graph-backend-prefill is given "
+        "(also DP attention and any MoE A2A backend); under DP attention can_cuda_graph is the minimum over the "
+        "ranks (scheduler_components/dp_attn.py); read in the v0.5.15 wheel, the later versions assumed the same [D]",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "eager_prefill_launches",
+        SGLANG_V4_EXTEND_LAUNCHES.describe(),
+        "counted launch by launch in the v0.5.15 wheel's V4 extend path, every launch with its file and line "
+        "(docs/carry/eager/sglang_v4_launches.md; SGLANG_V4_EXTEND_LAUNCHES; counted, not profiled [D])",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "prefill_cuda_graph",
+        "breakable: prefill steps replay graphs around an eager attention region",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH on by default for DeepseekV4ForCausalLM (vllm issue #54677: with it off "
+        "'every prefill-containing step runs eagerly'); vllm #51430 narrowed the eager region to the sparse "
+        "indexer and forward_mqa; no eager floor is modelled for it [D]",
+    ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
     DSPARK_PD_DCP1,
@@ -309,6 +410,19 @@ def custom_allreduce_max_bytes(
         table = VLLM_FAST_ALLREDUCE_MAX_MIB.get(compute_capability, {})
         return table.get(tp, VLLM_CUSTOM_ALLREDUCE_MAX_MIB) * 2**20
     return float(value)
+
+
+def eager_prefill_launches(
+    engine: Engine | None, model: str, layers: Sequence[LayerShape], moe_a2a: str, attention_tp: int
+) -> tuple[float, float] | None:
+    """(launches once a step, launches over the decoder layers) of a prefill step that `engine` runs eagerly
+    for `model`, whose decoder layers are `layers`; None where the engine graphs its prefill steps, the model
+    is not DeepSeek-V4's family, or no engine is named."""
+    graph = _engine_value(engine, "prefill_cuda_graph")
+    if graph is None or not graph.startswith("off") or model_family(model) not in ("v4", "v41"):
+        return None
+    inv = SGLANG_V4_EXTEND_LAUNCHES
+    return inv.per_step, sum(inv.layer(shape, moe_a2a, attention_tp) for shape in layers)
 
 
 def _engine_value(engine: Engine | None, rule: str) -> str | None:

@@ -33,9 +33,10 @@ class Efficiency(StrictModel):
 
 
 class Host(StrictModel):
-    """The engine's CPU time around each step that the GPU waits for (sim.timing.host). Zero by default:
-    production engines prepare step n+1 while step n runs (SGLang's overlap scheduler, on by default since
-    v0.4; TensorRT-LLM's overlap scheduler; vLLM V1 `--async-scheduling`), assumed to hide it fully [D]."""
+    """The engine's CPU time around each step that the GPU waits for (sim.timing.host). The parts around a
+    graphed step are zero by default: production engines prepare step n+1 while step n runs (SGLang's overlap
+    scheduler, on by default since v0.4; TensorRT-LLM's overlap scheduler; vLLM V1 `--async-scheduling`),
+    assumed to hide it fully [D]. An eager step's issue time is the engine's unless set (`eager_*`)."""
 
     step_s: float = Field(0.0, ge=0, description="in the step (its wall time): input preparation, copies, "
                           "graph launch and idle gaps, per step")  # fmt: skip
@@ -48,12 +49,14 @@ class Host(StrictModel):
     gap_per_chunk_s: float = Field(
         0.0, ge=0, description="between steps, per prefill chunk of the next step (admission, prefix lookup)"
     )
-    eager_step_s: float = Field(
-        0.0, ge=0, description="a step holding prefill chunks runs eagerly (no CUDA graph) and lasts at least "
-        "the host's time to issue it: this per step plus eager_per_layer_s per decoder layer (sim.timing.host)",
+    eager_step_s: float | None = Field(
+        None, ge=0, description="a step holding prefill chunks runs eagerly (no CUDA graph) where the engine's "
+        "prefill is not graphed (SGLang's for DeepSeek-V4) and lasts at least the host's time to issue it: this "
+        "per step plus eager_per_layer_s per decoder layer (sim.timing.host); null = the engine's launches times "
+        "the measured host time per launch (sim.config.engine_rules eager_prefill_launches), 0 = no floor",
     )  # fmt: skip
-    eager_per_layer_s: float = Field(
-        0.0, ge=0, description="an eager step's host issue time per decoder layer"
+    eager_per_layer_s: float | None = Field(
+        None, ge=0, description="an eager step's host issue time per decoder layer; null = the engine's"
     )
 
 

@@ -24,7 +24,9 @@ A third part is a floor, not a sum: a step the engine runs **eagerly** (no CUDA 
 steps, and under DP attention every rank of a step in which one prefills; docs/engines_and_validation.md section
 9) is issued op by op from Python, and lasts at least the host's time to issue it (`eager_floor_s`: per step
 plus per layer). Measured on the production V4 pass (docs/carry/eager): the eager pass takes
-max(graph time, host issue time), the host hidden once the GPU is busier (a 4,096-token chunk: +4 %).
+max(graph time, host issue time), the host hidden once the GPU is busier (a 4,096-token chunk: +4 %). Its
+size is the step's launches (the engine's, sim.config.engine_rules `eager_prefill_launches`) times the host's
+time per launch (`HOST_S_PER_LAUNCH`, measured: docs/carry/eager/README.md).
 """
 
 from __future__ import annotations
@@ -70,3 +72,19 @@ class HostCosts:
 
 
 NO_HOST = HostCosts()
+
+# The host's time per launch of an eager V4 pass: the production pass (5 layers: SWA, CSA, HCA, CSA, HCA) issued
+# eagerly at a 512-token prefill, 21,001.5 us of host time over its 844 launches (the 1-layer stack: 24.94 us);
+# kernels_bench.production.host_issue on an H100 machine's host (docs/carry/eager/host_issue/, README "Host time
+# per launch: measured"), taken for every machine's host [D]. A mean over the pass's mix of launches: SGLang's
+# layer calls relatively more of the costly ones (mHC's TileLang calls, FlashMLA), so its own mean is likely
+# higher [D]; the one published bound (#25052) leaves little room above it (docs/engines_and_validation.md §14)
+HOST_S_PER_LAUNCH = 21_001.5e-6 / 844
+
+
+def eager_issue_s(
+    step_launches: float, layer_launches: float, layers: int, s_per_launch: float = HOST_S_PER_LAUNCH
+) -> tuple[float, float]:
+    """(eager_step_s, eager_per_layer_s) of a step issuing `step_launches` once and `layer_launches` over its
+    `layers` decoder layers (their mean a layer, which the floor also charges the drafter's layers)."""
+    return step_launches * s_per_launch, layer_launches / layers * s_per_launch

@@ -165,3 +165,28 @@ def test_sglang_hands_a_tp_all_reduce_above_8_mib_to_nccl():
     assert custom_allreduce_max_bytes(Engine(name="vllm"), "8.0", 4) == 8 * 1024 * 1024  # custom's own 8 MiB
     assert custom_allreduce_max_bytes(Engine(name="sglang"), "10.0", 4) == 8 * 1024 * 1024
     assert custom_allreduce_max_bytes(None) == float("inf")
+
+
+def test_sglang_runs_v4_prefill_eagerly_and_its_launches_follow_each_layers_attention_and_moe():
+    from sim.config.engine_rules import SGLANG_V4_EXTEND_LAUNCHES as inv
+    from sim.config.engine_rules import LayerShape, eager_prefill_launches, rules_for
+
+    swa, csa, hca = (
+        LayerShape(False, False, False, False),
+        LayerShape(True, True, True, True),
+        LayerShape(True, False, True, False),
+    )
+    # the counted layers (docs/carry/eager/sglang_v4_launches.md, best): Mega MoE SWA 33 / CSA 49 / HCA 38,
+    # DeepEP 49 / 65 / 54, TP 4 with flashinfer_mxfp4 38 / 54 / 43
+    assert [inv.layer(s, "megamoe", 1) for s in (swa, csa, hca)] == [33, 49, 38]
+    assert [inv.layer(s, "deepep", 1) for s in (swa, csa, hca)] == [49, 65, 54]
+    assert [inv.layer(s, "none", 4) for s in (swa, csa, hca)] == [38, 54, 43]
+    v4 = [swa] * 2 + [csa, hca] * 20 + [csa]  # V4-Flash: compress_ratios [0, 0] + [4, 128] x 20 + [4]
+    step, layers = eager_prefill_launches(NEW, V4, v4, "megamoe", 1)
+    assert (step, layers) == (120, 1855)  # the count's best for the 43 layers
+    assert eager_prefill_launches(NEW, V4, v4, "deepep", 1)[1] == 2543
+    assert eager_prefill_launches(NEW, V4, v4, "none", 4)[1] == 2070
+    assert eager_prefill_launches(Engine(name="vllm"), V4, v4, "megamoe", 1) is None  # graphed (breakable)
+    assert eager_prefill_launches(None, V4, v4, "megamoe", 1) is None
+    assert rules_for(NEW, "prefill_cuda_graph").value.startswith("off")
+    assert "indexer 10" in rules_for(NEW, "eager_prefill_launches").value

@@ -273,3 +273,49 @@ def test_step_predictions_leave_the_gap_out(one_gpu):
     })  # fmt: skip
     assert predict_steps(steps, tm) == pytest.approx(predict_steps(steps, bare), rel=1e-12)
     assert tm.step_s(2, tm.decode_seq_terms(8001, 1).scaled(2), ()) > predict_steps(steps, tm)[0]
+
+
+def test_an_sglang_v4_pool_takes_its_engines_eager_floor_unless_the_scenario_sets_one():
+    """SGLang runs V4's prefill eagerly (sim.config.engine_rules): a pool's floor is its step's launches at the
+    measured host time a launch; an explicit `timing.host.eager_*` wins; vLLM (graphed prefill) has none."""
+    import yaml
+
+    from sim.cluster.build import build_simulation
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+    from sim.timing.arith import build_arith
+    from sim.timing.host import HOST_S_PER_LAUNCH
+
+    case = project_root() / "scenarios/validation/sglang-v4-flash-4xb200-high-throughput-c1024.yaml"
+    base = yaml.safe_load(case.read_text())["scenario"]
+
+    def floor(**changes) -> float:
+        doc = {**base, **changes}
+        scn = validate_or_raise(Scenario, doc, file="case")
+        ref = scn.models[0]
+        one = scn.for_model(ref.name)
+        arith = build_arith(ref.name, kv_layout=ref.kv_layout, prefill_mode=ref.prefill_mode)
+        return build_simulation(one, one.models[0], arith, out_dir=None).instances[0].timing._eager_floor_s
+
+    # V4-Flash, DP attention (attention TP 1), Mega MoE: 120 a step + 1,855 over the 43 layers, no drafter
+    assert floor() == pytest.approx((120 + 1855) * HOST_S_PER_LAUNCH)
+    assert floor(timing={"host": {"eager_step_s": 0, "eager_per_layer_s": 0}}) == 0.0
+    assert floor(timing={"host": {"eager_step_s": 0.01}}) == pytest.approx(0.01 + 1855 * HOST_S_PER_LAUNCH)
+    assert floor(engine={"name": "vllm"}) == 0.0
+
+
+def test_the_host_time_a_launch_is_the_committed_measurement():
+    """sim.timing.host.HOST_S_PER_LAUNCH is the eager production pass's host issue time over its launches, as
+    docs/carry/eager/host_issue/host_issue.json recorded it (the 5-layer stack)."""
+    import json
+
+    from sim.paths import project_root
+    from sim.timing.host import HOST_S_PER_LAUNCH
+
+    data = json.loads((project_root() / "docs/carry/eager/host_issue/host_issue.json").read_text())
+    reduced = next(p for p in data["passes"] if p["stack"] == "reduced")
+    assert HOST_S_PER_LAUNCH == pytest.approx(
+        reduced["pass_host_us_p50"] * 1e-6 / reduced["launches_per_pass"]
+    )
+    assert 20e-6 < HOST_S_PER_LAUNCH < 30e-6
