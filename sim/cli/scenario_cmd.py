@@ -14,11 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sim.cluster.build import engine_eager_floor, pool_host_costs
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
 from sim.errors import InputError
 from sim.extensions import load_extensions
+from sim.model import load_model
 from sim.preflight import preflight
 
 scenario_app = typer.Typer(help="Scenario files: validate and summarise.", no_args_is_help=True)
@@ -49,6 +51,31 @@ def _pool_summary(scn: Scenario, pool: Pool) -> dict:
     }
 
 
+def _eager_floors(scn: Scenario, model: str) -> list[dict]:
+    """Each pool of `model` that prefills with a floor on its steps (sim.timing.host): the floor without a
+    drafter's blocks, and where the engine's count sets it (`set_by`), its launches and the host time a launch."""
+    one = scn.for_model(model)
+    spec = load_model(model)
+    out = []
+    for pool in one.cluster.pools:
+        if pool.role == "decode":  # a disaggregated decode pool runs no prefill step
+            continue
+        floor_s = pool_host_costs(one, pool, spec).eager_floor_s(len(spec.layers))
+        if floor_s <= 0.0:
+            continue
+        host = one.timing.host
+        engine = engine_eager_floor(one.pool_engine(pool), pool, spec)
+        by_engine = engine is not None and host.eager_step_s is None and host.eager_per_layer_s is None
+        out.append({
+            "pool": pool.name,
+            "floor_s": floor_s,
+            "set_by": "engine" if by_engine else "timing.host",
+            "launches_per_step": engine.step_launches + engine.layer_launches if by_engine else None,
+            "host_s_per_launch": engine.eager_step_s / engine.step_launches if by_engine else None,
+        })  # fmt: skip
+    return out
+
+
 def _summary(scn: Scenario) -> dict:
     pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
     w = scn.workload
@@ -62,6 +89,7 @@ def _summary(scn: Scenario) -> dict:
                 "prefill_mode": m.prefill_mode,
                 "kv_layout": m.kv_layout,
                 "engine_refusal": scenario_refusal(scn.for_model(m.name), m.name),
+                "eager_prefill": _eager_floors(scn, m.name),
                 "pools": None if m.pools is None else [_pool_summary(scn, p) for p in m.pools],
             }
             for m in scn.models
@@ -133,6 +161,17 @@ def check_cmd(
         uses = ", ".join(e.use for e in scn.extensions)
         console.print(f"  extensions (SimPy loop): {uses}", markup=False)
     for m in summary["models"]:
+        for f in m["eager_prefill"]:
+            how = (
+                f"its engine's {f['launches_per_step']:,.0f} launches x {f['host_s_per_launch'] * 1e6:.1f} us"
+                if f["set_by"] == "engine"
+                else "set by timing.host"
+            )
+            console.print(
+                f"  eager prefill: {m['name']} pool {f['pool']}: a prefill step lasts at least "
+                f"{f['floor_s'] * 1e3:.1f} ms, the host's time to issue it ({how}; sim.timing.host)",
+                markup=False,
+            )
         if m["engine_refusal"]:
             console.print(
                 f"  note: {m['name']}: {m['engine_refusal']} (sim.config.engine_rules)", markup=False

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from sim import units
 from sim.cluster.cluster import Cluster
@@ -40,6 +41,7 @@ from sim.kvcache.store import KVStore, StoreTier
 from sim.metrics.recorder import Recorder
 from sim.metrics.timeseries import PoolView, Sampler
 from sim.model import (
+    ModelSpec,
     compressor_state_bytes_per_sequence,
     global_kv_bytes_per_token,
     swa_prefix_state,
@@ -356,26 +358,51 @@ def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
     )
 
 
-def _host_costs(scn, pool: Pool, engine, arith: ModelArith) -> HostCosts:
-    """The scenario's `timing.host`, with an eager step's issue time the engine's where it leaves it unset:
-    the launches of the engine's eager prefill step (sim.config.engine_rules) at the measured host time a launch
-    (sim.timing.host); no floor where the engine graphs its prefill."""
+class EagerFloor(NamedTuple):
+    """The least a prefill step of one pool lasts where its engine runs it eagerly: its launches at the host's
+    measured time a launch (sim.timing.host)."""
+
+    step_launches: float  # once a step
+    layer_launches: float  # over the decoder layers
+    layers: int
+    eager_step_s: float
+    eager_per_layer_s: float
+
+    @property
+    def step_s(self) -> float:
+        """Without a drafter's blocks (each adds `eager_per_layer_s`)."""
+        return self.eager_step_s + self.eager_per_layer_s * self.layers
+
+
+def engine_eager_floor(engine, pool: Pool, spec: ModelSpec) -> EagerFloor | None:
+    """The eager floor `engine` gives `pool` serving `spec`'s model (sim.config.engine_rules), or None where
+    the engine graphs its prefill steps or none is named."""
+    shapes = [
+        LayerShape(
+            compressor=layer.compressor is not None and layer.owns_kv,
+            indexer=layer.has_index_query,
+            compressed=layer.ratio > 0,
+            top_k=layer.top_k is not None,
+        )
+        for layer in spec.layers
+    ]
+    launches = eager_prefill_launches(engine, spec.name, shapes, pool.moe_a2a, pool.tp)
+    if launches is None:
+        return None
+    step_launches, layer_launches = launches
+    step_s, layer_s = eager_issue_s(step_launches, layer_launches, len(spec.layers))
+    return EagerFloor(step_launches, layer_launches, len(spec.layers), step_s, layer_s)
+
+
+def pool_host_costs(scn, pool: Pool, spec: ModelSpec) -> HostCosts:
+    """The scenario's `timing.host` for `pool` serving `spec`'s model, with an eager step's issue time the
+    engine's where it leaves it unset (`engine_eager_floor`; none where the engine graphs its prefill)."""
     costs = scn.timing.host.model_dump()
     if costs["eager_step_s"] is None or costs["eager_per_layer_s"] is None:
-        shapes = [
-            LayerShape(
-                compressor=layer.compressor is not None and layer.owns_kv,
-                indexer=layer.has_index_query,
-                compressed=layer.ratio > 0,
-                top_k=layer.top_k is not None,
-            )
-            for layer in arith.spec.layers
-        ]
-        launches = eager_prefill_launches(engine, arith.name, shapes, pool.moe_a2a, pool.tp)
-        step_s, layer_s = eager_issue_s(*launches, arith.layers) if launches else (0.0, 0.0)
-        for key, value in (("eager_step_s", step_s), ("eager_per_layer_s", layer_s)):
+        floor = engine_eager_floor(scn.pool_engine(pool), pool, spec)
+        for key in ("eager_step_s", "eager_per_layer_s"):
             if costs[key] is None:
-                costs[key] = value
+                costs[key] = getattr(floor, key) if floor is not None else 0.0
     return HostCosts(**costs)
 
 
@@ -401,7 +428,7 @@ def pool_timing(
         row_buckets=tuple(scn.timing.graph_row_buckets),
         prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
         prefill_cp=pool.prefill_context_parallel,
-        host=_host_costs(scn, pool, engine, arith),
+        host=pool_host_costs(scn, pool, arith.spec),
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
         expert_activations=model_ref.expert_activations or "fp8",

@@ -4,6 +4,7 @@ deployments it would not start, each refusal with its source and version."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -190,3 +191,28 @@ def test_sglang_runs_v4_prefill_eagerly_and_its_launches_follow_each_layers_atte
     assert eager_prefill_launches(None, V4, v4, "megamoe", 1) is None
     assert rules_for(NEW, "prefill_cuda_graph").value.startswith("off")
     assert "indexer 10" in rules_for(NEW, "eager_prefill_launches").value
+
+
+def test_scenario_check_shows_each_prefilling_pools_eager_floor_and_where_it_comes_from(tmp_path):
+    from sim.timing.host import HOST_S_PER_LAUNCH
+
+    main = project_root() / "scenarios" / "agent_1M.yaml"
+    data = json.loads(CliRunner().invoke(app, ["scenario", "check", str(main), "--json"]).stdout)
+    floors = {m["name"]: m["eager_prefill"] for m in data["summary"]["models"]}
+    # the prefill pools only (the decode pools never prefill); V4-Flash's: TP 8, experts without an exchange
+    assert [f["pool"] for f in floors[V4]] == ["prefill"] and [f["pool"] for f in floors[V41]] == ["prefill"]
+    v4 = floors[V4][0]
+    assert v4["set_by"] == "engine" and v4["launches_per_step"] == 120 + 2070
+    assert v4["floor_s"] == pytest.approx(2190 * HOST_S_PER_LAUNCH)
+    doc = yaml.safe_load(main.read_text())
+    doc["timing"] = {"host": {"eager_per_layer_s": 0.002}}
+    path = tmp_path / "agent.yaml"
+    for rel in ("generator", "trace"):  # keep the workload's relative paths valid from tmp_path
+        if rel in doc["workload"] and not Path(doc["workload"][rel]).is_absolute():
+            doc["workload"][rel] = str(main.parent / doc["workload"][rel])
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(app, ["scenario", "check", str(path)])
+    assert result.exit_code == 0, result.stdout
+    # the engine's 120 launches once a step, the scenario's 2 ms a layer
+    expected_ms = (120 * HOST_S_PER_LAUNCH + 0.002 * 43) * 1e3
+    assert "set by timing.host" in result.stdout and f"at least {expected_ms:.1f} ms" in result.stdout
