@@ -74,12 +74,13 @@ class HostCosts:
 NO_HOST = HostCosts()
 
 # The host's time per launch of an eager V4 pass: the production pass (5 layers: SWA, CSA, HCA, CSA, HCA) issued
-# eagerly at a 512-token prefill, 21,001.5 us of host time over its 844 launches (the 1-layer stack: 24.94 us);
-# kernels_bench.production.host_issue on an H100 machine's host (docs/carry/eager/host_issue/, README "Host time
-# per launch: measured"), taken for every machine's host [D]. A mean over the pass's mix of launches: SGLang's
-# layer calls relatively more of the costly ones (mHC's TileLang calls, FlashMLA), so its own mean is likely
-# higher [D]; the one published bound (#25052) leaves little room above it (docs/engines_and_validation.md §14)
-HOST_S_PER_LAUNCH = 21_001.5e-6 / 844
+# eagerly at a 512-token prefill, its host issue time over its 844 launches (kernels_bench.production.host_issue;
+# docs/carry/eager/README.md "Host time per launch: measured"), measured on two H100 machines' hosts of the same
+# declared CPU: 21,001.5 us (24.9 us a launch, docs/carry/eager/host_issue/) and 38,789.9 us (46.0 us,
+# host_issue/machine2/). Their mean stands for every machine's host [D]: hosts differ by this much at least, and
+# which ones the published deployments ran on is not stated. A mean over the pass's mix of launches; SGLang's
+# layer calls relatively more of the costly ones (mHC's TileLang calls, FlashMLA) [D] (docs/engines_and_validation.md §14)
+HOST_S_PER_LAUNCH = (21_001.5e-6 + 38_789.9e-6) / 2 / 844
 
 
 def eager_issue_s(

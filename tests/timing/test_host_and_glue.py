@@ -305,17 +305,18 @@ def test_an_sglang_v4_pool_takes_its_engines_eager_floor_unless_the_scenario_set
     assert floor(engine={"name": "vllm"}) == 0.0
 
 
-def test_the_host_time_a_launch_is_the_committed_measurement():
-    """sim.timing.host.HOST_S_PER_LAUNCH is the eager production pass's host issue time over its launches, as
-    docs/carry/eager/host_issue/host_issue.json recorded it (the 5-layer stack)."""
+def test_the_host_time_a_launch_is_the_committed_measurements_mean():
+    """sim.timing.host.HOST_S_PER_LAUNCH is the eager production pass's host issue time over its launches, the
+    mean of the two machines docs/carry/eager/host_issue/ recorded (the 5-layer stack)."""
     import json
 
     from sim.paths import project_root
     from sim.timing.host import HOST_S_PER_LAUNCH
 
-    data = json.loads((project_root() / "docs/carry/eager/host_issue/host_issue.json").read_text())
-    reduced = next(p for p in data["passes"] if p["stack"] == "reduced")
-    assert HOST_S_PER_LAUNCH == pytest.approx(
-        reduced["pass_host_us_p50"] * 1e-6 / reduced["launches_per_pass"]
-    )
-    assert 20e-6 < HOST_S_PER_LAUNCH < 30e-6
+    base = project_root() / "docs/carry/eager/host_issue"
+    per_launch = []
+    for path in (base / "host_issue.json", base / "machine2" / "host_issue.json"):
+        reduced = next(p for p in json.loads(path.read_text())["passes"] if p["stack"] == "reduced")
+        per_launch.append(reduced["pass_host_us_p50"] * 1e-6 / reduced["launches_per_pass"])
+    assert HOST_S_PER_LAUNCH == pytest.approx(sum(per_launch) / len(per_launch))
+    assert 20e-6 < min(per_launch) < max(per_launch) < 50e-6
