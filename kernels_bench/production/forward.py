@@ -817,6 +817,20 @@ def layer_kinds_label(kinds: list[str]) -> str:
 # ---- measurement (GPU) -------------------------------------------------------------------------------------
 
 
+def eager_host_us(stack: Stack, passes: int) -> float:
+    """Median host time (us) to issue one whole eager pass (no synchronisation inside the timed call)."""
+    out = []
+    for _ in range(passes):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        stack.run()
+        out.append((time.perf_counter() - t) * 1e6)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
 def measure(stack: Stack) -> dict:
     """Whole pass as one CUDA graph; the same pass eagerly (its GPU span, launch gaps included, and the host's
     time to issue it); then each op alone (over all layers) in its own graph."""
@@ -832,13 +846,6 @@ def measure(stack: Stack) -> dict:
     for cat, name, fn in stack.op_list:
         names.setdefault((cat, name), []).append(fn)
     eager_t = time_calls([stack.run], samples=10, max_seconds=2.0, use_graph=False)
-    host_us = []
-    for _ in range(7):  # the host's time to issue one eager pass (no sync inside the timed call)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        stack.run()
-        host_us.append((time.perf_counter() - t) * 1e6)
-    torch.cuda.synchronize()
     cats = dict.fromkeys(CATEGORIES, 0.0)
     ops_us = {}
     for (cat, name), fns in names.items():
@@ -856,7 +863,7 @@ def measure(stack: Stack) -> dict:
         "graph_vs_eager_rel": rel,
         "timing_method": full.method,
         "eager_us_p50": eager_t.median_us,
-        "eager_host_us_p50": statistics.median(host_us),
+        "eager_host_us_p50": eager_host_us(stack, passes=7),
         "ops_us": ops_us,  # each op alone, summed over the stack's layers (JSON only)
     }
 

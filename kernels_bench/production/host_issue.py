@@ -100,18 +100,6 @@ def op_host_us(stack: fw.Stack, passes: int = 9) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def pass_host_us(stack: fw.Stack, passes: int = 9) -> float:
-    """Median host time (us) to issue one whole eager pass (no synchronisation inside the timed call)."""
-    out = []
-    for _ in range(passes):
-        _sync()
-        t = time.perf_counter()
-        stack.run()
-        out.append((time.perf_counter() - t) * 1e6)
-    _sync()
-    return statistics.median(out)
-
-
 def op_launches(stack: fw.Stack) -> list[int]:
     """Launch calls inside each op's range in one profiled eager pass (zero on a CPU-only machine)."""
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -227,7 +215,7 @@ def measure_stack(name: str, kinds: list[str], kern) -> tuple[list[dict], dict]:
     _sync()
     host = op_host_us(stack)
     launches = op_launches(stack)
-    whole = pass_host_us(stack)
+    whole = fw.eager_host_us(stack, passes=9)
     rows = [
         dict(stack=name, layer_kinds=fw.layer_kinds_label(kinds), mode="prefill", chunk_tokens=PREFILL_CHUNK,
              op_index=i, category=cat, op=op, launches=launches[i], host_us_p50=round(host[i], 2))

@@ -360,18 +360,12 @@ def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
 
 class EagerFloor(NamedTuple):
     """The least a prefill step of one pool lasts where its engine runs it eagerly: its launches at the host's
-    measured time a launch (sim.timing.host)."""
+    measured time a launch (sim.timing.host); HostCosts.eager_floor_s adds them up for a step's layers."""
 
     step_launches: float  # once a step
     layer_launches: float  # over the decoder layers
-    layers: int
     eager_step_s: float
     eager_per_layer_s: float
-
-    @property
-    def step_s(self) -> float:
-        """Without a drafter's blocks (each adds `eager_per_layer_s`)."""
-        return self.eager_step_s + self.eager_per_layer_s * self.layers
 
 
 def engine_eager_floor(engine, pool: Pool, spec: ModelSpec) -> EagerFloor | None:
@@ -391,7 +385,7 @@ def engine_eager_floor(engine, pool: Pool, spec: ModelSpec) -> EagerFloor | None
         return None
     step_launches, layer_launches = launches
     step_s, layer_s = eager_issue_s(step_launches, layer_launches, len(spec.layers))
-    return EagerFloor(step_launches, layer_launches, len(spec.layers), step_s, layer_s)
+    return EagerFloor(step_launches, layer_launches, step_s, layer_s)
 
 
 def pool_host_costs(scn, pool: Pool, spec: ModelSpec) -> HostCosts:

@@ -145,7 +145,7 @@ def test_per_op_host_times_and_launches_cover_every_op_of_the_pass():
     assert len(host) == len(launches) == len(stack.op_list)
     assert all(t > 0 for t in host)
     assert launches == [0] * len(stack.op_list)  # no GPU: nothing launched
-    assert hi.pass_host_us(stack, passes=2) > 0
+    assert fw.eager_host_us(stack, passes=2) > 0
 
 
 def test_the_csv_reads_back_cells_holding_commas_and_quotes(tmp_path):
