@@ -75,12 +75,13 @@ NO_HOST = HostCosts()
 
 # The host's time per launch of an eager V4 pass: the production pass (5 layers: SWA, CSA, HCA, CSA, HCA) issued
 # eagerly at a 512-token prefill, its host issue time over its 844 launches (kernels_bench.production.host_issue;
-# docs/carry/eager/README.md "Host time per launch: measured"), measured on two H100 machines' hosts of the same
-# declared CPU: 21,001.5 us (24.9 us a launch, docs/carry/eager/host_issue/) and 38,789.9 us (46.0 us,
-# host_issue/machine2/). Their mean stands for every machine's host [D]: hosts differ by this much at least, and
+# docs/carry/eager/README.md "Host time per launch: measured" and "More machines"), on five H100 machines' hosts
+# of the same declared CPU, each machine's first run: 21,001.5 / 38,789.9 / 21,235.7 / 32,150.8 / 19,792.1 us
+# (24.9 / 46.0 / 25.2 / 38.1 / 23.5 us a launch; docs/carry/eager/host_issue/ and machine2-5/). Their mean stands
+# for every machine's host [D]: hosts differ by this much at least (and one machine's repeat by 1.5x once), and
 # which ones the published deployments ran on is not stated. A mean over the pass's mix of launches; SGLang's
 # layer calls relatively more of the costly ones (mHC's TileLang calls, FlashMLA) [D] (docs/engines_and_validation.md §14)
-HOST_S_PER_LAUNCH = (21_001.5e-6 + 38_789.9e-6) / 2 / 844
+HOST_S_PER_LAUNCH = (21_001.5e-6 + 38_789.9e-6 + 21_235.7e-6 + 32_150.8e-6 + 19_792.1e-6) / 5 / 844
 
 
 def eager_issue_s(
