@@ -48,6 +48,7 @@ from sim.processes import run_jobs
 from sim.rng import RngStreams
 from sim.timing.arith import build_arith
 from sim.workload.arrivals import Arrivals, BenchmarkArrivals, iter_trace_columns
+from sim.workload.bench_clients import ClientLengths, sglang_random_lengths
 from sim.workload.io import arrow_without_pandas, trace_info
 
 # progress(model_name, model_index, models, simulated_s, requests_ended, requests_expected)
@@ -295,9 +296,18 @@ def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: Sessi
         think_s=b.think_s,
         length_jitter_frac=b.length_jitter_frac,
         turns_per_session=b.turns_per_session,
+        client_lengths=_client_lengths(b, w.max_requests),
         rng=RngStreams(seed).get("benchmark"),
         **common,
     )
+
+
+def _client_lengths(b, prompts: int | None) -> ClientLengths | None:
+    """The named client's own draws (`benchmark.lengths_drawn_by`), one per prompt it sends."""
+    draw = b.lengths_drawn_by
+    if draw is None or prompts is None:  # the config requires max_requests with a draw
+        return None
+    return sglang_random_lengths(b.isl_tokens, b.osl_tokens, prompts, draw.range_ratio, draw.seed)
 
 
 def _model_job_alone(run: ModelRun, send: Callable[[tuple], None] | None) -> tuple[dict, list[Path]]:

@@ -122,6 +122,12 @@ def _workload(scn: Scenario) -> tuple[Workload | None, list[str]]:
 
 def _benchmark_seed(b) -> str:
     drawn = []
+    if b.lengths_drawn_by is not None:
+        c = b.lengths_drawn_by
+        drawn_by = f"request lengths: {c.client}'s own draws (its seed {c.seed}, not the scenario's)"
+        if b.request_rate_per_s is None:
+            return "nothing from the scenario's seed; " + drawn_by
+        return "the benchmark client's Poisson arrival times; " + drawn_by
     if b.length_jitter_frac > 0:
         drawn.append("request lengths (length_jitter_frac)")
     if b.request_rate_per_s is not None:

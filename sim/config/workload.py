@@ -17,6 +17,24 @@ from sim.config.base import MAX_DURATION_S, StrictModel
 from sim.config.errors import Problem, field_error, raise_problems
 
 
+class ClientDraw(StrictModel):
+    """Lengths drawn as a named benchmark client draws them (sim.workload.bench_clients): the
+    published run's own sample, request by request. `isl_tokens` / `osl_tokens` are then the
+    client's full lengths (`--random-input-len` / `--random-output-len`) and `workload.max_requests`
+    its `--num-prompts`."""
+
+    client: Literal["sglang_bench_serving_random"] = Field(
+        description="SGLang `bench_serving --dataset-name random` (v0.5.15)"
+    )
+    seed: int = Field(42, ge=0, lt=2**32, description="the client's --seed (42: bench_serving's default)")
+    range_ratio: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the client's --random-range-ratio (0.0: its default, lengths in [1, full])",
+    )
+
+
 class Benchmark(StrictModel):
     """A benchmark client: fixed-shape requests in sessions of `turns_per_session` turns, each turn
     after the first repeating `prefix_reuse_frac` of its input from the previous turn's context."""
@@ -37,6 +55,9 @@ class Benchmark(StrictModel):
     turns_per_session: int = Field(
         20, ge=1, description="turns of one session; its first turn shares nothing with earlier ones"
     )  # a choice [D]: with 0.9 reuse, 20 turns give 85.5% reused input over all requests
+    lengths_drawn_by: ClientDraw | None = Field(
+        None, description="each request's lengths as this client draws them (replaces length_jitter_frac)"
+    )
 
     @model_validator(mode="after")
     def _one_load(self) -> Benchmark:
@@ -45,6 +66,11 @@ class Benchmark(StrictModel):
             raise_problems(
                 [Problem("", f"{given} concurrency and request_rate_per_s given",
                          allowed="exactly one of: concurrency (closed loop), request_rate_per_s (open loop)")]
+            )  # fmt: skip
+        if self.lengths_drawn_by is not None and self.length_jitter_frac > 0:
+            raise_problems(
+                [Problem("length_jitter_frac", "the client draws the lengths (lengths_drawn_by); no jitter on top",
+                         self.length_jitter_frac, "0 with lengths_drawn_by")]
             )  # fmt: skip
         return self
 
@@ -109,6 +135,15 @@ class Workload(StrictModel):
             problems.append(
                 Problem("horizon_s", "a benchmark runs until horizon_s or max_requests; give one",
                         allowed="horizon_s > warmup_s, or max_requests")
+            )  # fmt: skip
+        if (
+            self.benchmark is not None
+            and self.benchmark.lengths_drawn_by is not None
+            and self.max_requests is None
+        ):
+            problems.append(
+                Problem("max_requests", "the client draws one length per prompt it sends: give its prompt count",
+                        allowed="max_requests: the client's --num-prompts")
             )  # fmt: skip
         if self.days is not None and self.generator is None:
             problems.append(Problem("days", "days applies to a generator only", self.days))

@@ -8,7 +8,8 @@ when the replay mode says.
   treated as absolute.
 
 A benchmark client (`BenchmarkArrivals`, the scenario's `workload.benchmark`) makes its requests
-as it goes instead of reading them: fixed-shape requests (lengths optionally jittered) in sessions
+as it goes instead of reading them: fixed-shape requests (lengths optionally jittered, or drawn
+request by request as a named client draws them: sim.workload.bench_clients) in sessions
 of `turns_per_session` turns, each turn after the first reusing `prefix_reuse_frac` of its input
 from the previous turn's context (its KV, wherever the cache tiers still hold it).
 - closed loop: `concurrency` requests are in flight from time 0; when one ends (completed or
@@ -50,6 +51,7 @@ import pyarrow.compute as pc
 from sim.cluster.cluster import Cluster
 from sim.cluster.events import EventLoop
 from sim.core.request import Request, lineage_key, shared_key
+from sim.workload.bench_clients import ClientLengths
 from sim.workload.io import iter_session_batches
 from sim.workload.schema import ARRIVAL_ABSOLUTE
 
@@ -417,6 +419,7 @@ class BenchmarkArrivals(Arrivals):
         think_s: float,
         length_jitter_frac: float,
         turns_per_session: int,
+        client_lengths: ClientLengths | None,
         rng: Any,
         warmup_s: float,
         horizon_s: float | None,
@@ -443,6 +446,7 @@ class BenchmarkArrivals(Arrivals):
         self.think_s = think_s
         self.jitter = length_jitter_frac
         self.turns_per_session = turns_per_session
+        self.client_lengths = client_lengths  # the k-th request sent takes the k-th draw
         self.rng = rng
         self._next_rid = 0
         self._next_sid = 0
@@ -476,8 +480,13 @@ class BenchmarkArrivals(Arrivals):
         return max(1, int(round(nominal * (1.0 + u))))
 
     def _issue(self, sess: _BenchSession, time_s: float) -> None:
-        inp = self._length(self.isl_tokens)
-        out = self._length(self.osl_tokens)
+        drawn = self.client_lengths
+        if drawn is not None:  # max_requests is the draw's length (sim.config.workload)
+            inp = drawn.input_tokens[self._next_rid]
+            out = drawn.output_tokens[self._next_rid]
+        else:
+            inp = self._length(self.isl_tokens)
+            out = self._length(self.osl_tokens)
         turn = sess.turns
         lineage = lineage_key(sess.sid, 0)
         prefix = 0

@@ -61,6 +61,31 @@ def test_open_loop_rate_and_same_seed_same_bytes(tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+def test_a_named_clients_draws_give_each_request_its_lengths_in_the_order_sent(tmp_path):
+    """`lengths_drawn_by`: the k-th request sent has the k-th of the client's draws (sim.workload.bench_clients),
+    whatever the scenario's seed, and the run otherwise draws nothing."""
+    from sim.workload.bench_clients import sglang_random_lengths
+
+    bench = {"isl_tokens": 2048, "osl_tokens": 64, "length_jitter_frac": 0.0, "turns_per_session": 1,
+             "lengths_drawn_by": {"client": "sglang_bench_serving_random", "seed": 7}}  # fmt: skip
+    drawn = sglang_random_lengths(2048, 64, 12, 0.0, 7)
+    tables = []
+    for seed in (3, 4):
+        scn = scenario(**{"workload.benchmark": bench, "workload.max_requests": 12, "workload.horizon_s": None,
+                          "workload.warmup_s": 0, "seed": seed})  # fmt: skip
+        run_scenario(scn, out_dir=tmp_path / str(seed))
+        t = pq.read_table(tmp_path / str(seed) / "deepseek-v4-flash" / "requests.parquet").to_pandas()
+        tables.append(t.sort_values("request_id"))
+    t = tables[0]
+    assert (t["status"] == "completed").all() and len(t) == 12
+    assert t["input_tokens"].tolist() == list(drawn.input_tokens)
+    assert t["output_tokens"].tolist() == list(drawn.output_tokens)
+    assert len(set(t["input_tokens"])) > 6  # drawn in [1, 2048], not the nominal length
+    assert (
+        tables[1]["input_tokens"].tolist() == t["input_tokens"].tolist()
+    )  # the client's seed, not the scenario's
+
+
 def test_pool_in_instances_pays_per_gpu():
     one = scenario()
     two = scenario(**{"cluster.pools[name=worker]": {"instances": 2}})
@@ -85,6 +110,23 @@ def test_pool_in_instances_pays_per_gpu():
         ({"workload.trace": "x.parquet"}, "workload.trace"),
         ({"workload.benchmark": {"prefix_reuse_frac": 1.5}}, "workload.benchmark.prefix_reuse_frac"),
         ({"cluster.pools[name=worker]": {"nodes": 1}}, "both nodes and instances given"),
+        (
+            {"workload.benchmark": {"lengths_drawn_by": {"client": "sglang_bench_serving_random"}}},
+            "workload.benchmark.length_jitter_frac: the client draws the lengths",
+        ),
+        (
+            {
+                "workload.benchmark": {
+                    "length_jitter_frac": 0.0,
+                    "lengths_drawn_by": {"client": "sglang_bench_serving_random"},
+                }
+            },
+            "workload.max_requests: the client draws one length per prompt it sends",
+        ),
+        (
+            {"workload.benchmark": {"length_jitter_frac": 0.0, "lengths_drawn_by": {"client": "vllm_bench"}}},
+            "workload.benchmark.lengths_drawn_by.client",
+        ),
         (
             {"cluster.pools[name=worker]": {"instances": 1, "gpus_per_instance": 16, "dp": 16, "ep": 16}},
             "an instance cannot span nodes",

@@ -1,0 +1,45 @@
+"""The request lengths a named benchmark client draws, reproduced draw for draw.
+
+A published serving point was measured on one particular sample of request lengths: the client's
+own, from its own seed. With few prompts the sample's mean is far from the nominal one (SGLang's
+cookbook sends 32 prompts at concurrency 1 and 16: at bench_serving's default seed their mean
+output is 570 tokens, not 512, and their median input 5,210, not 4,096), so the simulator replays
+that sample instead of drawing its own.
+
+`sglang_random_lengths` follows SGLang v0.5.15's `bench_serving --dataset-name random`:
+`sglang/benchmark/serving.py` seeds numpy with `--seed` (default 42) before anything else draws,
+then `compute_random_lens` (`sglang/benchmark/datasets/common.py`) draws the input lengths and
+then the output lengths, each `np.random.randint(max(int(len * range_ratio), 1), len + 1,
+size=num_prompts)`; the requests go out in that order (one asyncio task each, a semaphore of
+`--max-concurrency` slots taken in order). `sample_random_requests` then shortens each text
+prompt by the tokenizer's special tokens, which the server's tokenizer adds back (DeepSeek's BOS):
+the server sees the drawn input length [D, a text round trip may move it by a token].
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class ClientLengths(NamedTuple):
+    """Input and output tokens of each request, in the order the client sends them."""
+
+    input_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+
+
+def sglang_random_lengths(
+    input_len_tokens: int, output_len_tokens: int, num_prompts: int, range_ratio: float, seed: int
+) -> ClientLengths:
+    """SGLang bench_serving's `random` dataset lengths (module doc): `--random-input-len`,
+    `--random-output-len`, `--num-prompts`, `--random-range-ratio`, `--seed`."""
+    state = np.random.RandomState(seed)  # the legacy generator np.random.seed drives
+
+    def draw(full_tokens: int) -> tuple[int, ...]:
+        low = max(int(full_tokens * range_ratio), 1)
+        return tuple(int(n) for n in state.randint(low, full_tokens + 1, size=num_prompts))
+
+    inputs = draw(input_len_tokens)
+    return ClientLengths(inputs, draw(output_len_tokens))
