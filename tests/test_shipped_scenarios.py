@@ -53,7 +53,7 @@ def _absolute_paths(data: dict[str, Any], folder: Path) -> None:
 def _short(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A scenario mapping cut short: a trace or generator to its first 30 requests, measured from the
     start; a benchmark client to its first 30 simulated seconds, all measured (at a high concurrency every
-    request of so short a run arrives at once). The capacity search of `sim run` is off: each of its points
+    request of so short a run arrives at once), and a client drawing its own lengths to at most 30 prompts. The capacity search of `sim run` is off: each of its points
     regenerates the whole workload at another rate, which no request cap shortens (tests/capacity checks
     the search on a small scenario)."""
     _absolute_paths(data, folder)
@@ -61,7 +61,9 @@ def _short(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     workload = data["workload"]
     if "benchmark" in workload:
         workload.update(warmup_s=0, horizon_s=30)
-        workload.pop("max_requests", None)
+        prompts = workload.pop("max_requests", None)
+        if workload["benchmark"].get("lengths_drawn_by"):  # the client draws one length per prompt sent
+            workload["max_requests"] = min(prompts, 30)
     else:
         workload.update(warmup_s=0, max_requests=30)
     cells = data.get("cluster", {}).get("cells")
