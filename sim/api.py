@@ -37,6 +37,7 @@ from sim.cluster.simpy_loop import SimPyLoop
 from sim.config.engine_rules import scenario_refusal
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
+from sim.config.workload import Benchmark
 from sim.errors import InputError
 from sim.extensions import event_loop_of, load_extensions, start_extensions
 from sim.metrics.invariants import check_run
@@ -302,7 +303,7 @@ def _arrivals(scn: Scenario, trace: Path | None, seed: int, sim, sessions: Sessi
     )
 
 
-def _client_lengths(b, prompts: int | None) -> ClientLengths | None:
+def _client_lengths(b: Benchmark, prompts: int | None) -> ClientLengths | None:
     """The named client's own draws (`benchmark.lengths_drawn_by`), one per prompt it sends."""
     draw = b.lengths_drawn_by
     if draw is None or prompts is None:  # the config requires max_requests with a draw
