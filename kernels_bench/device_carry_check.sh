@@ -16,6 +16,8 @@
 #          needs SITE and DeepGEMM)
 #   host   the host's time to issue the eager production pass, op by op and per launch, and bare library calls
 #          (production.host_issue; needs SITE and DeepGEMM; docs/carry/eager)
+#   sync   the eager production pass with and without a host wait in every MoE layer, as DeepEP's normal dispatch
+#          waits (production.sync_exposure; needs SITE and DeepGEMM; docs/carry/eager)
 # SITE_DIR=<folder> instead of SITE: the site already unpacked there (the site beside the tracked tree is over one
 # call's 64 MiB: carry it in two parts, each unpacked by its own call into an ignored folder such as .whl/u, which
 # the warm machine keeps between calls; docs/carry/eager/README.md).
@@ -43,7 +45,7 @@ elif [ -n "${SITE:-}" ] && [ ! -f /tmp/site/flash_mla/__init__.py ]; then
 fi
 export PYTHONPATH=/tmp/site:$DG_DIR/DeepGEMM:$PWD DG_JIT_CACHE_DIR=$DG_DIR/jit
 export NVCC_VERSION=$("$CUDA_HOME/bin/nvcc" --version | grep -o "release [0-9.]*, V[0-9.]*") DEEPGEMM_COMMIT=54e2261
-if has dg || has fwd || has moe || has host; then
+if has dg || has fwd || has moe || has host || has sync; then
   ( DG_SRC=$DG_SRC DG_DIR=$DG_DIR bash kernels_bench/production/build_deepgemm.sh > "$R/deepgemm_build.txt" 2>&1 ) &
   BUILD=$!
 fi
@@ -73,13 +75,20 @@ if has fwd; then
   python3 -m kernels_bench.production.forward --out "$R/fwd" --commit "$COMMIT" --budget-s "${BUDGET_FWD:-150}" 2>&1 | tail -12
   el "forward done"; pack
 fi
-if has host; then
+if has host || has sync; then
   printf '%s\n' dg_dense:V4:wq_a dg_moe:V4:moe_gate_up dg_indexer_prefill dg_wo_a dg_hc_prenorm |
     xargs -P 5 -I{} timeout 240 python3 -m kernels_bench.production.run --out /tmp/warm --warm {} \
     > "$R/host_warm.txt" 2>&1
   el "host JIT warm rc=$?"
+fi
+if has host; then
   python3 -m kernels_bench.production.host_issue --out "$R/host" --commit "$COMMIT" 2>&1 | tail -20
   el "host issue done"; pack
+fi
+if has sync; then
+  python3 -m kernels_bench.production.sync_exposure --out "$R/sync" --commit "$COMMIT" --budget-s "${BUDGET_SYNC:-300}" \
+    2>&1 | tail -14
+  el "sync exposure done"; pack
 fi
 if has serve; then
   for spec in deepseek-v4-flash-mini deepseek-v4.1-flash-mini; do

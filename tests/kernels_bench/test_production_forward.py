@@ -155,3 +155,39 @@ def test_the_csv_reads_back_cells_holding_commas_and_quotes(tmp_path):
     assert text.startswith("# commit: abc\n")
     rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
     assert rows == [{"call": "a, b", "note": 'say "x"'}]
+
+
+# ---- a host wait in every MoE layer (kernels_bench.production.sync_exposure; the GPU run is a device call) ----
+
+
+def test_the_pipeline_is_the_slower_queue_without_waits():
+    from kernels_bench.production.sync_exposure import Op, pipeline_s
+
+    host_bound = [Op(1.0, 0.2, False)] * 10
+    gpu_bound = [Op(0.2, 1.0, False)] * 10
+    assert pipeline_s(host_bound) == pytest.approx(10.0 + 0.2)  # the last op's kernels after its issue
+    assert pipeline_s(gpu_bound) == pytest.approx(0.2 + 10.0)  # the first issue before the GPU starts
+
+
+def test_a_wait_exposes_the_work_ordered_behind_it():
+    from kernels_bench.production.sync_exposure import Op, pipeline_s
+
+    # a layer: many cheap-to-run ops the host takes long to issue, then one heavy kernel, then the wait
+    layer = [Op(1.0, 0.1, False)] * 3 + [Op(0.1, 3.0, True)]
+    free = pipeline_s([op._replace(wait=False) for op in layer] * 4)
+    waited = pipeline_s(layer * 4)
+    assert free == pytest.approx(3.1 + 3.0 + 3 * (0.3 + 3.0))  # the host issues ahead while heavy kernels run
+    assert waited == pytest.approx(4 * (3.1 + 3.0))  # each layer: the issue, then the heavy kernel, serially
+    assert waited > free
+    # a wake-up latency is paid once per wait
+    assert pipeline_s(layer * 4, wait_latency_s=0.5) == pytest.approx(waited + 4 * 0.5)
+
+
+def test_the_wait_follows_each_layers_routing():
+    from kernels_bench.production.sync_exposure import WAIT_AFTER, wait_ops
+
+    stack = fw.Stack(KINDS, SMALL, fw.RefKernels(), mode="prefill", batch=1, context=1024, chunk=32, device="cpu")
+    ops = wait_ops(stack)
+    names = [name for _, name, _ in ops]
+    assert names.count("dispatch_wait") == len(KINDS)
+    assert all(names[i - 1] == WAIT_AFTER for i, n in enumerate(names) if n == "dispatch_wait")
