@@ -235,6 +235,16 @@ def measure_stack(name: str, kinds: list[str], kern) -> tuple[list[dict], dict]:
     return rows, summary
 
 
+def host_provenance(commit: str | None) -> dict:
+    """The production stack's provenance with the host's CPU and the GPU named: host timings depend on both."""
+    from kernels_bench.production.run import production_provenance
+
+    prov = production_provenance(commit)
+    prov["cpu_model"] = cpu_model()
+    prov["gpu"] = torch.cuda.get_device_name()
+    return prov
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -270,12 +280,9 @@ def main(argv=None) -> int:
         )
         return 2
     from kernels_bench import report
-    from kernels_bench.production.run import production_provenance
 
     args.out.mkdir(parents=True, exist_ok=True)
-    prov = production_provenance(args.commit)
-    prov["cpu_model"] = cpu_model()
-    prov["gpu"] = torch.cuda.get_device_name()
+    prov = host_provenance(args.commit)
     kern = fw.GpuKernels()
     op_rows, summaries = [], []
     for name, kinds in STACKS.items():

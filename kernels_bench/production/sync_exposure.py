@@ -179,13 +179,10 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    from kernels_bench.production.host_issue import cpu_model, write_csv
-    from kernels_bench.production.run import production_provenance
+    from kernels_bench.production.host_issue import host_provenance, write_csv
 
     args.out.mkdir(parents=True, exist_ok=True)
-    prov = production_provenance(args.commit)
-    prov["cpu_model"] = cpu_model()
-    prov["gpu"] = torch.cuda.get_device_name()
+    prov = host_provenance(args.commit)
     kern = fw.GpuKernels()
     rows: list[dict] = []
     t0 = time.monotonic()

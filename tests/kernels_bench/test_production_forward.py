@@ -186,7 +186,9 @@ def test_a_wait_exposes_the_work_ordered_behind_it():
 def test_the_wait_follows_each_layers_routing():
     from kernels_bench.production.sync_exposure import WAIT_AFTER, wait_ops
 
-    stack = fw.Stack(KINDS, SMALL, fw.RefKernels(), mode="prefill", batch=1, context=1024, chunk=32, device="cpu")
+    stack = fw.Stack(
+        KINDS, SMALL, fw.RefKernels(), mode="prefill", batch=1, context=1024, chunk=32, device="cpu"
+    )
     ops = wait_ops(stack)
     names = [name for _, name, _ in ops]
     assert names.count("dispatch_wait") == len(KINDS)
