@@ -1,4 +1,5 @@
-"""What a host wait in every MoE layer costs an eager V4 pass (issue 29, docs/carry/eager "A host wait a layer").
+"""What a host wait in every MoE layer costs an eager V4 pass (issue 29, docs/carry/eager/README.md
+"A host wait in every MoE layer": measured 2026-12-06, it adds 0-4 %).
 
 SGLang v0.5.15's DeepEP normal dispatch (`--moe-a2a-backend deepep`, every step holding a prefill chunk) makes the
 host wait for the GPU once per MoE layer: DeepEP's `intranode_dispatch` busy-polls the receive counts that its
@@ -13,7 +14,8 @@ above the host's:
 - `eager_us` / `eager_wait_us`: the eager pass's wall time (host clock, synchronised before and after), without
   and with a stream synchronisation after each layer's routing, where DeepEP's dispatch would wait;
 - the same two walls predicted by `pipeline_s` from each op's host issue time and GPU time (torch.profiler: the
-  device time of the kernels each op launches) -- the check that the two-queue model explains the measurement.
+  device time of the kernels each op launches) -- the check that the two-queue model explains the measurement
+  (it did not within 10 %: eager ops' profiled device times sum above the graph's).
 
     python3 -m kernels_bench.production.sync_exposure --out DIR [--commit SHA]
 """
