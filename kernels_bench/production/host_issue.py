@@ -100,21 +100,30 @@ def op_host_us(stack: fw.Stack, passes: int = 9) -> list[float]:
     return [statistics.median(t) for t in times]
 
 
-def op_launches(stack: fw.Stack) -> list[int]:
-    """Launch calls inside each op's range in one profiled eager pass (zero on a CPU-only machine)."""
+OP_RANGE = "hostissue_op#"  # the profiler range each op of a profiled pass runs in, then its index
+
+
+def profiled_pass(stack: fw.Stack) -> list:
+    """The profiler's events of one eager pass, each op inside its own `OP_RANGE` range (CUDA activity too
+    where there is a GPU)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     stack.reset()
     with profile(activities=acts) as prof:
         for i, (_, _, fn) in enumerate(stack.op_list):
-            with record_function(f"hostissue_op#{i}"):
+            with record_function(f"{OP_RANGE}{i}"):
                 fn()
         _sync()
+    return list(prof.events())
+
+
+def op_launches(stack: fw.Stack) -> list[int]:
+    """Launch calls inside each op's range in one profiled eager pass (zero on a CPU-only machine)."""
     ranges, launches = [], []
-    for e in prof.events():
-        if e.name.startswith("hostissue_op#"):
-            ranges.append((e.time_range.start, e.time_range.end, int(e.name.split("#")[1])))
+    for e in profiled_pass(stack):
+        if e.name.startswith(OP_RANGE):
+            ranges.append((e.time_range.start, e.time_range.end, int(e.name[len(OP_RANGE) :])))
         elif is_launch(e.name):
             launches.append(e.time_range.start)
     return attribute_launches(ranges, launches, len(stack.op_list))

@@ -72,16 +72,16 @@ class Op(NamedTuple):
     wait: bool  # the host waits for the GPU to drain after issuing it
 
 
-def pipeline_s(ops: Sequence[Op], wait_latency_s: float = 0.0) -> float:
+def pipeline_s(ops: Sequence[Op]) -> float:
     """Wall time of a pass issued op by op: each op's kernels start once the host has issued it and the GPU has
-    finished the op before; after an op marked `wait` the host waits until the GPU is done (plus
-    `wait_latency_s`, the wake-up), then goes on. The pass ends when both the host and the GPU are done."""
+    finished the op before; after an op marked `wait` the host waits until the GPU is done, then goes on. The
+    pass ends when both the host and the GPU are done."""
     host = gpu = 0.0
     for op in ops:
         host += op.host_s
         gpu = max(gpu, host) + op.gpu_s
         if op.wait:
-            host = max(host, gpu) + wait_latency_s
+            host = max(host, gpu)
     return max(host, gpu)
 
 
@@ -115,21 +115,13 @@ def wall_us(stack: fw.Stack, ops: list, passes: int = 9) -> float:
 
 def op_times(stack: fw.Stack) -> list[Op]:
     """Each op's host issue time (median over passes, no wait inside) and its kernels' device time (profiler)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    from kernels_bench.production.host_issue import op_host_us
+    from kernels_bench.production.host_issue import OP_RANGE, op_host_us, profiled_pass
 
     host = op_host_us(stack)
-    stack.reset()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for i, (_, _, fn) in enumerate(stack.op_list):
-            with record_function(f"syncexp_op#{i}"):
-                fn()
-        torch.cuda.synchronize()
     gpu = [0.0] * len(stack.op_list)
-    for e in prof.events():
-        if e.name.startswith("syncexp_op#"):
-            gpu[int(e.name.split("#")[1])] = e.device_time_total
+    for e in profiled_pass(stack):
+        if e.name.startswith(OP_RANGE):
+            gpu[int(e.name[len(OP_RANGE) :])] = e.device_time_total
     return [
         Op(h * 1e-6, g * 1e-6, name == WAIT_AFTER)
         for h, g, (_, name, _) in zip(host, gpu, stack.op_list, strict=True)
