@@ -32,7 +32,12 @@ from sim.cluster.instance import Instance
 from sim.cluster.link import FifoLink, SharedLink
 from sim.config.cache import LINK_OWNER, TierPath
 from sim.config.cluster import Pool
-from sim.config.engine_rules import LayerShape, custom_allreduce_max_bytes, eager_prefill_launches
+from sim.config.engine_rules import (
+    LayerShape,
+    custom_allreduce_max_bytes,
+    eager_prefill_launches,
+    swa_checkpoints,
+)
 from sim.errors import InputError
 from sim.hardware import HwProfile, load_hw
 from sim.kvcache.paths import kv_regions_per_block, link_lanes, path_cost, path_rates
@@ -136,7 +141,19 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
     )
     if swa.every_token:
         rules = rules.with_window_in_blocks()
-    return CachePolicy(family=family, **asdict(rules), **common)
+    return CachePolicy(family=family, **asdict(rules), **common, swa_checkpoints=_swa_checkpoints(scn, rules))
+
+
+def _swa_checkpoints(scn, rules) -> str:
+    """Where the prefix cache keeps V4's windows: `cache.swa_checkpoints`, else the rule of the engine of the
+    first pool that prefills (hits are looked up where prompts are computed), else sequence_ends. A family
+    with an SWA pool (V4.1) keeps its own rules (model.md §10)."""
+    if scn.cache.swa_checkpoints is not None:
+        return scn.cache.swa_checkpoints
+    if rules.swa_pool:
+        return "sequence_ends"
+    prefilling = next(p for p in scn.cluster.pools if p.role != "decode")
+    return swa_checkpoints(scn.pool_engine(prefilling)) or "sequence_ends"
 
 
 def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool) -> float:

@@ -342,6 +342,8 @@ class Instance:
             plan = plan_prefix(store, req, self.index, now)
             pinned = 0.0
             if plan is not None:
+                req.swa_junction_tokens = plan.junction_tokens
+            if plan is not None and plan.tokens:
                 key, tokens, hbm_tokens = plan.key, plan.tokens, plan.hbm_tokens
                 if hbm_tokens:
                     if plan.shared:
@@ -752,6 +754,7 @@ class Instance:
             now_s=now,
             persist=True,
             prompt_tokens=req.input_tokens,
+            junction_tokens=req.swa_junction_tokens,
             shared_key=req.shared_key,
             shared_held=shared_held,
         )

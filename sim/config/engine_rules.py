@@ -4,7 +4,8 @@ own) decides, each rule with the source it was read from and the engine versions
 A profile decides, per pool: how a colocated step combines prefill chunks with the running decodes
 (`step_composition`; `dp_step_composition` where it differs on a colocated DP-attention pool without
 speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`) and the
-running-request cap (`dp_running_cap`), the KV block size, and which speculative-decoding /
+running-request cap (`dp_running_cap`), the KV block size, where its prefix cache keeps DeepSeek-V4's sliding
+windows (`swa_checkpoints`), and which speculative-decoding /
 disaggregation / context-parallel combinations the engine starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
 named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
 refusal names its source and the version it was read from. The simulator would still simulate a
@@ -36,12 +37,14 @@ if TYPE_CHECKING:
 # release first ships that code is not identified [D], so the version is named by its commit.
 VERSIONS: dict[str, tuple[str, ...]] = {
     "sglang": ("0.5.15", "0.5.16", "main@006cbb66"),
-    "vllm": ("0.26.0", "0.28.1"),
+    "vllm": ("0.23.0", "0.26.0", "0.28.1"),
 }
 VERSION_SOURCES: dict[str, str] = {
     "sglang 0.5.15": "the SGLang cookbook's DeepSeek-V4 benchmark table (deepseek-v4-benchmarks.jsx) was measured on it",
     "sglang 0.5.16": "sglang PR #33083 (DeepSeek-V4-Flash-0731 recipe, test environment v0.5.16)",
     "sglang main@006cbb66": "sglang main at commit 006cbb66, deepseek_v4_hook.py read for issue 29",
+    "vllm 0.23.0": "NVIDIA Dynamo 1.3.0's vllm-runtime image ships it (docs.nvidia.com/dynamo/v1.3.0 release "
+    "artifacts and support matrix), the image of Dynamo's DeepSeek-V4 recipes",
     "vllm 0.26.0": "vllm issue #51758 (V4-Flash DSpark on vLLM 0.26.0)",
     "vllm 0.28.1": "vllm issue #56797 (V4.1-Flash DSpark on vLLM 0.28.1rc1)",
 }
@@ -283,6 +286,40 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sglang",
         VERSIONS["sglang"],
+        "swa_checkpoints",
+        "sequence_ends",
+        "stands in for SGLang's own rule, not read exactly [D]: its SWA radix cache keeps a DeepSeek-V4 window "
+        "where the prompt and the sequence end (and, since #34653, 2026-08, at chunk ends; before it every prompt "
+        "page stays until the SWA pool, --swa-full-tokens-ratio of the full one, evicts it), and a match whose "
+        "window is gone shrinks to the deepest live one (SWAComponent.create_match_validator); sim rebuilds the "
+        "window's receptive field instead, 5,632 tokens, the recompute of sgl-project/sglang#31713 "
+        "(SGLANG_OPT_SWA_RECOMPUTE_WINDOW), which is open and off: about the half chunk a fallback to the last chunk "
+        "end recomputes [B, read for issue 29 at sglang main 0057abea]",
+    ),
+    Rule(
+        "vllm",
+        ("0.23.0", "0.26.0"),
+        "swa_checkpoints",
+        "every_block",
+        "vllm #42258 hashes the window blocks before every 256-token boundary and #43447 keeps them by default "
+        "(VLLM_PREFIX_CACHE_RETENTION_INTERVAL unset: 'dense local checkpointing'; in 0.23.0's release notes); "
+        "BlockPool.free_blocks leaves a slid-out block's hash until get_new_blocks reuses it, so a V4 hit at any "
+        "boundary whose blocks are still in HBM reads its window (SlidingWindowManager.find_longest_cache_hit) and "
+        "recomputes nothing [B]; 0.26.0 assumed to predate #52216 [D]",
+    ),
+    Rule(
+        "vllm",
+        ("0.28.1",),
+        "swa_checkpoints",
+        "prompt_ends",
+        "vllm #52216 (merged 2026-08-17): prefix_cache_retention_interval defaults to 0, 'retains only semantic "
+        "checkpoints, including the latest replay boundary and shared-prefix junctions': a V4 window is kept at "
+        "each request's prompt end, and a hit elsewhere falls back to that boundary or to nothing (no replay "
+        "path for V4; #56227's bounded replay is V4.1's) [B]; which release first ships #52216 is not verified [D]",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
         "max_running_requests",
         "256",
         f"{_HOOK} apply_deepseek_v4_defaults: max_running_requests 256 when unset (read at main@006cbb66); "
@@ -410,6 +447,12 @@ def custom_allreduce_max_bytes(
         table = VLLM_FAST_ALLREDUCE_MAX_MIB.get(compute_capability, {})
         return table.get(tp, VLLM_CUSTOM_ALLREDUCE_MAX_MIB) * 2**20
     return float(value)
+
+
+def swa_checkpoints(engine: Engine | None) -> str | None:
+    """Where `engine`'s prefix cache keeps DeepSeek-V4's sliding windows (sim.kvcache.lookup), or None with no
+    engine named."""
+    return _engine_value(engine, "swa_checkpoints")
 
 
 def eager_prefill_launches(

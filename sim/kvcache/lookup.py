@@ -26,9 +26,15 @@ parent's input up to the last block boundary, not its output (Weka dev trace: ev
 inside the parent's input, 95 % in its last 64-token block). A hit elsewhere needs a window the
 engine no longer holds, so it is recomputed: `swa_replay_tokens` cached tokens re-run - V4.1's
 bounded replay of 128 (vLLM #56227), V4's exact rebuild of the window's receptive field (SGLang
-#31713). Assumptions [D]: blocks that slid out of the window are freed at once (SGLang's SWA radix
-cache; an engine leaving them cached until evicted, like vLLM's free queue, would serve deeper
-hits); the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two, nor
+#31713). That is V4's `swa_checkpoints: sequence_ends`, SGLang's rule; an engine that keeps V4's windows
+elsewhere reads them there and never replays (sim.config.engine_rules, `_at_checkpoint`): `every_block`
+(vLLM 0.23-0.26: the window blocks before every block boundary keep their hash until reused, so a hit
+served from HBM is whole; below HBM it ends at the last prompt checkpoint) and `prompt_ends` (vLLM 0.28:
+windows only at each request's prompt end, (prompt - 1) rounded down to a block, and where a request's hit
+ended; a hit elsewhere ends at the deepest such checkpoint or misses, and the engine then keeps a window
+there, #47782). Assumptions [D]: under sequence_ends, blocks that slid out of the window are freed at once
+(SGLang's SWA radix cache); under every_block the kept window blocks cost no HBM (they sit among the
+evictable free blocks, and are taken to live as long as the copy's own blocks); the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two, nor
 the up to block_tokens - 1 extra slots of their blocks. The block size decides a lot: with 256-token
 blocks a hit rounded down from the 64-token blocks of real traces finds its window about half the
 time (the prompt's last 256-block boundary is more than 128 tokens back otherwise); with 64, always.
@@ -46,7 +52,9 @@ class Plan:
     """Where a request's cached prefix comes from (a plain class: one is made per request, and
     compiled code builds it natively, where a dataclass would run its generated `__init__`)."""
 
-    __slots__ = ("key", "tokens", "tier", "hbm_tokens", "load_bytes", "swa_node", "replay_tokens", "shared")
+    __slots__ = (
+        "key", "tokens", "tier", "hbm_tokens", "load_bytes", "swa_node", "replay_tokens", "shared", "junction_tokens",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -58,6 +66,7 @@ class Plan:
         swa_node: int,  # V4.1: the node whose SWA pool restores the window (-1: none)
         replay_tokens: int,  # cached tokens recomputed to rebuild the window
         shared: bool,  # a shared prompt prefix, not the lineage's own context
+        junction_tokens: int = 0,  # prompt_ends: the longer hit the window cut short, kept as a checkpoint
     ) -> None:
         self.key = key
         self.tokens = tokens
@@ -67,6 +76,7 @@ class Plan:
         self.swa_node = swa_node
         self.replay_tokens = replay_tokens
         self.shared = shared
+        self.junction_tokens = junction_tokens
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -136,6 +146,8 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
     if best is None:
         return None
     tokens, cached = best_tokens, best_cached
+    if p.swa_checkpoints != "sequence_ends" and p.swa_replay_tokens and not p.swa_pool and not shared:
+        return _at_checkpoint(store, best, inst, now_s, tokens)
     tier = _fastest(store, best, inst, now_s, tokens)
     slot = hbm_slot(best, inst)
     hbm_tokens = min(slot.tokens, tokens) if slot is not None else 0
@@ -158,3 +170,39 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
     if not restorable or (tier and not p.swa_persisted_with_prefix and swa_node < 0):
         replay = min(p.swa_replay_tokens, tokens)
     return Plan(best.key, tokens, tier, hbm_tokens, load_bytes, swa_node, replay, shared)
+
+
+def prompt_checkpoint(prompt_tokens: int, block_tokens: int) -> int:
+    """Where an engine keeping windows at prompt ends keeps one for a prompt of `prompt_tokens`: the last
+    block boundary a hit can reach, short of the last prompt token (vLLM's replay boundary,
+    (num_prompt_tokens - 1) rounded down to a block); 0 for no prompt."""
+    return (prompt_tokens - 1) // block_tokens * block_tokens if prompt_tokens > 0 else 0
+
+
+def _at_checkpoint(store: KVStore, e: Entry, inst: int, now_s: float, tokens: int) -> Plan | None:
+    """A hit of `tokens` of `e` on an engine that reads V4's windows where it kept them and never replays
+    (`swa_checkpoints` every_block or prompt_ends, module doc): served from HBM under every_block it is
+    whole; otherwise it ends at the deepest checkpoint at or before `tokens` (the lineage's last prompt
+    end, or under prompt_ends the junction an earlier turn kept), or there is none. Under prompt_ends the
+    plan carries the junction this request keeps (a plan of 0 tokens where only that is left)."""
+    p = store.policy
+    slot = hbm_slot(e, inst)
+    in_hbm = slot is not None and slot.tokens >= tokens
+    # prompt_ends: after this request the window at the full hit is kept either way, read or pinned where the
+    # hit was cut short (#47782); its blocks are the same for every later turn repeating that far
+    junction = tokens if p.swa_checkpoints == "prompt_ends" else 0
+    if not (in_hbm and p.swa_checkpoints == "every_block"):
+        kept = prompt_checkpoint(e.prompt_tokens, p.block_tokens)
+        if kept > tokens:
+            kept = 0
+        if junction and kept < e.junction_tokens <= tokens:
+            kept = e.junction_tokens
+        tokens = kept
+        if tokens <= 0:
+            return Plan(e.key, 0, 0, 0, 0.0, -1, 0, False, junction) if junction else None
+    tier = _fastest(store, e, inst, now_s, tokens)
+    hbm_tokens = min(slot.tokens, tokens) if slot is not None else 0
+    load_bytes = (
+        (tokens - hbm_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes if tier else 0.0
+    )
+    return Plan(e.key, tokens, tier, hbm_tokens, load_bytes, -1, 0, False, junction)

@@ -141,7 +141,9 @@ class Entry:
     copies' bytes, tokens and LRU places: sim.kvcache.tiers), so that using a copy finds it without a
     lookup by key."""
 
-    __slots__ = ("key", "hbm", "copies", "swa_node", "swa_slot", "prompt_tokens", "pins", "live")
+    __slots__ = (
+        "key", "hbm", "copies", "swa_node", "swa_slot", "prompt_tokens", "junction_tokens", "pins", "live",
+    )  # fmt: skip
 
     def __init__(self, key: int, tiers: int) -> None:
         self.key = key
@@ -153,6 +155,7 @@ class Entry:
         self.swa_node = -1  # V4.1: node whose SWA pool holds this lineage's ring
         self.swa_slot: Slot | None = None  # its ring's slot in that pool
         self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
+        self.junction_tokens = 0  # a window kept where its hit ended (sim.kvcache.lookup)
         self.pins = 0  # running requests using this entry
 
 
@@ -368,6 +371,7 @@ class KVStore:
         now_s: float,
         persist: bool,
         prompt_tokens: int = 0,
+        junction_tokens: int = 0,
         shared_key: int | None = None,
         shared_held: bool = False,
     ) -> None:
@@ -377,7 +381,8 @@ class KVStore:
         through to the write-through tiers and put V4.1's SWA ring in the node's pool. The window
         state is saved at the end of the request's input (`prompt_tokens`) and of its output
         (hardware.md §4.1 [A]: prefix units at both), so a later hit may end at either
-        (sim.kvcache.lookup). The shared prompt the request began with (`shared_key`; used in place
+        (sim.kvcache.lookup); an engine keeping windows at prompt ends also keeps one where the request's own
+        hit ended or was cut short (`junction_tokens`). The shared prompt the request began with (`shared_key`; used in place
         when `shared_held`), if cached there, becomes the most recently used: its blocks head every
         such request's context, so an engine frees them last (vLLM frees a request's blocks tail
         first) and they outlive the sessions' own runs."""
@@ -405,6 +410,7 @@ class KVStore:
             if self.policy.swa_pool:
                 self._put_swa(e, inst, now_s)
             e.prompt_tokens = prompt_tokens
+            e.junction_tokens = junction_tokens
             return
         # forgotten by the unpin (no copy kept anywhere): by key, making an entry only where one is written
         self.persist(key, inst, tokens, now_s)
@@ -412,6 +418,7 @@ class KVStore:
         f = self.entry(key)
         if f is not None:
             f.prompt_tokens = prompt_tokens
+            f.junction_tokens = junction_tokens
 
     def retain_shared(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """A shared prompt prefix of `tokens` just computed on `inst`: cache its whole blocks there
