@@ -146,8 +146,9 @@ def cache_policy(scn, family: str, spec, kv_layout: str | None) -> CachePolicy:
 
 def _swa_checkpoints(scn, rules) -> str:
     """Where the prefix cache keeps V4's windows: `cache.swa_checkpoints`, else the rule of the engine of the
-    first pool that prefills (hits are looked up where prompts are computed), else sequence_ends. A family
-    with an SWA pool (V4.1) keeps its own rules (model.md §10)."""
+    first pool that prefills (hits are looked up where prompts are computed), else sequence_ends (DeepSeek's
+    own prefix units, at the input's and the output's end, hardware.md §4.1). A family with an SWA pool
+    (V4.1) keeps its own rules (model.md §10)."""
     if scn.cache.swa_checkpoints is not None:
         return scn.cache.swa_checkpoints
     if rules.swa_pool:

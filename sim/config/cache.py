@@ -156,13 +156,14 @@ class _TierChain(StrictModel):
         "sequence (a hit whose window is gone recomputes it), every_token = every token's raw window row in "
         "its KV block (a hit recomputes nothing; the rows cost bytes per token)",
     )  # sim.model.kv.SwaPrefixState: SGLang and vLLM keep the window only [B]; the served mini keeps every row
-    swa_checkpoints: Literal["sequence_ends", "every_block", "prompt_ends"] | None = Field(
+    swa_checkpoints: Literal["sequence_ends", "every_block", "prompt_ends", "rebuild"] | None = Field(
         None,
         description="where a V4 model's windows stay cached, and what a hit without one does (sim.kvcache.lookup): "
-        "sequence_ends = where a sequence's input and output ended, elsewhere the window's receptive field is "
-        "recomputed; every_block = at every block boundary while the blocks are in HBM; prompt_ends = where each "
-        "request's prompt ended, elsewhere the hit falls back to that point or to nothing; null = the engine's "
-        "rule (sim scenario fields: swa_checkpoints), sequence_ends with no engine named",
+        "sequence_ends = where a request's prompt and its sequence ended, a hit elsewhere ends at the deepest of "
+        "them before it or misses; every_block = at every block boundary while the blocks are in HBM; "
+        "prompt_ends = at each request's prompt end and where a hit ended; rebuild = as sequence_ends, but a hit "
+        "elsewhere re-runs the window's receptive field (sgl-project/sglang#31713, opt-in, unmerged); null = the "
+        "engine's rule (sim scenario fields: swa_checkpoints), sequence_ends with no engine named",
     )
 
     @field_validator("tiers", mode="before")

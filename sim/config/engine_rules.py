@@ -285,16 +285,27 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "sglang",
-        VERSIONS["sglang"],
+        _SG_OLD,
+        "swa_checkpoints",
+        "every_block",
+        "DeepSeek-V4's SWA radix cache (UnifiedRadixCache, FULL + SWA components) inserts the prompt at prefill "
+        "with live windows on every page while SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS is off (its "
+        "default before #34653, 2026-08), and a match ends where its last page's window is live "
+        "(SWAComponent.create_match_validator); nothing is re-run on NVIDIA (swa_reprefill_tail_tokens is "
+        "ROCm-only) [B, read at main 0057abea and older environ.py copies]; the SWA pool "
+        "(--swa-full-tokens-ratio 0.1 of the full pool for V4) evicting windows first is not modelled [D]",
+    ),
+    Rule(
+        "sglang",
+        ("main@006cbb66",),
         "swa_checkpoints",
         "sequence_ends",
-        "stands in for SGLang's own rule, not read exactly [D]: its SWA radix cache keeps a DeepSeek-V4 window "
-        "where the prompt and the sequence end (and, since #34653, 2026-08, at chunk ends; before it every prompt "
-        "page stays until the SWA pool, --swa-full-tokens-ratio of the full one, evicts it), and a match whose "
-        "window is gone shrinks to the deepest live one (SWAComponent.create_match_validator); sim rebuilds the "
-        "window's receptive field instead, 5,632 tokens, the recompute of sgl-project/sglang#31713 "
-        "(SGLANG_OPT_SWA_RECOMPUTE_WINDOW), which is open and off: about the half chunk a fallback to the last chunk "
-        "end recomputes [B, read for issue 29 at sglang main 0057abea]",
+        "sglang #34653 (2026-08) frees a prompt's out-of-window slots at prefill (common."
+        "free_swa_out_of_window_slots), keeping the window before the prompt's end and before each chunk's end; "
+        "decode frees generated tokens' windows only (maybe_evict_swa, floored at the prompt), the finished "
+        "request keeps its sequence end's; a match whose window is gone shrinks to the deepest live one "
+        "(SWAComponent.create_match_validator) [B, read at main 0057abea, taken to hold at 006cbb66]; the chunk "
+        "ends' windows and the SWA pool's own eviction are not modelled [D]",
     ),
     Rule(
         "vllm",

@@ -10,32 +10,33 @@ place, the rest is loaded from the fastest tier that covers it. A hit is whole b
 the lineage's own hit.
 
 Every layer's sliding window (SWA, the last `swa_window_tokens` = 128 positions) must be restored
-at the hit's end. Window states exist where a sequence ended: in HBM, the live one at the end of
-the copy there; saved at completion - with the persisted prefix (V4) or in the host-DRAM SWA
-pool (V4.1) - at the end of the request's input and of its output, DeepSeek's two "cache prefix
-units" per request (hardware.md §4.1 [A]). Each is kept the way paged engines keep it, as the KV
-blocks that overlap the window (SGLang's SWA radix cache, vLLM's sliding-window manager [B]), so
-it also serves a hit that ends a little earlier, at a block boundary whose window lies inside
-those blocks (`window_restorable`). An HBM copy whose tail was evicted (sim.kvcache.store: runs of
-blocks cut from the tail) keeps what is left of those blocks: its window is judged at where its
-sequence ended, so a hit on the head left finds a window only while the blocks overlapping it remain;
-deeper, the window is recomputed like any other miss (what an engine keeping the last window only
-must do: SGLang falls back to a shorter match or recomputes, vLLM's hybrid manager needs the window's
-blocks; sim.model.kv). That is the common case on real sessions: a turn repeats its
-parent's input up to the last block boundary, not its output (Weka dev trace: every hit ends
-inside the parent's input, 95 % in its last 64-token block). A hit elsewhere needs a window the
-engine no longer holds, so it is recomputed: `swa_replay_tokens` cached tokens re-run - V4.1's
-bounded replay of 128 (vLLM #56227), V4's exact rebuild of the window's receptive field (SGLang
-#31713). That is V4's `swa_checkpoints: sequence_ends`, SGLang's rule; an engine that keeps V4's windows
-elsewhere reads them there and never replays (sim.config.engine_rules, `_at_checkpoint`): `every_block`
-(vLLM 0.23-0.26: the window blocks before every block boundary keep their hash until reused, so a hit
-served from HBM is whole; below HBM it ends at the last prompt checkpoint) and `prompt_ends` (vLLM 0.28:
-windows only at each request's prompt end, (prompt - 1) rounded down to a block, and where a request's hit
-ended; a hit elsewhere ends at the deepest such checkpoint or misses, and the engine then keeps a window
-there, #47782). Assumptions [D]: under sequence_ends, blocks that slid out of the window are freed at once
-(SGLang's SWA radix cache); under every_block the kept window blocks cost no HBM (they sit among the
-evictable free blocks, and are taken to live as long as the copy's own blocks); the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two, nor
-the up to block_tokens - 1 extra slots of their blocks. The block size decides a lot: with 256-token
+at the hit's end. Each kept window is kept the way paged engines keep it, as the KV blocks that overlap
+it (SGLang's SWA radix cache, vLLM's sliding-window manager [B]), so it also serves a hit that ends a
+little earlier, at a block boundary whose window lies inside those blocks (`window_restorable`). Where
+windows are kept, and what a hit without one does, is the engine's (`swa_checkpoints`,
+sim.config.engine_rules; V4's family; V4.1 keeps DeepSeek's own pool, below):
+- `sequence_ends` (SGLang's main; no engine: DeepSeek's two "cache prefix units" per request, at the
+  end of its input and of its output, hardware.md §4.1 [A]): windows where the last request's prompt
+  ended and where its sequence ended (the HBM copy's end, or what a lower tier holds), and the one an
+  earlier turn's hit read (a node of the same tree); a hit elsewhere ends at the deepest of them at or
+  before it, or misses. That is the common case on real sessions: a
+  turn repeats its parent's input up to the last block boundary, not its output (Weka dev trace: every
+  hit ends inside the parent's input, 95 % in its last 64-token block).
+- `every_block` (vLLM 0.23-0.26, SGLang 0.5.15-0.5.16): a window at every block boundary while the blocks
+  are in HBM, so a hit served from HBM is whole; below HBM as `sequence_ends`.
+- `prompt_ends` (vLLM 0.28): windows at each request's prompt checkpoint, (prompt - 1) rounded down to a
+  block, and where an earlier turn's hit ended; a hit elsewhere ends at the deepest of them or misses, and
+  the engine keeps a window where it would have ended for the next turn (#47782).
+- `rebuild` (a what-if; no engine's default): as `sequence_ends`, but a hit elsewhere re-runs the
+  window's receptive field, `swa_replay_tokens` (SGLang #31713, opt-in and unmerged).
+V4.1's windows are in a host-DRAM pool; a hit whose window is gone from it replays the last 128 tokens
+(bounded replay, vLLM #56227). An HBM copy whose tail was evicted (sim.kvcache.store: runs of blocks
+cut from the tail) keeps what is left of those blocks: its window is judged at where its sequence
+ended. Assumptions [D]: an engine's kept windows cost no HBM beyond the per-sequence state (vLLM's sit
+among its evictable free blocks; SGLang's SWA pool, a tenth of the full pool's tokens for V4, and its
+own eviction are not modelled) and live as long as the copy's own blocks; SGLang's windows at chunk ends
+are not kept; the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two,
+nor the up to block_tokens - 1 extra slots of their blocks. The block size decides a lot: with 256-token
 blocks a hit rounded down from the 64-token blocks of real traces finds its window about half the
 time (the prompt's last 256-block boundary is more than 128 tokens back otherwise); with 64, always.
 
@@ -66,7 +67,7 @@ class Plan:
         swa_node: int,  # V4.1: the node whose SWA pool restores the window (-1: none)
         replay_tokens: int,  # cached tokens recomputed to rebuild the window
         shared: bool,  # a shared prompt prefix, not the lineage's own context
-        junction_tokens: int = 0,  # prompt_ends: the longer hit the window cut short, kept as a checkpoint
+        junction_tokens: int = 0,  # the window this request keeps for its lineage (`_at_checkpoint`)
     ) -> None:
         self.key = key
         self.tokens = tokens
@@ -146,8 +147,10 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
     if best is None:
         return None
     tokens, cached = best_tokens, best_cached
-    if p.swa_checkpoints != "sequence_ends" and p.swa_replay_tokens and not p.swa_pool and not shared:
-        return _at_checkpoint(store, best, inst, now_s, tokens)
+    # V4 on an engine that keeps its windows and never re-runs one (every mode but `rebuild`)
+    kept_only = p.swa_checkpoints != "rebuild" and p.swa_replay_tokens > 0 and not p.swa_pool
+    if kept_only and not shared:
+        return _at_checkpoint(store, best, inst, now_s, tokens, cached)
     tier = _fastest(store, best, inst, now_s, tokens)
     slot = hbm_slot(best, inst)
     hbm_tokens = min(slot.tokens, tokens) if slot is not None else 0
@@ -163,6 +166,12 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         restorable = window_restorable(cached, tokens, window, block) or (
             prompt > 0 and window_restorable(prompt, tokens, window, block)
         )
+    if (
+        kept_only
+    ):  # a shared prompt: its window is at its cached end (sim.kvcache.store.retain_shared), or in HBM
+        restorable = restorable or (tier == 0 and p.swa_checkpoints == "every_block")
+        if not restorable:
+            return None
     swa_node = -1
     replay = 0
     if tier and p.swa_pool and restorable:
@@ -179,30 +188,54 @@ def prompt_checkpoint(prompt_tokens: int, block_tokens: int) -> int:
     return (prompt_tokens - 1) // block_tokens * block_tokens if prompt_tokens > 0 else 0
 
 
-def _at_checkpoint(store: KVStore, e: Entry, inst: int, now_s: float, tokens: int) -> Plan | None:
-    """A hit of `tokens` of `e` on an engine that reads V4's windows where it kept them and never replays
-    (`swa_checkpoints` every_block or prompt_ends, module doc): served from HBM under every_block it is
-    whole; otherwise it ends at the deepest checkpoint at or before `tokens` (the lineage's last prompt
-    end, or under prompt_ends the junction an earlier turn kept), or there is none. Under prompt_ends the
-    plan carries the junction this request keeps (a plan of 0 tokens where only that is left)."""
+def window_at_or_before(end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int) -> int:
+    """The deepest block boundary at or before `hit_tokens` whose window an engine keeping the last pages of a
+    prompt or sequence ending at `end_tokens` has, or 0. It keeps the pages covering the last max(window,
+    block) tokens (SGLang frees the window slots below the length less max(window, page), page-floored:
+    common.free_swa_out_of_window_slots), so the last block boundary before `end` always has its window."""
+    m = min(hit_tokens, end_tokens)
+    m -= m % block_tokens
+    kept_from = max(end_tokens - max(window_tokens, block_tokens), 0) // block_tokens * block_tokens
+    return m if m > 0 and max(m - window_tokens, 0) >= kept_from else 0
+
+
+def _at_checkpoint(
+    store: KVStore, e: Entry, inst: int, now_s: float, tokens: int, cached: int
+) -> Plan | None:
+    """A hit of `tokens` of `e` on an engine that reads V4's windows where it kept them and never rebuilds one
+    (`swa_checkpoints`, module doc): served from HBM under every_block it is whole; otherwise it ends at the
+    deepest kept window at or before `tokens`, or there is none. Kept windows: the one an earlier turn of the
+    lineage read or pinned (`junction_tokens`), and under prompt_ends the last prompt checkpoint, else where
+    that prompt ended and where the sequence ended (the HBM copy's end, `cached` below HBM). The plan carries the
+    window this request keeps for its lineage: the one it read, or under prompt_ends the full hit it pinned (a
+    plan of 0 tokens where only that is left)."""
     p = store.policy
+    mode = p.swa_checkpoints
     slot = hbm_slot(e, inst)
     in_hbm = slot is not None and slot.tokens >= tokens
     # prompt_ends: after this request the window at the full hit is kept either way, read or pinned where the
     # hit was cut short (#47782); its blocks are the same for every later turn repeating that far
-    junction = tokens if p.swa_checkpoints == "prompt_ends" else 0
-    if not (in_hbm and p.swa_checkpoints == "every_block"):
-        kept = prompt_checkpoint(e.prompt_tokens, p.block_tokens)
-        if kept > tokens:
-            kept = 0
-        if junction and kept < e.junction_tokens <= tokens:
-            kept = e.junction_tokens
+    pinned = tokens if mode == "prompt_ends" else 0
+    if not (in_hbm and mode == "every_block"):
+        # the window an earlier turn of the lineage read or pinned stays too, in the same blocks
+        kept = e.junction_tokens if e.junction_tokens <= tokens else 0
+        if pinned:
+            checkpoint = prompt_checkpoint(e.prompt_tokens, p.block_tokens)
+            kept = max(kept, checkpoint if checkpoint <= tokens else 0)
+        else:
+            window, block = p.swa_window_tokens, p.block_tokens
+            end = slot.whole_tokens if in_hbm and slot is not None else cached
+            kept = max(
+                kept,
+                window_at_or_before(e.prompt_tokens, tokens, window, block),
+                window_at_or_before(end, tokens, window, block),
+            )
         tokens = kept
         if tokens <= 0:
-            return Plan(e.key, 0, 0, 0, 0.0, -1, 0, False, junction) if junction else None
+            return Plan(e.key, 0, 0, 0, 0.0, -1, 0, False, pinned) if pinned else None
     tier = _fastest(store, e, inst, now_s, tokens)
     hbm_tokens = min(slot.tokens, tokens) if slot is not None else 0
     load_bytes = (
         (tokens - hbm_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes if tier else 0.0
     )
-    return Plan(e.key, tokens, tier, hbm_tokens, load_bytes, -1, 0, False, junction)
+    return Plan(e.key, tokens, tier, hbm_tokens, load_bytes, -1, 0, False, max(pinned, tokens))

@@ -4,8 +4,8 @@ arithmetic the store and the engines share.
 - V4-Flash: global KV (3,514 B/token, FP8 main rows, model.md §5.1) plus the sliding-window
   ring and compressor state, persisted with the prefix (DeepSeek's on-disk context cache,
   hardware.md §4.1): a hit where the saved window serves restores everything; a hit deeper
-  inside the sequence rebuilds the window's receptive field (`swa_replay_tokens`, sim.kvcache.lookup), or,
-  on an engine that keeps windows elsewhere, reads them there (`swa_checkpoints`).
+  inside the sequence ends at the deepest window the engine kept (`swa_checkpoints`, sim.kvcache.lookup), or
+  under `rebuild` re-runs the window's receptive field (`swa_replay_tokens`).
 - V4.1-Flash: global KV only (890 B/token, FP4) is persisted, with a retention guarantee on SSD
   (72 h, model.md §10); the SWA ring lives in a host-DRAM pool (10 % of DRAM, TTL of minutes);
   on a pool miss the last `swa_replay_tokens` (128) tokens are recomputed (SWA bounded replay).
@@ -36,7 +36,7 @@ class CachePolicy:
     persist_prefixes: bool  # completions are written through to the chain's write-through tiers (SSD)
     retention_s: float  # guaranteed retention there; evicting earlier is counted as a violation
     kv_regions_per_block: int = 1  # contiguous KV regions per block, all layers (sim.kvcache.paths)
-    # where the engine keeps V4's windows: sequence_ends | every_block | prompt_ends (sim.kvcache.lookup)
+    # where the engine keeps V4's windows: sequence_ends | every_block | prompt_ends | rebuild (sim.kvcache.lookup)
     swa_checkpoints: str = "sequence_ends"
 
     @property

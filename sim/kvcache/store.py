@@ -381,8 +381,8 @@ class KVStore:
         through to the write-through tiers and put V4.1's SWA ring in the node's pool. The window
         state is saved at the end of the request's input (`prompt_tokens`) and of its output
         (hardware.md §4.1 [A]: prefix units at both), so a later hit may end at either
-        (sim.kvcache.lookup); an engine keeping windows at prompt ends also keeps one where the request's own
-        hit ended or was cut short (`junction_tokens`). The shared prompt the request began with (`shared_key`; used in place
+        (sim.kvcache.lookup); the window its own hit read, or an engine pinned where that hit was cut
+        short, stays for the lineage too (`junction_tokens`). The shared prompt the request began with (`shared_key`; used in place
         when `shared_held`), if cached there, becomes the most recently used: its blocks head every
         such request's context, so an engine frees them last (vLLM frees a request's blocks tail
         first) and they outlive the sessions' own runs."""

@@ -49,10 +49,11 @@ def test_v41_full_match_in_own_hbm_needs_no_swa_work():
 
 
 def test_deep_partial_prefix_is_whole_blocks_and_both_models_rebuild_the_window():
+    """V4 under `rebuild` (a what-if mode: the engines' own rules are in test_swa_checkpoints.py)."""
     # 5,000 of 10,000 cached: the hit's window (at 4,864) left the kept blocks long ago
     # (V4's receptive field, 5,632, is longer than the hit: it recomputes all of it)
     for family, replay in (("v41", 128), ("v4", 4_864)):
-        store = _store(objects.policy(family))
+        store = _store(objects.policy(family, swa_checkpoints="rebuild"))
         store.finish(7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True)
         plan = plan_prefix(store, request(5_000, 9_000), 0, 1.0)
         assert (
@@ -78,7 +79,7 @@ def test_block_aligned_hit_at_the_last_block_restores_the_saved_window(family, i
 @pytest.mark.parametrize("family, replay", [("v41", 128), ("v4", 5_632)])
 def test_block_aligned_hit_whose_window_left_the_kept_blocks_replays(family, replay):
     # cached 10,200: kept from 9,984 (10,072 rounded down), so a hit at 9,984 needs [9,856, ...): gone
-    store = _store(objects.policy(family))
+    store = _store(objects.policy(family, swa_checkpoints="rebuild"))
     store.finish(7, 0, tokens=10_200, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True)
     store.hbm[0].reserved_bytes = 0.0
     plan = plan_prefix(store, request(10_150, 12_000), 1, 10.0)
@@ -123,7 +124,7 @@ def test_hbm_copy_expires_to_host_dram_then_hits_there():
 
 
 def test_capacity_pressure_cuts_the_least_recently_used_session_from_its_tail():
-    pol = objects.policy("v4")
+    pol = objects.policy("v4", swa_checkpoints="rebuild")  # the hit below rebuilds its window
     store = _store(pol, hbm_gb=1.0)  # ~0.37 GB per 100K-token session: room for two and a bit
     for key, now in ((1, 0.0), (2, 1.0), (3, 2.0)):
         store.finish(key, 0, tokens=100_000, reserved_bytes=0.0, unpin_key=None, now_s=now, persist=False)
@@ -139,7 +140,9 @@ def test_capacity_pressure_cuts_the_least_recently_used_session_from_its_tail():
     # the next turn of session 1 uses the head in place and loads the rest from DRAM
     plan = plan_prefix(store, request(90_000, 95_000, parent=1), 0, 3.0)
     assert (plan.tokens, plan.hbm_tokens, store.tier_names[plan.tier]) == (89_856, 75_776, "dram")
-    assert plan.load_bytes == pytest.approx((89_856 - 75_776) * pol.global_kv_bytes_per_token + pol.persisted_state_bytes)
+    assert plan.load_bytes == pytest.approx(
+        (89_856 - 75_776) * pol.global_kv_bytes_per_token + pol.persisted_state_bytes
+    )
 
 
 @pytest.mark.parametrize("family, replay", [("v41", 128), ("v4", 5_632)])
@@ -148,7 +151,7 @@ def test_a_hit_on_the_head_of_a_cut_copy_finds_its_window_only_in_blocks_left(fa
     block boundary lies in the blocks that overlapped the sequence's last window, and cutting took
     those (the copy ended at 10,000: kept from 9,728); a hit deeper than the window's blocks
     recomputes it (sim.kvcache.lookup), an engine keeping every token's window rows never does."""
-    pol = objects.policy(family)
+    pol = objects.policy(family, swa_checkpoints="rebuild")
     store = objects.store(pol, hbm_bytes=(pol.hbm_bytes(20_000, 1),), dram_gb=0.0)
     store.finish(7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=False)
     store.reserve_hbm(0, pol.hbm_bytes(12_000, 1), 1.0)  # another request pushes 2,000+ tokens out
@@ -229,7 +232,9 @@ def test_requests_sharing_a_prompt_use_its_cached_blocks_in_place_and_reserve_th
         inst.submit(req)
         assert req.shared_held and req.reserved_p_bytes == inst.need_bytes(3_000) - 768 * 890.0
     hbm = store.hbm[0]
-    assert hbm.reserved_bytes == pytest.approx(inst.need_bytes(2_000) + 2 * (inst.need_bytes(3_000) - 768 * 890.0) + 768 * 890.0)
+    assert hbm.reserved_bytes == pytest.approx(
+        inst.need_bytes(2_000) + 2 * (inst.need_bytes(3_000) - 768 * 890.0) + 768 * 890.0
+    )
     assert 99 not in hbm.keys_lru_order()  # in use: cannot be evicted
     for req in others:
         store.finish(req.lineage, 0, tokens=3_001, reserved_bytes=req.reserved_p_bytes, unpin_key=None,
@@ -241,7 +246,9 @@ def test_requests_sharing_a_prompt_use_its_cached_blocks_in_place_and_reserve_th
 @settings(max_examples=80, deadline=None)
 @given(
     ops=st.lists(
-        st.tuples(st.sampled_from(["finish", "reserve", "release", "lookup"]), st.integers(1, 4), st.integers(1, 40)),
+        st.tuples(
+            st.sampled_from(["finish", "reserve", "release", "lookup"]), st.integers(1, 4), st.integers(1, 40)
+        ),
         max_size=30,
     )
 )
@@ -256,7 +263,9 @@ def test_hits_are_whole_blocks_of_what_hbm_holds_and_hbm_never_overflows(ops):
     for t, (op, key, n) in enumerate(ops):
         tokens = n * 997  # not block multiples
         if op == "finish" and pol.hbm_bytes(tokens, 1) <= hbm.capacity_bytes - hbm.reserved_bytes:
-            store.finish(key, 0, tokens=tokens, reserved_bytes=0.0, unpin_key=None, now_s=float(t), persist=False)
+            store.finish(
+                key, 0, tokens=tokens, reserved_bytes=0.0, unpin_key=None, now_s=float(t), persist=False
+            )
         elif op == "reserve" and hbm.can_reserve(pol.hbm_bytes(tokens, 1)):
             reserved.append(pol.hbm_bytes(tokens, 1))
             store.reserve_hbm(0, reserved[-1], float(t))

@@ -11,7 +11,7 @@ import yaml
 
 from sim.cluster.build import cache_policy
 from sim.config.scenario import load_scenario
-from sim.kvcache.lookup import plan_prefix, prompt_checkpoint
+from sim.kvcache.lookup import plan_prefix, prompt_checkpoint, window_at_or_before
 from sim.model import load_model
 
 from . import objects
@@ -31,13 +31,49 @@ def _parent(store, *, prompt: int = 10_000, junction: int = 0) -> None:
     store.hbm[0].reserved_bytes = 0.0
 
 
-def test_sequence_ends_rebuilds_the_receptive_field():
-    """SGLang: the window is kept where the sequence ended; a deep hit recomputes its receptive field
+def test_rebuild_reruns_the_receptive_field():
+    """The what-if mode (sglang#31713, opt-in and unmerged): a deep hit recomputes its window's receptive field
     (5,632 tokens for V4-Flash, capped by the hit)."""
-    store = _store("sequence_ends")
+    store = _store("rebuild")
     _parent(store)
     plan = plan_prefix(store, request(*DEEP), 0, 1.0)
     assert (plan.tokens, plan.replay_tokens, plan.junction_tokens) == (HIT, HIT, 0)
+
+
+def test_sequence_ends_reads_the_prompt_or_sequence_end_window_and_misses_elsewhere():
+    """SGLang's main (and DeepSeek's prefix units): windows where the parent's prompt and its sequence ended. A
+    hit at the prompt's last block boundary reads it; the deep hit has none before it and misses; nothing is
+    re-run."""
+    store = _store("sequence_ends")
+    _parent(store)
+    assert plan_prefix(store, request(*DEEP), 0, 1.0) is None
+    plan = plan_prefix(store, request(10_000, 12_000), 0, 1.0)
+    assert (plan.tokens, plan.tier, plan.replay_tokens) == (9_984, 0, 0)
+    plan = plan_prefix(
+        store, request(10_200, 12_000), 0, 1.0
+    )  # the output repeated: the sequence end's window
+    assert (plan.tokens, plan.replay_tokens) == (
+        9_984,
+        0,
+    )  # 10,200 rounds down to 9,984, inside its kept blocks
+
+
+@pytest.mark.parametrize(
+    "end, hit, kept",
+    [
+        (10_000, 9_984, 9_984),
+        (10_000, 9_000, 0),
+        (10_000, 12_000, 9_984),
+        (10_240, 10_240, 10_240),
+        (10_100, 10_000, 9_984),
+        (10_200, 10_200, 9_984),  # 216 tokens into the last page: the page before it is kept too
+        (10_200, 9_728, 0),
+        (0, 5_000, 0),
+    ],
+)
+def test_the_deepest_window_at_or_before_a_hit(end, hit, kept):
+    """The pages covering the last max(128, 256) tokens before the end are kept (SGLang's free threshold)."""
+    assert window_at_or_before(end, hit, 128, 256) == kept
 
 
 def test_every_block_reads_the_window_in_hbm_and_replays_nothing():
@@ -115,7 +151,9 @@ def _scenario(tmp_path, model: str, engine: dict | None, cache: dict | None = No
     "engine, cache, model, family, mode",
     [
         (None, None, "deepseek-v4-flash", "v4", "sequence_ends"),
-        ({"name": "sglang"}, None, "deepseek-v4-flash", "v4", "sequence_ends"),
+        ({"name": "sglang"}, None, "deepseek-v4-flash", "v4", "sequence_ends"),  # main@006cbb66
+        ({"name": "sglang", "version": "0.5.15"}, None, "deepseek-v4-flash", "v4", "every_block"),
+        ({"name": "sglang"}, {"swa_checkpoints": "rebuild"}, "deepseek-v4-flash", "v4", "rebuild"),
         ({"name": "vllm", "version": "0.23.0"}, None, "deepseek-v4-flash", "v4", "every_block"),
         ({"name": "vllm", "version": "0.26.0"}, None, "deepseek-v4-flash", "v4", "every_block"),
         ({"name": "vllm"}, None, "deepseek-v4-flash", "v4", "prompt_ends"),  # the newest known, 0.28.1
@@ -158,17 +196,27 @@ def _turns(tmp_path, engine: dict) -> list[tuple[int, int, int]]:
     )
 
 
-def test_a_run_replays_the_window_on_sglang_and_not_on_vllm(tmp_path):
-    """The same sessions end to end: SGLang rebuilds every later turn's window (5,632 tokens a request);
-    vLLM 0.23 hits the same 7,168 tokens and recomputes none of them; vLLM 0.28 misses each session's second
-    turn, pins the junction there, and hits it from the third turn on (every turn repeats that far)."""
-    sglang = _turns(tmp_path, {"name": "sglang"})
-    dense = _turns(tmp_path, {"name": "vllm", "version": "0.23.0"})
-    latest = _turns(tmp_path, {"name": "vllm", "version": "0.28.1"})
-    later = [r for r in sglang if r[0] > 0]
-    assert later and all(hit == 7_168 and replay == 5_632 for _, hit, replay in later)
-    assert [r for r in dense if r[0] > 0] == [(i, 7_168, 0) for i, _, _ in later]
-    assert all(hit == 0 for i, hit, _ in latest if i <= 1)
-    assert all(hit == 7_168 and replay == 0 for i, hit, replay in latest if i >= 2) and any(
-        i >= 2 for i, _, _ in latest
+def test_a_run_hits_as_each_engine_keeps_its_windows(tmp_path):
+    """The same sessions end to end, each later turn repeating 7,200 of its parent's 8,000 prompt tokens (a hit of
+    7,168): SGLang 0.5.15 and vLLM 0.23 keep every prompt page's window and hit it whole; SGLang's main keeps the
+    windows at the prompt's and the sequence's end only, so it misses; vLLM 0.28 misses each session's second turn,
+    pins the junction there and hits it from the third turn on (every turn repeats that far); no engine re-runs
+    a window."""
+    runs = {
+        name: _turns(tmp_path, engine)
+        for name, engine in (
+            ("sglang 0.5.15", {"name": "sglang", "version": "0.5.15"}),
+            ("sglang main", {"name": "sglang"}),
+            ("vllm 0.23", {"name": "vllm", "version": "0.23.0"}),
+            ("vllm 0.28", {"name": "vllm", "version": "0.28.1"}),
+        )
+    }
+    later = {name: [(i, hit) for i, hit, _ in turns if i > 0] for name, turns in runs.items()}
+    assert later["sglang 0.5.15"] and all(hit == 7_168 for _, hit in later["sglang 0.5.15"])
+    assert later["vllm 0.23"] == later["sglang 0.5.15"]
+    assert all(hit == 0 for _, hit in later["sglang main"])
+    assert (
+        all(hit == (0 if i == 1 else 7_168) for i, hit in later["vllm 0.28"])
+        and max(later["vllm 0.28"])[0] >= 2
     )
+    assert all(replay == 0 for turns in runs.values() for _, _, replay in turns)

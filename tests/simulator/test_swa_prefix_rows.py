@@ -45,12 +45,13 @@ def test_every_token_keeps_the_rows_per_token_and_never_replays(tmp_path, model,
 @pytest.mark.parametrize("family", ["v4", "v41"])
 def test_a_deep_hit_with_raw_rows_computes_only_the_new_tokens(tmp_path, family):
     """5,000 of 10,000 cached tokens repeated: the window at the hit (4,864) left the kept blocks long ago,
-    so `window` rebuilds it (V4: its receptive field, V4.1: 128 tokens); with every token's rows kept it is in
-    the blocks."""
+    so `window` rebuilds it (V4 under `rebuild`: its receptive field, V4.1: 128 tokens); with every token's rows
+    kept it is in the blocks."""
     model = "deepseek-v4-flash" if family == "v4" else "deepseek-v4.1-flash"
     spec = load_model(model)
     for rows, replay in (("window", 4_864 if family == "v4" else 128), ("every_token", 0)):
-        pol = cache_policy(_scenario(tmp_path, model, {"swa_prefix_rows": rows}), family, spec, None)
+        cache = {"swa_prefix_rows": rows, "swa_checkpoints": "rebuild"}
+        pol = cache_policy(_scenario(tmp_path, model, cache), family, spec, None)
         store = objects.store(pol, (10 * objects.GB, 10 * objects.GB), 100.0)
         store.finish(7, 0, tokens=10_000, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True)
         plan = plan_prefix(store, objects.request(5_000, 9_000), 0, 1.0)

@@ -5,7 +5,8 @@ whole file). Both models restore the window saved at the parent's input end.
 
 GIVEN 20 sessions of ../shared's Weka dev trace (skipped where absent), disaggregated, 64-token
 blocks, WHEN both models replay them, THEN V4.1 takes most windows from the pool or HBM and
-replays the rest; V4 rebuilds a window only where V4.1 had none either.
+replays the rest; V4 hits where a window was kept (sim.kvcache.lookup, sequence_ends) and re-runs none,
+so its hit rate is V4.1's less the hits that had no window.
 """
 
 from __future__ import annotations
@@ -29,4 +30,6 @@ def test_imported_block_aligned_hits_find_their_window(weka_trace, tmp_path):
     v4, v41 = models["deepseek-v4-flash"], models["deepseek-v4.1-flash"]
     assert v41["swa_pool_hits"] > 0
     assert v41["swa_replays"] < v41["requests_completed"] / 2
-    assert 0 < v4["swa_replays"] <= v41["swa_replays"]
+    # V4 (DeepSeek's prefix units, no engine named) never re-runs a window: a hit without one is shorter instead
+    assert v4["swa_replays"] == 0
+    assert 0.9 * v41["prefix_hit_rate"] < v4["prefix_hit_rate"] <= v41["prefix_hit_rate"]
