@@ -339,6 +339,7 @@ class Instance:
                 self._rank_held[req.dp_rank] += 1
             need = self._reservation_bytes(req, with_output=colocated)
             req.admitted_s = now
+            req.prefill_chunk_tokens = self.chunk_tokens
             plan = plan_prefix(store, req, self.index, now)
             pinned = 0.0
             if plan is not None:
@@ -755,6 +756,8 @@ class Instance:
             persist=True,
             prompt_tokens=req.input_tokens,
             junction_tokens=req.swa_junction_tokens,
+            chunk_from_tokens=req.ctx_before,
+            chunk_tokens=req.prefill_chunk_tokens,
             shared_key=req.shared_key,
             shared_held=shared_held,
         )

@@ -304,8 +304,9 @@ RULES: tuple[Rule, ...] = (
         "free_swa_out_of_window_slots), keeping the window before the prompt's end and before each chunk's end; "
         "decode frees generated tokens' windows only (maybe_evict_swa, floored at the prompt), the finished "
         "request keeps its sequence end's; a match whose window is gone shrinks to the deepest live one "
-        "(SWAComponent.create_match_validator) [B, read at main 0057abea, taken to hold at 006cbb66]; the chunk "
-        "ends' windows and the SWA pool's own eviction are not modelled [D]",
+        "(SWAComponent.create_match_validator) [B, read at main 0057abea, taken to hold at 006cbb66]; chunk ends "
+        "taken every chunk of the pool from where the last prefill began [D]; the SWA pool "
+        "(--swa-full-tokens-ratio 0.1 of the full pool for V4) evicting windows first is not modelled [D]",
     ),
     Rule(
         "vllm",

@@ -44,6 +44,7 @@ class Request:
     swa_load_bytes: float = 0.0
     replay_tokens: int = 0
     swa_junction_tokens: int = 0  # a cut-short hit the engine keeps a window for (sim.kvcache.lookup)
+    prefill_chunk_tokens: int = 0  # the chunk its prefill instance splits prompts into (sim.kvcache.lookup)
     ctx_before: int = 0
     computed_tokens: int = 0
     loads_pending: int = 0

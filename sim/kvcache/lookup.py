@@ -17,9 +17,9 @@ windows are kept, and what a hit without one does, is the engine's (`swa_checkpo
 sim.config.engine_rules; V4's family; V4.1 keeps DeepSeek's own pool, below):
 - `sequence_ends` (SGLang's main; no engine: DeepSeek's two "cache prefix units" per request, at the
   end of its input and of its output, hardware.md §4.1 [A]): windows where the last request's prompt
-  ended and where its sequence ended (the HBM copy's end, or what a lower tier holds), and the one an
-  earlier turn's hit read (a node of the same tree); a hit elsewhere ends at the deepest of them at or
-  before it, or misses. That is the common case on real sessions: a
+  ended, at its prefill's chunk ends and where its sequence ended (the HBM copy's end, or what a lower
+  tier holds), each with the page before, and the one an earlier turn's hit read (a node of the same
+  tree); a hit elsewhere ends at the deepest of them at or before it, or misses. That is the common case on real sessions: a
   turn repeats its parent's input up to the last block boundary, not its output (Weka dev trace: every
   hit ends inside the parent's input, 95 % in its last 64-token block).
 - `every_block` (vLLM 0.23-0.26, SGLang 0.5.15-0.5.16): a window at every block boundary while the blocks
@@ -34,8 +34,8 @@ V4.1's windows are in a host-DRAM pool; a hit whose window is gone from it repla
 cut from the tail) keeps what is left of those blocks: its window is judged at where its sequence
 ended. Assumptions [D]: an engine's kept windows cost no HBM beyond the per-sequence state (vLLM's sit
 among its evictable free blocks; SGLang's SWA pool, a tenth of the full pool's tokens for V4, and its
-own eviction are not modelled) and live as long as the copy's own blocks; SGLang's windows at chunk ends
-are not kept; the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two,
+own eviction are not modelled) and live as long as the copy's own blocks; SGLang's chunk ends fall every
+pool chunk from where the last prefill began (a step's budget can end a chunk earlier); the saved bytes stay one state (`swa_state_bytes`, + compressor state for V4), not two,
 nor the up to block_tokens - 1 extra slots of their blocks. The block size decides a lot: with 256-token
 blocks a hit rounded down from the 64-token blocks of real traces finds its window about half the
 time (the prompt's last 256-block boundary is more than 128 tokens back otherwise); with 64, always.
@@ -199,6 +199,20 @@ def window_at_or_before(end_tokens: int, hit_tokens: int, window_tokens: int, bl
     return m if m > 0 and max(m - window_tokens, 0) >= kept_from else 0
 
 
+def _chunk_end_window(e: Entry, tokens: int, window: int, block: int) -> int:
+    """sequence_ends: the deepest window at or before `tokens` kept at a chunk end of the lineage's last prefill
+    (SGLang keeps the window before each extend's end, from where its hit ended every chunk), or 0."""
+    c, start = e.chunk_tokens, e.chunk_from_tokens
+    if c <= 0 or tokens <= start:
+        return 0
+    k = (tokens - start) // c
+    best = window_at_or_before(start + k * c, tokens, window, block) if k > 0 else 0
+    after = start + (k + 1) * c  # the next chunk's end, if the hit lies in its kept pages
+    if after < e.prompt_tokens:
+        best = max(best, window_at_or_before(after, tokens, window, block))
+    return best
+
+
 def _at_checkpoint(
     store: KVStore, e: Entry, inst: int, now_s: float, tokens: int, cached: int
 ) -> Plan | None:
@@ -229,6 +243,7 @@ def _at_checkpoint(
                 kept,
                 window_at_or_before(e.prompt_tokens, tokens, window, block),
                 window_at_or_before(end, tokens, window, block),
+                _chunk_end_window(e, tokens, window, block),
             )
         tokens = kept
         if tokens <= 0:

@@ -142,7 +142,8 @@ class Entry:
     lookup by key."""
 
     __slots__ = (
-        "key", "hbm", "copies", "swa_node", "swa_slot", "prompt_tokens", "junction_tokens", "pins", "live",
+        "key", "hbm", "copies", "swa_node", "swa_slot", "prompt_tokens", "junction_tokens", "chunk_from_tokens",
+        "chunk_tokens", "pins", "live",
     )  # fmt: skip
 
     def __init__(self, key: int, tiers: int) -> None:
@@ -156,6 +157,8 @@ class Entry:
         self.swa_slot: Slot | None = None  # its ring's slot in that pool
         self.prompt_tokens = 0  # where the last completed request's input ended (a saved window)
         self.junction_tokens = 0  # a window kept where its hit ended (sim.kvcache.lookup)
+        self.chunk_from_tokens = 0  # where that request's prefill began, in chunks of `chunk_tokens`
+        self.chunk_tokens = 0
         self.pins = 0  # running requests using this entry
 
 
@@ -372,6 +375,8 @@ class KVStore:
         persist: bool,
         prompt_tokens: int = 0,
         junction_tokens: int = 0,
+        chunk_from_tokens: int = 0,
+        chunk_tokens: int = 0,
         shared_key: int | None = None,
         shared_held: bool = False,
     ) -> None:
@@ -382,7 +387,8 @@ class KVStore:
         state is saved at the end of the request's input (`prompt_tokens`) and of its output
         (hardware.md §4.1 [A]: prefix units at both), so a later hit may end at either
         (sim.kvcache.lookup); the window its own hit read, or an engine pinned where that hit was cut
-        short, stays for the lineage too (`junction_tokens`). The shared prompt the request began with (`shared_key`; used in place
+        short, stays for the lineage too (`junction_tokens`), and so do those at its prefill's chunk ends
+        (from `chunk_from_tokens` every `chunk_tokens`). The shared prompt the request began with (`shared_key`; used in place
         when `shared_held`), if cached there, becomes the most recently used: its blocks head every
         such request's context, so an engine frees them last (vLLM frees a request's blocks tail
         first) and they outlive the sessions' own runs."""
@@ -411,6 +417,7 @@ class KVStore:
                 self._put_swa(e, inst, now_s)
             e.prompt_tokens = prompt_tokens
             e.junction_tokens = junction_tokens
+            e.chunk_from_tokens, e.chunk_tokens = chunk_from_tokens, chunk_tokens
             return
         # forgotten by the unpin (no copy kept anywhere): by key, making an entry only where one is written
         self.persist(key, inst, tokens, now_s)
@@ -419,6 +426,7 @@ class KVStore:
         if f is not None:
             f.prompt_tokens = prompt_tokens
             f.junction_tokens = junction_tokens
+            f.chunk_from_tokens, f.chunk_tokens = chunk_from_tokens, chunk_tokens
 
     def retain_shared(self, key: int, inst: int, tokens: int, now_s: float) -> None:
         """A shared prompt prefix of `tokens` just computed on `inst`: cache its whole blocks there

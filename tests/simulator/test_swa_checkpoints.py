@@ -25,9 +25,11 @@ def _store(mode: str, family: str = "v4"):
     return objects.store(objects.policy(family, swa_checkpoints=mode), (10 * GB, 10 * GB), 100.0)
 
 
-def _parent(store, *, prompt: int = 10_000, junction: int = 0) -> None:
+def _parent(store, *, prompt: int = 10_000, junction: int = 0, chunks: tuple[int, int] = (0, 0)) -> None:
+    """Lineage 7's last turn finished: `prompt` tokens in, 200 out, prefilled from chunks[0] in chunks[1]."""
     store.finish(7, 0, tokens=prompt + 200, reserved_bytes=0.0, unpin_key=None, now_s=0.0, persist=True,
-                 prompt_tokens=prompt, junction_tokens=junction)  # fmt: skip
+                 prompt_tokens=prompt, junction_tokens=junction, chunk_from_tokens=chunks[0],
+                 chunk_tokens=chunks[1])  # fmt: skip
     store.hbm[0].reserved_bytes = 0.0
 
 
@@ -56,6 +58,19 @@ def test_sequence_ends_reads_the_prompt_or_sequence_end_window_and_misses_elsewh
         9_984,
         0,
     )  # 10,200 rounds down to 9,984, inside its kept blocks
+
+
+def test_sequence_ends_reads_a_chunk_end_window_of_the_last_prefill():
+    """SGLang's main also keeps the window before each prefill chunk's end: the parent prefilled its 10,000 tokens
+    from 0 in chunks of 4,096, so the deep hit of 4,864 ends at 4,096; from 2,000 on, at 6,096's last boundary
+    before it is too far (its pages start at 5,632) and 2,000 + 4,096 = 6,096 > 4,864: none."""
+    store = _store("sequence_ends")
+    _parent(store, chunks=(0, 4_096))
+    plan = plan_prefix(store, request(*DEEP), 0, 1.0)
+    assert (plan.tokens, plan.replay_tokens, plan.junction_tokens) == (4_096, 0, 4_096)
+    store = _store("sequence_ends")
+    _parent(store, chunks=(2_000, 4_096))
+    assert plan_prefix(store, request(*DEEP), 0, 1.0) is None
 
 
 @pytest.mark.parametrize(
