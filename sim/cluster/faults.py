@@ -32,9 +32,9 @@ from sim.kvcache.store import KVStore
 _ATTEMPT_FIELDS = (
     "est_new_tokens", "hit_tokens", "hbm_hit_tokens", "prefix_source", "shared_prefix_hit", "pinned",
     "shared_held", "load_bytes", "swa_load_bytes", "replay_tokens", "swa_junction_tokens", "prefill_chunk_tokens",
-    "ctx_before",
-    "computed_tokens", "loads_pending", "reserved_p_bytes", "reserved_d_bytes", "d_pinned", "kv_transfer_bytes",
-    "pinst", "dinst", "prefill_pool", "prefill_instance", "decode_pool", "decode_instance", "dp_rank", "admitted_s",
+    "ctx_before", "computed_tokens", "loads_pending", "reserved_p_bytes", "reserved_d_bytes", "d_pinned",
+    "kv_transfer_bytes", "pinst", "dinst", "prefill_pool", "prefill_instance", "decode_pool", "decode_instance",
+    "dp_rank", "admitted_s",
     "load_start_s", "load_end_s", "prefill_start_s", "first_token_s", "kv_transfer_start_s",
     "kv_transfer_end_s", "decode_start_s", "terms", "join_step",
 )  # fmt: skip

@@ -103,9 +103,7 @@ class ByteTier:
         if not ttl_s > 0.0:
             raise ValueError(f"tier {name}: ttl must be > 0, got {ttl_s}")
         if block_tokens < 0 or (block_tokens > 0 and not token_bytes > 0.0):
-            raise ValueError(
-                f"tier {name}: block_tokens {block_tokens} needs token_bytes > 0, got {token_bytes}"
-            )
+            raise ValueError(f"tier {name}: block_tokens {block_tokens} needs token_bytes > 0, got {token_bytes}")
         self.name = name
         self.capacity_bytes = float(capacity_bytes)
         self.ttl_s = float(ttl_s)
@@ -225,9 +223,7 @@ class ByteTier:
         used; evicts the least recently used others as needed (in a tier of blocks, a run's tail
         first). Refuses (TierFull) if it cannot fit at all."""
         slot = self._find(key)
-        return self.put_slot(
-            slot if slot is not None else Slot(key, nbytes, tokens, now_s), nbytes, now_s, tokens
-        )
+        return self.put_slot(slot if slot is not None else Slot(key, nbytes, tokens, now_s), nbytes, now_s, tokens)
 
     def put_slot(self, slot: Slot, nbytes: float, now_s: float, tokens: int = 0) -> Evicted:
         """`put` of the entry whose slot is `slot` (a new one, made by the caller, when it has none here)."""
