@@ -166,9 +166,8 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         restorable = window_restorable(cached, tokens, window, block) or (
             prompt > 0 and window_restorable(prompt, tokens, window, block)
         )
-    if (
-        kept_only
-    ):  # a shared prompt: its window is at its cached end (sim.kvcache.store.retain_shared), or in HBM
+    if kept_only:
+        # a shared prompt: its window is at its cached end (sim.kvcache.store.retain_shared), or in HBM
         restorable = restorable or (tier == 0 and p.swa_checkpoints == "every_block")
         if not restorable:
             return None
@@ -220,7 +219,8 @@ def _at_checkpoint(
     (`swa_checkpoints`, module doc): served from HBM under every_block it is whole; otherwise it ends at the
     deepest kept window at or before `tokens`, or there is none. Kept windows: the one an earlier turn of the
     lineage read or pinned (`junction_tokens`), and under prompt_ends the last prompt checkpoint, else where
-    that prompt ended and where the sequence ended (the HBM copy's end, `cached` below HBM). The plan carries the
+    that prompt ended, its prefill's chunk ends and where the sequence ended (the HBM copy's end, `cached`
+    below HBM). The plan carries the
     window this request keeps for its lineage: the one it read, or under prompt_ends the full hit it pinned (a
     plan of 0 tokens where only that is left)."""
     p = store.policy
