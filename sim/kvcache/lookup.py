@@ -84,15 +84,19 @@ class Plan:
         return f"Plan({fields})"
 
 
-def window_restorable(end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int) -> bool:
+def window_restorable(
+    end_tokens: int, hit_tokens: int, window_tokens: int, block_tokens: int, keep_tokens: int = 0
+) -> bool:
     """Whether the window state saved at position `end_tokens` serves a hit ending at `hit_tokens`:
-    the hit's window [hit - window, hit) lies inside the blocks that overlapped the saved window,
-    [(end - window) rounded down to a block, end)."""
+    the hit's window [hit - window, hit) lies inside the blocks kept over the last `keep_tokens` before
+    `end` (the saved window's, `window_tokens`, unless more is kept), [(end - keep) rounded down to a
+    block, end)."""
     if hit_tokens == end_tokens:
         return True
     if hit_tokens > end_tokens:
         return False
-    kept_from = max(end_tokens - window_tokens, 0) // block_tokens * block_tokens
+    keep = keep_tokens if keep_tokens > window_tokens else window_tokens
+    kept_from = max(end_tokens - keep, 0) // block_tokens * block_tokens
     return max(hit_tokens - window_tokens, 0) >= kept_from
 
 
@@ -159,12 +163,15 @@ def plan_prefix(store: KVStore, req: Request, inst: int, now_s: float) -> Plan |
         load_bytes = (tokens - hbm_tokens) * p.global_kv_bytes_per_token + p.persisted_state_bytes
     # where the window comes from: HBM (the live sequence), the persisted prefix, the pool, or replay
     window, block = p.swa_window_tokens, p.block_tokens
+    keep = (
+        block if kept_only else window
+    )  # an engine keeps the page before a kept window (`window_at_or_before`)
     if slot is not None and tier == 0:
-        restorable = window_restorable(slot.whole_tokens, tokens, window, block)
+        restorable = window_restorable(slot.whole_tokens, tokens, window, block, keep)
     else:
         prompt = best.prompt_tokens
-        restorable = window_restorable(cached, tokens, window, block) or (
-            prompt > 0 and window_restorable(prompt, tokens, window, block)
+        restorable = window_restorable(cached, tokens, window, block, keep) or (
+            prompt > 0 and window_restorable(prompt, tokens, window, block, keep)
         )
     if kept_only:
         # a shared prompt: its window is at its cached end (sim.kvcache.store.retain_shared), or in HBM
@@ -194,8 +201,7 @@ def window_at_or_before(end_tokens: int, hit_tokens: int, window_tokens: int, bl
     common.free_swa_out_of_window_slots), so the last block boundary before `end` always has its window."""
     m = min(hit_tokens, end_tokens)
     m -= m % block_tokens
-    kept_from = max(end_tokens - max(window_tokens, block_tokens), 0) // block_tokens * block_tokens
-    return m if m > 0 and max(m - window_tokens, 0) >= kept_from else 0
+    return m if m > 0 and window_restorable(end_tokens, m, window_tokens, block_tokens, block_tokens) else 0
 
 
 def _chunk_end_window(e: Entry, tokens: int, window: int, block: int) -> int:

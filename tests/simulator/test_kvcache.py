@@ -111,6 +111,8 @@ def test_window_restorable_rule():
     assert window_restorable(150, 64, 128, 64)  # a short sequence keeps all its blocks
     assert window_restorable(10_000, 9_984, 128, 64)  # 64-token blocks: the last boundary only
     assert not window_restorable(10_000, 9_920, 128, 64)
+    # an engine keeping the page before too (256 back): the last boundary 216 tokens into the page serves
+    assert not window_restorable(10_200, 9_984, 128, 256) and window_restorable(10_200, 9_984, 128, 256, 256)
 
 
 def test_hbm_copy_expires_to_host_dram_then_hits_there():
