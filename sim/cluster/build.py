@@ -35,7 +35,9 @@ from sim.config.cluster import Pool
 from sim.config.engine_rules import (
     LayerShape,
     custom_allreduce_max_bytes,
+    decode_layer_term,
     eager_prefill_launches,
+    spec_decode_host_chain_s,
     swa_checkpoints,
 )
 from sim.errors import InputError
@@ -408,14 +410,25 @@ def engine_eager_floor(engine, pool: Pool, spec: ModelSpec) -> EagerFloor | None
 
 def pool_host_costs(scn, pool: Pool, spec: ModelSpec) -> HostCosts:
     """The scenario's `timing.host` for `pool` serving `spec`'s model, with an eager step's issue time the
-    engine's where it leaves it unset (`engine_eager_floor`; none where the engine graphs its prefill)."""
+    engine's where it leaves it unset (`engine_eager_floor`; none where the engine graphs its prefill), and a
+    decode step's floor the engine's host chain where unset (`spec_decode_host_chain_s`)."""
     costs = scn.timing.host.model_dump()
+    engine = scn.pool_engine(pool)
     if costs["eager_step_s"] is None or costs["eager_per_layer_s"] is None:
-        floor = engine_eager_floor(scn.pool_engine(pool), pool, spec)
+        floor = engine_eager_floor(engine, pool, spec)
         for key in ("eager_step_s", "eager_per_layer_s"):
             if costs[key] is None:
                 costs[key] = getattr(floor, key) if floor is not None else 0.0
+    if costs["decode_floor_s"] is None:
+        costs["decode_floor_s"] = spec_decode_host_chain_s(engine, spec.name, scn.spec_decode.enabled)
     return HostCosts(**costs)
+
+
+def pool_decode_layer_term(scn, pool: Pool) -> bool:
+    """Whether `pool`'s decode steps carry the forward term's per-layer part: `timing.decode_layer_term`, or
+    the pool's engine rule where it says `engine`."""
+    setting = scn.timing.decode_layer_term
+    return decode_layer_term(scn.pool_engine(pool)) if setting == "engine" else setting == "on"
 
 
 def pool_timing(
@@ -437,6 +450,7 @@ def pool_timing(
         vision_on_instance=True,
         kernels=scn.timing.kernels,
         forward_term=scn.timing.forward_term,
+        decode_layer_term=pool_decode_layer_term(scn, pool),
         row_buckets=tuple(scn.timing.graph_row_buckets),
         prefill_through_decode=scn.timing.prefill_attention == "decode_kernel",
         prefill_cp=pool.prefill_context_parallel,

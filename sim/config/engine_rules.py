@@ -5,7 +5,8 @@ A profile decides, per pool: how a colocated step combines prefill chunks with t
 (`step_composition`; `dp_step_composition` where it differs on a colocated DP-attention pool without
 speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`) and the
 running-request cap (`dp_running_cap`), the KV block size, where its prefix cache keeps DeepSeek-V4's sliding
-windows (`swa_checkpoints`), and which speculative-decoding /
+windows (`swa_checkpoints`), what a decode step costs beyond its kernels (`decode_layer_term`,
+`spec_decode_host_chain_s`), and which speculative-decoding /
 disaggregation / context-parallel combinations the engine starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
 named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
 refusal names its source and the version it was read from. The simulator would still simulate a
@@ -205,6 +206,12 @@ SGLANG_V4_EXTEND_LAUNCHES = LaunchInventory(
 )
 
 
+# SGLang's speculative loop for DeepSeek-V4's MTP block (EAGLE), a decode step's host chain [D: estimated, not
+# profiled; docs/engines_and_validation.md section 15]: the draft extend runs eagerly (about 130 launches at the
+# measured 31.5 us a launch, 4.1 ms) and the host then prepares the next step after the verify it waits for, about
+# 9-13 ms in all; the middle is taken. It overlaps the GPU's own work (section 18), so a step is the longer of the two.
+SGLANG_V4_EAGLE_HOST_CHAIN_S = 0.011
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "vllm",
@@ -398,6 +405,27 @@ RULES: tuple[Rule, ...] = (
         "'every prefill-containing step runs eagerly'); vllm #51430 narrowed the eager region to the sparse "
         "indexer and forward_mqa; no eager floor is modelled for it [D]",
     ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "decode_layer_term",
+        "off: a decode step carries none of the forward-pass term's per-layer part",
+        "AIConfigurator 0.12.0's SGLang 0.5.14 decode modules (silicon-measured, summed: 3.6-6.2 ms under sim's step "
+        "with the part at TP 4 / 8 on the B200 and H200) and sglang PR #29538's single stream (V4-Flash on 8xB200, "
+        "TP 8, 4.34 ms a step without speculation, sim 10.05 with the part): SGLang's graphed decode does not run the "
+        "glue and gaps the part holds (docs/engines_and_validation.md section 16); prefill steps keep it [D]",
+    ),
+    Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "spec_decode_host_chain_s",
+        f"a decode step of DeepSeek-V4's MTP under EAGLE lasts at least {SGLANG_V4_EAGLE_HOST_CHAIN_S * 1e3:g} ms",
+        "srt/speculative/eagle_worker_v2.py: the draft-extend graph's backend list omits the V4 attention backend "
+        "(the draft extend runs eagerly, about 130 launches at the measured host time a launch); managers/"
+        "overlap_utils.py: needs_cpu_seq_lens stays True for the V4 backend (the host waits for the verify before "
+        "the next step); read in the v0.5.15 wheel; the chain's size estimated 9-13 ms, not profiled [D] "
+        "(docs/engines_and_validation.md sections 15 and 18); V4.1's DSpark drafter is graphed: no floor [D]",
+    ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
     DSPARK_PD_DCP1,
@@ -478,6 +506,21 @@ def eager_prefill_launches(
         return None
     inv = SGLANG_V4_EXTEND_LAUNCHES
     return inv.per_step, sum(inv.layer(shape, moe_a2a, attention_tp) for shape in layers)
+
+
+def decode_layer_term(engine: Engine | None) -> bool:
+    """Whether `engine`'s decode steps carry the forward-pass term's per-layer part (sim.timing.forward): yes
+    unless its rule says off; no engine named: yes."""
+    value = _engine_value(engine, "decode_layer_term")
+    return value is None or not value.startswith("off")
+
+
+def spec_decode_host_chain_s(engine: Engine | None, model: str, spec_decode: bool) -> float:
+    """The least a decode step of `model` lasts under `engine`'s speculative loop (its host chain), or 0."""
+    rule = _engine_value(engine, "spec_decode_host_chain_s")
+    if not spec_decode or model_family(model) != "v4" or rule is None:
+        return 0.0
+    return SGLANG_V4_EAGLE_HOST_CHAIN_S
 
 
 def _engine_value(engine: Engine | None, rule: str) -> str | None:

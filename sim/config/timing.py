@@ -58,6 +58,11 @@ class Host(StrictModel):
     eager_per_layer_s: float | None = Field(
         None, ge=0, description="an eager step's host issue time per decoder layer; null = the engine's"
     )
+    decode_floor_s: float | None = Field(
+        None, ge=0, description="a decode step (no prefill chunk) lasts at least the host's chain of the engine's "
+        "speculative loop, which overlaps the GPU's work (calibrated timing; sim.timing.host); null = the engine's "
+        "(sim.config.engine_rules spec_decode_host_chain_s: SGLang, DeepSeek-V4's MTP), 0 = no floor",
+    )  # fmt: skip
 
 
 class Timing(StrictModel):
@@ -88,6 +93,12 @@ class Timing(StrictModel):
         "its unfused glue; for that engine only); unfused_glue = that glue as a mechanism: its launches per layer x "
         "the launch floor + a time per layer and token row, from the served model's kernel profile "
         "(serve_step_kernels.csv; sim.timing.served); none = the kernel sum alone",
+    )
+    decode_layer_term: Literal["engine", "on", "off"] = Field(
+        "engine",
+        description="calibrated decode steps (no prefill chunk): whether they carry the forward term's per-layer "
+        "part; engine = the pool's engine rule (sim.config.engine_rules decode_layer_term: off on SGLang, whose "
+        "graphed decode runs none of that glue), on where no engine is named; on / off = a what-if",
     )
     graph_row_buckets: list[int] = Field(
         default_factory=list,

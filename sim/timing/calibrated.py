@@ -37,7 +37,11 @@ so a step is a sum of kernel times on the busiest GPU):
   per-step launch overhead (the measured kernels are CUDA-graph replays, launch cost included);
 - the engine's host time around the step (`timing.host`, sim.timing.host): zero where the engine
   overlaps its scheduling with the GPU (production engines), else the CPU time in the step (input
-  preparation, graph launch) and the scheduler's time before it, per step, sequence, row and chunk.
+  preparation, graph launch) and the scheduler's time before it, per step, sequence, row and chunk;
+  a decode step lasts at least the host's chain of the engine's speculative loop (`decode_floor_s`:
+  SGLang's EAGLE on V4's MTP), and where the engine's graphed decode runs none of the glue the
+  forward-pass term's per-layer part holds (`timing.decode_layer_term`: SGLang), decode steps shed
+  that part (sim.config.engine_rules; docs/engines_and_validation.md section 18).
 
 Decode terms. The engine adds per-sequence terms; this model reads only `context_tokens`, so a
 batch's step reads the attention tables at its mean context. The tables are interpolated
@@ -431,6 +435,7 @@ class CalibratedTiming(RooflineTiming):
         host: HostCosts = NO_HOST,
         engine_glue: EngineGlue | None = None,
         megamoe: MegaMoe | None = None,
+        decode_layer_term: bool = True,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -475,6 +480,13 @@ class CalibratedTiming(RooflineTiming):
         self.mt: ModelTables = tables.derived(
             ("model_tables", shape, mode), lambda: model_tables(tables, spec, mode)
         )
+        # a decode step without the term's per-layer part where the engine's graphed decode runs none of its glue
+        # (timing.decode_layer_term): the part is the same at every row count, so the pass sheds it whole
+        self._decode_cut_s: float = (
+            0.0 if decode_layer_term else (self.mt.every.layers + self.mt.tail.layers) * layer_overhead_s
+        )
+        # the least a decode step lasts: the host's chain in the engine's speculative loop (sim.timing.host)
+        self._decode_floor_s: float = host.decode_floor_s
         # prefill rows through the decode kernel: each pipeline with its kernels past its measured batches
         self._rows_pipelines: tuple[tuple[PipelineRows, int], ...] = ()
         if prefill_through_decode:
@@ -710,7 +722,8 @@ class CalibratedTiming(RooflineTiming):
         v = self._fixed_memo.get(batch_size)
         if v != v:  # NaN: not stored yet
             rows = batch_size * self.verified_tokens_per_step
-            v = self._pass_s(rows, rows) * (1.0 + self._draft_share) + self._comm_s(rows) + self.head_s(rows)
+            v = (self._pass_s(rows, rows) - self._decode_cut_s) * (1.0 + self._draft_share)
+            v += self._comm_s(rows) + self.head_s(rows)
             if self._host_on:
                 v += self._host_s(batch_size, 0, rows)
             self._fixed_memo.put(batch_size, v)
@@ -782,9 +795,9 @@ class CalibratedTiming(RooflineTiming):
         if not prefill:
             if not batch_size:
                 return 0.0
-            return self._fixed(batch_size) + self._attn_curve(batch_size).at(
-                terms.context_tokens / batch_size
-            )
+            v = self._fixed(batch_size) + self._attn_curve(batch_size).at(terms.context_tokens / batch_size)
+            floor = self._decode_floor_s
+            return v if v > floor else floor
         v = self._chunk_step_s(batch_size, terms, prefill)
         floor = self._eager_floor_s  # a step with chunks runs eagerly (sim.timing.host)
         return v if v > floor else floor
@@ -1095,27 +1108,30 @@ class CalibratedTiming(RooflineTiming):
             return 0.0
         curve = self._attn_curve(batch_size)
         mean_ctx, growth = terms.context_tokens / batch_size, terms.context_tokens_growth / batch_size
-        return span_s(curve, self._fixed(batch_size), mean_ctx, growth, steps)
+        return span_s(curve, self._fixed(batch_size), mean_ctx, growth, steps, self._decode_floor_s)
 
     def decode_step_end(self, batch_size: int, terms: DecodeTerms, elapsed_s: float) -> tuple[int, float]:
         curve = self._attn_curve(batch_size)
         mean_ctx, growth = terms.context_tokens / batch_size, terms.context_tokens_growth / batch_size
-        return span_end(curve, self._fixed(batch_size), mean_ctx, growth, elapsed_s)
+        return span_end(curve, self._fixed(batch_size), mean_ctx, growth, elapsed_s, self._decode_floor_s)
 
     def decode_breakdown(self, batch_size: int, context_tokens: float) -> dict[str, float]:
         """Seconds per component of a decode step at one context (for `sim calibrate show`)."""
         rows = batch_size * self.verified_tokens_per_step
         parts = self.pass_parts(self.padded_rows(rows))
         work = 1.0 + self._draft_share
-        return {
+        parts_s = {
             "attention_s": self._attn_curve(batch_size).at(context_tokens),
             "dense_gemm_s": parts.dense_gemm_s * work,
             "moe_gemm_s": parts.moe_gemm_s * work,
             "mhc_s": parts.mhc_s * work,
-            "forward_term_s": parts.forward_term_s * work,
+            "forward_term_s": (parts.forward_term_s - self._decode_cut_s) * work,
             "lm_head_s": self.head_s(rows),
             "comm_s": self._comm_s(rows),
         }
+        # the GPU waits for the host's chain where it is the longer (the decode floor, sim.timing.host)
+        parts_s["host_wait_s"] = max(0.0, self._decode_floor_s - sum(parts_s.values()))
+        return parts_s
 
 
 def build_calibrated(ctx) -> CalibratedTiming:
@@ -1154,6 +1170,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         host=ctx.host,
         engine_glue=glue,
         megamoe=megamoe,
+        decode_layer_term=ctx.decode_layer_term,
     )
 
 

@@ -46,6 +46,7 @@ class TimingContext:
     forward_term: str = (
         "fused_glue"  # fused_glue | measured | served | unfused_glue | none (sim.timing.forward)
     )
+    decode_layer_term: bool = True  # decode steps carry the term's per-layer part (timing.decode_layer_term)
     row_buckets: tuple[int, ...] = ()  # CUDA-graph row buckets (timing.graph_row_buckets; empty: no padding)
     prefill_through_decode: bool = (
         False  # prefill rows attend through the decode kernel (timing.prefill_attention)

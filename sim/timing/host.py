@@ -27,6 +27,12 @@ plus per layer). Measured on the production V4 pass (docs/carry/eager): the eage
 max(graph time, host issue time), the host hidden once the GPU is busier (a 4,096-token chunk: +4 %). Its
 size is the step's launches (the engine's, sim.config.engine_rules `eager_prefill_launches`) times the host's
 time per launch (`HOST_S_PER_LAUNCH`, measured: docs/carry/eager/README.md).
+
+A decode step has a floor of its own where the engine's speculative loop keeps the host busy (`decode_floor_s`:
+SGLang's EAGLE on DeepSeek-V4's MTP runs its draft extend eagerly and waits for each verify before preparing the
+next step, sim.config.engine_rules `spec_decode_host_chain_s`). The overlap scheduler issues that chain while the
+GPU runs, so the step lasts max(its GPU time, the chain): the chain binds at one or a few requests, the GPU above
+(docs/engines_and_validation.md section 18).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class HostCosts:
     gap_per_chunk_s: float = 0.0  # between steps, per prefill chunk of the next step
     eager_step_s: float = 0.0  # an eager step's host issue time: per step
     eager_per_layer_s: float = 0.0  # and per decoder layer it runs
+    decode_floor_s: float = 0.0  # the least a decode step lasts: the host's chain in a speculative loop
 
     @property
     def enabled(self) -> bool:

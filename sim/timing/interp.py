@@ -278,32 +278,56 @@ def _pair_at(ca: Curve, cb: Curve, x: float) -> tuple[float, float]:
     )
 
 
-def span_s(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int) -> float:
-    """Seconds of `steps` decode steps of `fixed_s + curve.at(x)` with x = x0, x0 + dx, ... (a
-    span of fixed membership: the mean context grows by dx a step; `curve` is linear)."""
-    return steps * fixed_s + curve.sum_along(x0, dx, steps)
+def _steps_below(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int, floor_s: float) -> int:
+    """How many of a span's first steps (x = x0, x0 + dx, ...) take less than `floor_s`: steps never get
+    shorter within a span, so they come first and a binary search finds where they end."""
+    if fixed_s + curve.at(x0) >= floor_s:
+        return 0
+    if fixed_s + curve.at(x0 + dx * (steps - 1)) < floor_s:
+        return steps
+    lo, hi = 0, steps - 1  # step lo is below the floor, step hi is not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fixed_s + curve.at(x0 + dx * mid) < floor_s:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
-def span_end(curve: Curve, fixed_s: float, x0: float, dx: float, elapsed_s: float) -> tuple[int, float]:
+def span_s(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int, floor_s: float = 0.0) -> float:
+    """Seconds of `steps` decode steps of max(`fixed_s + curve.at(x)`, `floor_s`) with x = x0, x0 + dx, ...
+    (a span of fixed membership: the mean context grows by dx a step; `curve` is linear)."""
+    below = _steps_below(curve, fixed_s, x0, dx, steps, floor_s) if floor_s > 0.0 and steps > 0 else 0
+    rest = steps - below
+    return below * floor_s + rest * fixed_s + curve.sum_along(x0 + dx * below, dx, rest)
+
+
+def span_end(
+    curve: Curve, fixed_s: float, x0: float, dx: float, elapsed_s: float, floor_s: float = 0.0
+) -> tuple[int, float]:
     """(k + 1, span_s of k + 1 steps) for the largest k whose span fits in `elapsed_s`: where the
     step in progress `elapsed_s` into a span ends. Steps never get shorter within a span, so k
     lies between elapsed / (its last step) and elapsed / (its first step); a binary search over
     that narrow bracket finds it."""
     if elapsed_s <= 0.0:
-        return 1, span_s(curve, fixed_s, x0, dx, 1)
-    hi = int(elapsed_s / (fixed_s + curve.at(x0))) + 1
-    lo = min(hi - 1, int(elapsed_s / (fixed_s + curve.at(x0 + dx * hi))))
-    while span_s(curve, fixed_s, x0, dx, hi) <= elapsed_s:  # guards for a curve that dips between knots
+        return 1, span_s(curve, fixed_s, x0, dx, 1, floor_s)
+    first = fixed_s + curve.at(x0)
+    hi = int(elapsed_s / (first if first > floor_s else floor_s)) + 1
+    last = fixed_s + curve.at(x0 + dx * hi)
+    lo = min(hi - 1, int(elapsed_s / (last if last > floor_s else floor_s)))
+    # guards for a curve that dips between knots
+    while span_s(curve, fixed_s, x0, dx, hi, floor_s) <= elapsed_s:
         lo, hi = hi, 2 * hi
-    while lo > 0 and span_s(curve, fixed_s, x0, dx, lo) > elapsed_s:
+    while lo > 0 and span_s(curve, fixed_s, x0, dx, lo, floor_s) > elapsed_s:
         lo //= 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if span_s(curve, fixed_s, x0, dx, mid) <= elapsed_s:
+        if span_s(curve, fixed_s, x0, dx, mid, floor_s) <= elapsed_s:
             lo = mid
         else:
             hi = mid
-    return lo + 1, span_s(curve, fixed_s, x0, dx, lo + 1)
+    return lo + 1, span_s(curve, fixed_s, x0, dx, lo + 1, floor_s)
 
 
 class LinearTable:

@@ -305,6 +305,84 @@ def test_an_sglang_v4_pool_takes_its_engines_eager_floor_unless_the_scenario_set
     assert floor(engine={"name": "vllm"}) == 0.0
 
 
+def test_a_decode_step_lasts_at_least_the_engines_host_chain(one_gpu):
+    """A decode step (no chunk) lasts max(its GPU time, the decode floor): the floor binds a small step, a step
+    longer than it keeps its own time, a span is the sum of its steps across the crossover, and the step that
+    ends a span is found with the floor too (sim.timing.host, docs/engines_and_validation.md section 18)."""
+    plain = build_calibrated(one_gpu())
+    # one sequence whose context grows 2,000 tokens a step: a floor between its first and last step is crossed
+    grow = plain.decode_seq_terms(1000, 1)
+    grow = type(grow)(context_tokens=1000.0, context_tokens_growth=2000.0)
+    first, last = plain.step_s(1, grow, ()), plain.step_s(1, grow.after(199), ())
+    assert last > first
+    floor = (first + last) / 2
+    tm = build_calibrated(one_gpu(host=HostCosts(decode_floor_s=floor)))
+    assert tm.step_s(1, grow, ()) == floor  # the floor binds the small step
+    assert tm.step_s(1, grow.after(199), ()) == last  # a longer step keeps its own time
+    chunk = [PrefillChunk(64, 0, last_chunk=True)]  # a step with chunks: the eager floor's business, not this
+    assert tm.step_s(1, grow, chunk) == plain.step_s(1, grow, chunk)
+    steps = [tm.step_s(1, grow.after(k), ()) for k in range(200)]
+    assert steps[0] == floor and steps[-1] > floor  # the crossover is inside the span
+    for n in (1, 7, 64, 65, 200):
+        assert tm.decode_span_s(1, grow, n) == pytest.approx(sum(steps[:n]), rel=1e-9)
+    elapsed = sum(steps[:37]) + steps[37] / 2  # half way through the 38th step
+    assert tm.decode_step_end(1, grow, elapsed) == (38, pytest.approx(sum(steps[:38]), rel=1e-9))
+
+
+def test_decode_steps_without_the_terms_per_layer_part(context, h200_tables):
+    """`decode_layer_term` off sheds the forward term's per-layer part from decode steps only: by exactly the
+    layers times the part (the drafter's passes too), prefill chunks keep it (sim.timing.calibrated)."""
+    ctx = context("deepseek-v4-flash", tp=4, ep=1, dp=1, accepted_tokens_per_step=3.51, draft_tokens=3)
+    on, off = build_calibrated(ctx), build_calibrated(replace(ctx, decode_layer_term=False))
+    assert on.layer_overhead_s > 0
+    terms = on.decode_seq_terms(4400, 1).scaled(16)
+    cut = (on.mt.every.layers + on.mt.tail.layers) * on.layer_overhead_s * (1 + on._draft_share)
+    assert on.step_s(16, terms, ()) - off.step_s(16, terms, ()) == pytest.approx(cut, rel=1e-9)
+    assert on.decode_breakdown(16, 4400)["forward_term_s"] - off.decode_breakdown(16, 4400)[
+        "forward_term_s"
+    ] == pytest.approx(cut, rel=1e-9)
+    chunk = [PrefillChunk(4096, 0, last_chunk=True)]
+    assert on.step_s(0, terms.scaled(0), chunk) == off.step_s(0, terms.scaled(0), chunk)
+
+
+def test_sglang_v4_mtp_pools_take_the_engines_decode_rules_unless_the_scenario_sets_them():
+    """SGLang (sim.config.engine_rules): a V4 pool with MTP decodes at least its host chain and without the
+    term's per-layer part; `timing.host.decode_floor_s` and `timing.decode_layer_term` override; vLLM keeps
+    both as before; without speculative decoding or on V4.1's DSpark there is no floor."""
+    import yaml
+
+    from sim.cluster.build import build_simulation
+    from sim.config.engine_rules import SGLANG_V4_EAGLE_HOST_CHAIN_S
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+    from sim.timing.arith import build_arith
+
+    case = project_root() / "scenarios/validation/sglang-v4-flash-4xb200-low-latency-c16.yaml"
+    base = yaml.safe_load(case.read_text())["scenario"]
+
+    def timing(model: str = "deepseek-v4-flash", **changes):
+        doc = {**base, **changes, "models": [model]}
+        scn = validate_or_raise(Scenario, doc, file="case")
+        ref = scn.models[0]
+        one = scn.for_model(ref.name)
+        arith = build_arith(ref.name, kv_layout=ref.kv_layout, prefill_mode=ref.prefill_mode)
+        return build_simulation(one, one.models[0], arith, out_dir=None).instances[0].timing
+
+    t = timing()
+    assert t._decode_floor_s == SGLANG_V4_EAGLE_HOST_CHAIN_S and t._decode_cut_s > 0
+    terms = t.decode_seq_terms(4400, 1)
+    assert t.step_s(1, terms, ()) == SGLANG_V4_EAGLE_HOST_CHAIN_S  # one request: the host chain binds
+    assert timing(timing={"host": {"decode_floor_s": 0}})._decode_floor_s == 0.0
+    assert timing(timing={"decode_layer_term": "on"})._decode_cut_s == 0.0
+    vllm = timing(engine={"name": "vllm"})
+    assert vllm._decode_floor_s == 0.0 and vllm._decode_cut_s == 0.0
+    assert timing(engine={"name": "vllm"}, timing={"decode_layer_term": "off"})._decode_cut_s > 0
+    assert timing(spec_decode={"enabled": False})._decode_floor_s == 0.0
+    dspark = {**base["spec_decode"], "v41": {"method": "dspark", "draft_tokens": 5}}
+    assert timing("deepseek-v4.1-flash", spec_decode=dspark)._decode_floor_s == 0.0
+
+
 def test_the_host_time_a_launch_is_the_committed_measurements_mean():
     """sim.timing.host.HOST_S_PER_LAUNCH is the eager production pass's host issue time over its launches, the
     mean of the machines docs/carry/eager/host_issue/ recorded (the 5-layer stack, each machine's first run; a
