@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.errors import InputError
-from sim.timing.interp import LINEAR, LOGLOG, Curve
+from sim.timing.interp import LINEAR, LOGLOG, Curve, span_end, span_s
 from sim.timing.tables import curve_of, grid_of, load_tables, table_path
 
 # --- loading ---
@@ -147,6 +147,28 @@ def test_closed_form_sum_equals_the_sum_of_points(x0, dx, n):
     c = Curve((100.0, 400.0, 1600.0, 2000.0), (3.0, 2.5, 7.0, 9.0), LINEAR)
     brute = sum(c.at(x0 + dx * k) for k in range(n))
     assert c.sum_along(x0, dx, n) == pytest.approx(brute, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    x0=st.floats(0, 3000),
+    dx=st.floats(0, 40),
+    n=st.integers(1, 300),
+    floor=st.floats(0, 12),
+    e=st.floats(0, 1),
+)
+def test_a_span_with_a_floor_sums_each_step_at_least_the_floor(x0, dx, n, floor, e):
+    """A decode span under the host chain's floor (sim.timing.host): max(step, floor) summed, in closed form,
+    and the step in progress `elapsed` into it found the same way, on a curve that never falls."""
+    c = Curve((100.0, 400.0, 1600.0, 2000.0), (3.0, 3.5, 7.0, 9.0), LINEAR)
+    steps = [max(1.0 + c.at(x0 + dx * k), floor) for k in range(n)]
+    assert span_s(c, 1.0, x0, dx, n, floor) == pytest.approx(sum(steps), rel=1e-9, abs=1e-9)
+    elapsed = e * sum(steps)
+    k, ends = span_end(c, 1.0, x0, dx, elapsed, floor)
+    assert sum(steps[: k - 1]) <= elapsed * (1 + 1e-12) + 1e-12 and ends == pytest.approx(
+        sum(max(1.0 + c.at(x0 + dx * i), floor) for i in range(k)), rel=1e-9
+    )
+    assert ends >= elapsed * (1 - 1e-12)
 
 
 def test_duplicate_shapes_are_rejected(h200_tables):
