@@ -295,12 +295,20 @@ def _steps_below(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int,
     return hi
 
 
+def _span_s(
+    curve: Curve, fixed_s: float, x0: float, dx: float, steps: int, floor_s: float, below: int
+) -> float:
+    """`span_s` of `steps` steps, the first `below` of them (at most) under the floor."""
+    below = below if below < steps else steps
+    rest = steps - below
+    return below * floor_s + rest * fixed_s + curve.sum_along(x0 + dx * below, dx, rest)
+
+
 def span_s(curve: Curve, fixed_s: float, x0: float, dx: float, steps: int, floor_s: float = 0.0) -> float:
     """Seconds of `steps` decode steps of max(`fixed_s + curve.at(x)`, `floor_s`) with x = x0, x0 + dx, ...
     (a span of fixed membership: the mean context grows by dx a step; `curve` is linear)."""
     below = _steps_below(curve, fixed_s, x0, dx, steps, floor_s) if floor_s > 0.0 and steps > 0 else 0
-    rest = steps - below
-    return below * floor_s + rest * fixed_s + curve.sum_along(x0 + dx * below, dx, rest)
+    return _span_s(curve, fixed_s, x0, dx, steps, floor_s, below)
 
 
 def span_end(
@@ -313,21 +321,27 @@ def span_end(
     if elapsed_s <= 0.0:
         return 1, span_s(curve, fixed_s, x0, dx, 1, floor_s)
     first = fixed_s + curve.at(x0)
-    hi = int(elapsed_s / (first if first > floor_s else floor_s)) + 1
+    shortest = first if first > floor_s else floor_s  # no step of the span is shorter
+    # the steps under the floor, found once: no more than elapsed / shortest + 1 steps end the span, and
+    # a span read further (the bracket's doubling) is longer than `elapsed_s` with those counted
+    below = 0
+    if floor_s > 0.0:
+        below = _steps_below(curve, fixed_s, x0, dx, int(elapsed_s / shortest) + 2, floor_s)
+    hi = int(elapsed_s / shortest) + 1
     last = fixed_s + curve.at(x0 + dx * hi)
     lo = min(hi - 1, int(elapsed_s / (last if last > floor_s else floor_s)))
     # guards for a curve that dips between knots
-    while span_s(curve, fixed_s, x0, dx, hi, floor_s) <= elapsed_s:
+    while _span_s(curve, fixed_s, x0, dx, hi, floor_s, below) <= elapsed_s:
         lo, hi = hi, 2 * hi
-    while lo > 0 and span_s(curve, fixed_s, x0, dx, lo, floor_s) > elapsed_s:
+    while lo > 0 and _span_s(curve, fixed_s, x0, dx, lo, floor_s, below) > elapsed_s:
         lo //= 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if span_s(curve, fixed_s, x0, dx, mid, floor_s) <= elapsed_s:
+        if _span_s(curve, fixed_s, x0, dx, mid, floor_s, below) <= elapsed_s:
             lo = mid
         else:
             hi = mid
-    return lo + 1, span_s(curve, fixed_s, x0, dx, lo + 1, floor_s)
+    return lo + 1, _span_s(curve, fixed_s, x0, dx, lo + 1, floor_s, below)
 
 
 class LinearTable:

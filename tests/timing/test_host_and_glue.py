@@ -275,28 +275,38 @@ def test_step_predictions_leave_the_gap_out(one_gpu):
     assert tm.step_s(2, tm.decode_seq_terms(8001, 1).scaled(2), ()) > predict_steps(steps, tm)[0]
 
 
-def test_an_sglang_v4_pool_takes_its_engines_eager_floor_unless_the_scenario_sets_one():
-    """SGLang runs V4's prefill eagerly (sim.config.engine_rules): a pool's floor is its step's launches at the
-    measured host time a launch; an explicit `timing.host.eager_*` wins; vLLM (graphed prefill) has none."""
+def _case_scenario(name: str) -> dict:
+    """The scenario of a validation case, as a mapping to change."""
     import yaml
 
+    from sim.paths import project_root
+
+    return yaml.safe_load((project_root() / f"scenarios/validation/{name}.yaml").read_text())["scenario"]
+
+
+def _first_timing(doc: dict):
+    """The timing model of the first instance a scenario mapping builds for its first model."""
     from sim.cluster.build import build_simulation
     from sim.config.errors import validate_or_raise
     from sim.config.scenario import Scenario
-    from sim.paths import project_root
     from sim.timing.arith import build_arith
+
+    scn = validate_or_raise(Scenario, doc, file="case")
+    ref = scn.models[0]
+    one = scn.for_model(ref.name)
+    arith = build_arith(ref.name, kv_layout=ref.kv_layout, prefill_mode=ref.prefill_mode)
+    return build_simulation(one, one.models[0], arith, out_dir=None).instances[0].timing
+
+
+def test_an_sglang_v4_pool_takes_its_engines_eager_floor_unless_the_scenario_sets_one():
+    """SGLang runs V4's prefill eagerly (sim.config.engine_rules): a pool's floor is its step's launches at the
+    measured host time a launch; an explicit `timing.host.eager_*` wins; vLLM (graphed prefill) has none."""
     from sim.timing.host import HOST_S_PER_LAUNCH
 
-    case = project_root() / "scenarios/validation/sglang-v4-flash-4xb200-high-throughput-c1024.yaml"
-    base = yaml.safe_load(case.read_text())["scenario"]
+    base = _case_scenario("sglang-v4-flash-4xb200-high-throughput-c1024")
 
     def floor(**changes) -> float:
-        doc = {**base, **changes}
-        scn = validate_or_raise(Scenario, doc, file="case")
-        ref = scn.models[0]
-        one = scn.for_model(ref.name)
-        arith = build_arith(ref.name, kv_layout=ref.kv_layout, prefill_mode=ref.prefill_mode)
-        return build_simulation(one, one.models[0], arith, out_dir=None).instances[0].timing._eager_floor_s
+        return _first_timing({**base, **changes})._eager_floor_s
 
     # V4-Flash, DP attention (attention TP 1), Mega MoE: 120 a step + 1,855 over the 43 layers, no drafter
     assert floor() == pytest.approx((120 + 1855) * HOST_S_PER_LAUNCH)
@@ -349,25 +359,12 @@ def test_sglang_v4_mtp_pools_take_the_engines_decode_rules_unless_the_scenario_s
     """SGLang (sim.config.engine_rules): a V4 pool with MTP decodes at least its host chain and without the
     term's per-layer part; `timing.host.decode_floor_s` and `timing.decode_layer_term` override; vLLM keeps
     both as before; without speculative decoding or on V4.1's DSpark there is no floor."""
-    import yaml
-
-    from sim.cluster.build import build_simulation
     from sim.config.engine_rules import SGLANG_V4_EAGLE_HOST_CHAIN_S
-    from sim.config.errors import validate_or_raise
-    from sim.config.scenario import Scenario
-    from sim.paths import project_root
-    from sim.timing.arith import build_arith
 
-    case = project_root() / "scenarios/validation/sglang-v4-flash-4xb200-low-latency-c16.yaml"
-    base = yaml.safe_load(case.read_text())["scenario"]
+    base = _case_scenario("sglang-v4-flash-4xb200-low-latency-c16")
 
     def timing(model: str = "deepseek-v4-flash", **changes):
-        doc = {**base, **changes, "models": [model]}
-        scn = validate_or_raise(Scenario, doc, file="case")
-        ref = scn.models[0]
-        one = scn.for_model(ref.name)
-        arith = build_arith(ref.name, kv_layout=ref.kv_layout, prefill_mode=ref.prefill_mode)
-        return build_simulation(one, one.models[0], arith, out_dir=None).instances[0].timing
+        return _first_timing({**base, **changes, "models": [model]})
 
     t = timing()
     assert t._decode_floor_s == SGLANG_V4_EAGLE_HOST_CHAIN_S and t._decode_cut_s > 0
