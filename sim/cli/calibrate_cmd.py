@@ -367,22 +367,29 @@ def _aic_section(profile, every_row: bool) -> dict:
 
 
 def _experts(profile) -> dict:
-    """How this GPU's routed experts are timed: the MMA rate by the activations' format (sim.timing.carry rule 4)
-    and, on NVIDIA Blackwell, DeepGEMM's Mega MoE as measured for `moe_a2a: megamoe` pools (sim.timing.megamoe)."""
+    """How this GPU's routed experts are timed: the MMA rate by the activations' format (sim.timing.carry rule 4),
+    on NVIDIA Blackwell DeepGEMM's Mega MoE as measured for `moe_a2a: megamoe` pools (sim.timing.megamoe), on the
+    H200 vLLM's Marlin module as measured for W4A16 experts (sim.timing.marlin)."""
     from sim.timing.carry import GpuPeaks
 
     if profile is None:
-        return {"native_fp4": False, "megamoe": None, "text": ["experts: this GPU's measured tables"]}
+        return {
+            "native_fp4": False,
+            "megamoe": None,
+            "marlin": None,
+            "text": ["experts: this GPU's measured tables"],
+        }
     peaks = GpuPeaks.of(profile)
     if not peaks.native_fp4:
         text = [
             "routed experts: FP8 weights and activations, this GPU's FP8 rate (no FP4 peak in its profile)"
         ]
-        return {"native_fp4": False, "megamoe": None, "text": text}
+        return {"native_fp4": False, "megamoe": None, "marlin": _marlin(profile, text), "text": text}
     text = [
         f"routed experts: MXFP4 weights; W4A8 (the default, models[].expert_activations: fp8) at the FP8 MMA rate "
         f"({peaks.fp8_flops_per_s / 1e12:,.0f} TFLOP/s peak), W4A4 (expert_activations: fp4, an NVFP4 checkpoint) at "
-        f"the FP4 rate ({peaks.fp4_flops_per_s / 1e12:,.0f}) (sim/timing/carry.py rule 4)"
+        f"the FP4 rate ({peaks.fp4_flops_per_s / 1e12:,.0f}), W4A16 (expert_activations: bf16) at the BF16 rate "
+        f"({peaks.bf16_flops_per_s / 1e12:,.0f}) (sim/timing/carry.py rule 4)"
     ]
     megamoe = None
     if peaks.blackwell:
@@ -396,7 +403,28 @@ def _experts(profile) -> dict:
             f"{m.weight_bytes_per_s / 1e12:.2f} TB/s)^2), fitted to {m.points} published points ({'/'.join(POINTS_FILE)}, "
             f"rms {m.rms_error * 100:.1f} %; sim/timing/megamoe.py)"
         )
-    return {"native_fp4": True, "megamoe": megamoe, "text": text}
+    return {"native_fp4": True, "megamoe": megamoe, "marlin": None, "text": text}
+
+
+def _marlin(profile, text: list[str]) -> dict | None:
+    """On the GPU Marlin's module was measured on, how `expert_activations: bf16` times the experts
+    (sim.timing.marlin); appends its line to `text`."""
+    from sim.errors import InputError
+    from sim.timing.marlin import POINTS_FILE, for_gpu, load_points
+
+    try:
+        m = for_gpu(profile)
+    except InputError:
+        return None
+    points = load_points()
+    text.append(
+        f"W4A16 (models[].expert_activations: bf16, vLLM --moe-backend marlin): vLLM's Marlin MXFP4 module as "
+        f"AIConfigurator measured it here ({len(points)} rows, {'/'.join(POINTS_FILE)}), above its "
+        f"{m.floor_s * 1e6:.0f} us floor, carried to the model's experts by their weights at equal rows per expert, "
+        f"geometric between {min(m.per_weight.outer):g} and {m.max_experts:g} local experts (sim/timing/marlin.py)"
+    )
+    return {"floor_us": m.floor_s * 1e6, "points": len(points), "points_file": "/".join(POINTS_FILE),
+            "local_experts": list(m.per_weight.outer)}  # fmt: skip
 
 
 def _engine_glue(profile) -> list[dict]:

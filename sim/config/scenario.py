@@ -72,11 +72,14 @@ class ModelRef(StrictModel):
     kv_layout: str | None = Field(
         None, description="KV byte layout (model.md §9 #2); null = the model's default"
     )
-    expert_activations: Literal["fp8", "fp4"] | None = Field(
+    expert_activations: Literal["fp8", "fp4", "bf16"] | None = Field(
         None,
-        description="the format the engine quantises the routed experts' activations to, on GPUs with native "
-        "FP4 (sim.timing.carry rule 4): fp8 = W4A8, an MXFP4 checkpoint in SGLang's or vLLM's MoE runners, at "
-        "the FP8 MMA rate; fp4 = W4A4, an NVFP4 checkpoint on vLLM, at the FP4 rate; null = fp8",
+        description="the format the engine gives the MXFP4 routed experts' activations: fp8 = W4A8 (SGLang's and "
+        "vLLM's MXFP4 runners on GPUs with native FP4, at the FP8 MMA rate; elsewhere the GPU's measured FP8 "
+        "experts); fp4 = W4A4, an NVFP4 checkpoint on vLLM, at the FP4 rate; bf16 = W4A16, the weights "
+        "dequantised in the kernel: vLLM's --moe-backend marlin on the H200, timed as AIConfigurator measured "
+        "Marlin's module there (sim.timing.marlin), at the BF16 rate on GPUs with native FP4 (sim.timing.carry "
+        "rule 4); null = fp8",
     )
     pools: list[Pool] | None = Field(
         None,

@@ -13,7 +13,8 @@ carry (`COVERAGE`; docs/carry/aic/README.md compares both with AIC op by op):
 - routed experts (gemm_grouped moe_gate_up / moe_down, V4): a grouped row of g experts with b tokens each
   is AIC's balanced `moe_perf` (vLLM; on a GPU with an FP4 peak w4a8_mxfp4_mxfp8, or nvfp4 where the
   experts run W4A4 as the Dynamo B200 recipe's `nvidia/DeepSeek-V4-Flash-NVFP4` does (sim.timing.carry rule 4);
-  else fp8_block) at EP e = 256 / g' with g' the power of two nearest g
+  w4a16_mxfp4 where they run W4A16, which AIC has at other shapes only, so the carry keeps those rows; else
+  fp8_block) at EP e = 256 / g' with g' the power of two nearest g
   (each rank then holds g' experts) and T = 256 b / 6 tokens (uniform routing gives every expert b tokens),
   scaled by g / g', split between gate_up and down in the proportion of the production rows; T beyond AIC's
   16,384 tokens keeps the carry. AIC's time is the whole fused MoE (routing permute, activation included);
@@ -130,6 +131,8 @@ def _note(aic: AicData, what: str) -> str:
 
 def moe_dtype(peaks: GpuPeaks) -> str:
     """AIC's moe_perf format for the routed experts on `peaks`' GPU (module doc)."""
+    if peaks.expert_activations == "bf16":
+        return "w4a16_mxfp4"
     if not peaks.native_fp4:
         return "fp8_block"
     return "nvfp4" if peaks.expert_activations == "fp4" else "w4a8_mxfp4_mxfp8"

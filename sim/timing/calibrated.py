@@ -132,6 +132,7 @@ from sim.timing.interp import (
     span_end,
     span_s,
 )
+from sim.timing.marlin import MarlinModule
 from sim.timing.megamoe import MegaMoe, layer_s, rank_work
 from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
@@ -435,6 +436,7 @@ class CalibratedTiming(RooflineTiming):
         host: HostCosts = NO_HOST,
         engine_glue: EngineGlue | None = None,
         megamoe: MegaMoe | None = None,
+        marlin: MarlinModule | None = None,
         decode_layer_term: bool = True,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
@@ -531,6 +533,8 @@ class CalibratedTiming(RooflineTiming):
         self._glue_cp_tail_s: float = whole_row_s * self.mt.tail.layers
         # a `moe_a2a: megamoe` pool on Blackwell: the routed experts as DeepGEMM's Mega MoE measured (sim.timing.megamoe)
         self.megamoe = megamoe
+        # W4A16 experts on the H200: vLLM's Marlin module as AIConfigurator measured it (sim.timing.marlin)
+        self.marlin = marlin
         self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
@@ -568,7 +572,8 @@ class CalibratedTiming(RooflineTiming):
     def _experts(self, rows: int) -> float:
         """Seconds of one MoE layer's routed experts over `rows` token rows on the GPU the step waits for: the
         measured grouped GEMMs over the busiest EP rank's touched experts, extrapolated below the fewest
-        measured experts (sim.timing.experts), split over the expert-TP GPUs. The same in both classes of layers
+        measured experts (sim.timing.experts), or the measured module that replaces them (Mega MoE, Marlin),
+        split over the expert-TP GPUs. The same in both classes of layers
         (`_experts_s` memoises it)."""
         mt, par = self.mt, self.par
         # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
@@ -581,6 +586,8 @@ class CalibratedTiming(RooflineTiming):
             )
             return layer_s(self.megamoe, flops, weight_bytes) / expert_tp
         rank = busiest_rank(self.arith.routed_experts, self.arith.top_k, float(rows), par.ep)
+        if self.marlin is not None:
+            return self.marlin.layer_s(rank.experts, rank.rows_per_expert, self._expert_weights) / expert_tp
         return (
             grouped_s(mt.moe_gate_up, rank.experts, rank.rows_per_expert)
             + grouped_s(mt.moe_down, rank.experts, rank.rows_per_expert)
@@ -649,8 +656,9 @@ class CalibratedTiming(RooflineTiming):
             if rows <= 0 or cls.moe_layers == 0:
                 v = 0.0
             else:
-                # Mega MoE's measured time is the whole routed-expert op: not scaled to the tables' missing work
-                scale = 1.0 if self.megamoe is not None else self._gemm_scale
+                # a measured module (Mega MoE, Marlin) is the whole routed-expert op: not scaled to the tables'
+                # missing work
+                scale = 1.0 if self.megamoe is not None or self.marlin is not None else self._gemm_scale
                 v = cls.moe_layers * self._experts(rows) * scale
             memo.put(rows, v)
         return v
@@ -1148,6 +1156,11 @@ def build_calibrated(ctx) -> CalibratedTiming:
         from sim.timing.megamoe import published
 
         megamoe = published()
+    marlin = None
+    if ctx.expert_activations == "bf16" and not GpuPeaks.of(ctx.hw_profile).native_fp4:
+        from sim.timing.marlin import for_gpu
+
+        marlin = for_gpu(ctx.hw_profile)
     glue = None
     if ctx.engine and ctx.engine_glue == "modules" and MODEL_KEYS.get(ctx.model_name) in GLUE_MODELS:
         glue = tables.derived(("engine_glue", ctx.engine), lambda: _fit_engine_glue(ctx, tables))
@@ -1170,6 +1183,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         host=ctx.host,
         engine_glue=glue,
         megamoe=megamoe,
+        marlin=marlin,
         decode_layer_term=ctx.decode_layer_term,
     )
 

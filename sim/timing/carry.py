@@ -37,7 +37,9 @@ BF16) say which peaks it runs against. The rule, per row:
    weight), so `Y_X` replaces the FP8 weight bytes (groups x N x K) by MXFP4 bytes. Their MMA rate is
    set by the activations, not the weights (`GpuPeaks.expert_activations`): an FP8 x FP4 product is
    tcgen05 `kind::mxf8f6f4`, K = 32 a instruction as for FP8 x FP8, so the FP8 peak; only FP4 x FP4
-   (`kind::mxf4` / `mxf4nvf4`, K = 64) reaches the FP4 peak (PTX ISA 9.7.17.2.1, Table 42 [A]). The
+   (`kind::mxf4` / `mxf4nvf4`, K = 64) reaches the FP4 peak (PTX ISA 9.7.17.2.1, Table 42 [A]); BF16
+   activations (W4A16, the weights dequantised in the kernel) run at the BF16 peak, at the FP8 kernel's
+   fractions [D] (on GPUs without native FP4, W4A16 is Marlin's measured module, sim.timing.marlin). The
    engines quantise the activations of MXFP4 experts to FP8 (W4A8): SGLang 0.5.15's flashinfer_mxfp4
    runner (`mxfp8_quantize`), DeepEP + DeepGEMM's FP8 x FP4 grouped GEMM and Mega MoE's `fp8_fp4_mega_moe`
    (unless its FP4-activation env is set); vLLM 0.34.0's DeepSeek-V4 MXFP4 backends (FlashInfer TRT-LLM
@@ -130,7 +132,8 @@ class GpuPeaks:
     fp4_flops_per_s: float  # 0: no native FP4
     vendor: str
     sm_rate: float = H200_SM_RATE  # SMs x maximum clock (Hz); the H200's where the profile does not say
-    # rule 4: the routed experts' activations, fp8 (W4A8, the FP8 MMA rate) or fp4 (W4A4, the FP4 rate)
+    # rule 4: the routed experts' activations, fp8 (W4A8, the FP8 MMA rate), fp4 (W4A4, the FP4 rate) or
+    # bf16 (W4A16, the BF16 rate)
     expert_activations: str = "fp8"
 
     @classmethod

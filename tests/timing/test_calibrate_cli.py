@@ -50,6 +50,10 @@ def test_show_table_by_profile_id(h200_tables):
     result = CliRunner().invoke(app, ["calibrate", "show", "nvidia-h200-hgx8"])
     assert result.exit_code == 0, result.output
     assert "Decode step, calibrated (production stack" in result.output
+    # W4A16 experts (vLLM's Marlin) are timed from the module measured on this GPU
+    assert "W4A16 (models[].expert_activations: bf16" in result.output
+    data = json.loads(CliRunner().invoke(app, ["calibrate", "show", "h200", "--json"]).stdout)
+    assert data["experts"]["marlin"]["points"] == 216 and data["experts"]["marlin"]["local_experts"][0] == 7.0
 
 
 def test_unknown_gpu_lists_the_known_ones(h200_tables):
@@ -71,6 +75,9 @@ def test_show_b200_json_carried_from_h200(h200_tables):
     # W4A8 experts at the FP8 rate, and the Mega MoE fit a megamoe pool takes on Blackwell
     assert data["experts"]["native_fp4"] and "FP8 MMA rate" in data["experts"]["text"][0]
     assert data["experts"]["megamoe"]["points"] == 4 and data["experts"]["megamoe"]["rms_error"] < 0.02
+    assert (
+        data["experts"]["marlin"] is None and "W4A16 (expert_activations: bf16)" in data["experts"]["text"][0]
+    )
     for stack in data["stacks"].values():
         decode = stack["composed"]["decode"]
         for model in ("deepseek-v4-flash", "deepseek-v4.1-flash"):

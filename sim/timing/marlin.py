@@ -1,0 +1,140 @@
+"""vLLM's Marlin MoE (W4A16) on the H200, timed from AIConfigurator's measured module (issue 29, thirteenth sitting).
+
+A model with `expert_activations: bf16` runs its MXFP4 routed experts as W4A16: the weights dequantised inside the
+kernel, BF16 MMAs. On Hopper that is vLLM's `--moe-backend marlin` (Dynamo's H200 recipes for V4-Flash), which
+sim would otherwise time as the H200's measured DeepGEMM FP8 rows. Marlin behaves differently from those: it reads
+half the weight bytes (faster with one row an expert over many experts), and it reaches 150-230 TFLOP/s where
+DeepGEMM reaches about 1,000 (several times slower at prefill sizes).
+
+**Measured** (hwprofiles/engine_modules/marlin_mxfp4_h200.csv, written by `kernels_bench.aic_marlin`):
+AIConfigurator 0.12.0's rows of vLLM 0.24.0's MoE module on the H200, MXFP4 on Marlin, one shape (hidden 3,584,
+intermediate 3,072, 896 experts, top-16), EP 1-128, balanced routing, 1-16,384 tokens of the EP group.
+
+**Carried to another model's experts.** vLLM picks Marlin's block size by the rows each expert gets, so at equal
+rows per expert the kernel runs the same configuration and streams each local expert's weights the same number of
+times: its time above the module's floor scales with the weights of the experts it runs. Per measured EP size,
+`(t - floor) / (local experts x weights an expert)` is a cost per weight at each rows-per-expert (the measured
+tokens from one row an expert up, the first point interpolated at exactly one row); between the measured local
+expert counts (7 to 896) that cost is interpolated geometrically in the experts, because fewer experts fill fewer
+SMs (at 16,384 tokens the module reaches 30 TFLOP/s over 7 local experts and 232 over 896); below 7 or above 896
+the nearest count's. Beyond the most rows an expert measured (293) the time grows linearly with the rows, as the
+last segment (compute-bound there). The floor is the least time measured, 80 us: the module with almost nothing to
+do, i.e. vLLM's MoE glue (the routing's block alignment, the activation, the launches). sim charges every expert
+kernel's glue in the forward-pass term (sim.timing.forward: our production pass runs its own routing around
+DeepGEMM, 55 us a layer at decode, hwprofiles/h200/forward_pass_results.csv), so the module is charged above its
+floor: `experts x weights x cost(experts, rows per expert)` a layer, the busiest EP rank's touched experts and their
+rows (sim.timing.experts). Charging the floor as well counts the glue twice (docs/engines_and_validation.md
+section 19 gives both).
+
+Cross-check, not fitted: vLLM's int4 Marlin module at Kimi-K2's shape (7,168 x 2,048, 384 experts, top-8; the same
+AIConfigurator file) takes 0.5-0.8x what this carry gives it, so the format and the shape move the time by that
+much [D]. The measured GPU stands for itself only: other Hopper GPUs (H100: 0.7x the HBM bandwidth) are not carried.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from sim.errors import InputError
+from sim.paths import project_root
+from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
+from sim.timing.tables import gpu_key
+
+POINTS_FILE = ("hwprofiles", "engine_modules", "marlin_mxfp4_h200.csv")
+MEASURED_GPU = "h200"  # gpu_key of the GPU the module was measured on
+
+
+class MarlinPoint(NamedTuple):
+    """One measured call: the module over `tokens` tokens of an EP group of `ep`, routed evenly."""
+
+    hidden: int
+    intermediate: int
+    experts: int
+    top_k: int
+    ep: int
+    tokens: int
+    seconds: float
+
+    @property
+    def expert_weights(self) -> int:
+        return 3 * self.hidden * self.intermediate  # gate, up and down
+
+
+@dataclass(frozen=True)
+class MarlinModule:
+    """The measured module as a floor and a cost per weight by (local experts, rows per expert) (module doc)."""
+
+    floor_s: float
+    # seconds a weight above the floor; outer: local experts (geometric), inner: rows an expert
+    per_weight: Grid
+    max_experts: float  # the most local experts measured (the cost is held beyond)
+
+    def layer_s(self, experts: float, rows_per_expert: float, expert_weights: int) -> float:
+        """Seconds above the module's floor of one MoE layer whose GPU runs `experts` experts of
+        `expert_weights` weights at `rows_per_expert` rows each (the floor is the engine's MoE glue, module doc)."""
+        if experts <= 0.0:
+            return 0.0
+        return experts * expert_weights * self.per_weight.at(min(experts, self.max_experts), rows_per_expert)
+
+
+def build(points: list[MarlinPoint]) -> MarlinModule:
+    """The module of the measured points (one shape; module doc)."""
+    shapes = {(p.hidden, p.intermediate, p.experts, p.top_k) for p in points}
+    if len(shapes) != 1:
+        raise ValueError(f"the Marlin points must be of one expert shape, not {sorted(shapes)}")
+    floor = min(p.seconds for p in points)
+    p0 = points[0]
+    one_row_tokens = p0.experts / p0.top_k  # tokens at which every expert gets one row
+    columns: list[tuple[float, Curve]] = []
+    for ep in sorted({p.ep for p in points}, reverse=True):  # fewest local experts first
+        col = sorted((p for p in points if p.ep == ep), key=lambda p: p.tokens)
+        tokens = Curve(tuple(float(p.tokens) for p in col), tuple(p.seconds for p in col), LINEAR)
+        local = p0.experts / ep
+        rows = [1.0] + [p.tokens / one_row_tokens for p in col if p.tokens > one_row_tokens]
+        cost = [max(tokens.at(r * one_row_tokens) - floor, 0.0) / (local * p0.expert_weights) for r in rows]
+        columns.append((local, Curve(tuple(rows), tuple(max(c, 1e-30) for c in cost), LINEAR)))
+    outer = tuple(local for local, _ in columns)
+    return MarlinModule(floor, Grid(outer, tuple(c for _, c in columns), LOGLOG), max(outer))
+
+
+def load_points(path: Path | None = None) -> list[MarlinPoint]:
+    """The measured rows (the CSV's header names their source)."""
+    path = path or project_root().joinpath(*POINTS_FILE)
+    with path.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    return [
+        MarlinPoint(
+            hidden=int(r["hidden"]),
+            intermediate=int(r["intermediate"]),
+            experts=int(r["experts"]),
+            top_k=int(r["top_k"]),
+            ep=int(r["ep"]),
+            tokens=int(r["tokens"]),
+            seconds=float(r["time_us"]) * 1e-6,
+        )
+        for r in rows
+    ]
+
+
+@functools.lru_cache(maxsize=1)
+def measured() -> MarlinModule:
+    """The module of the committed measurement (module doc)."""
+    return build(load_points())
+
+
+def for_gpu(profile) -> MarlinModule:
+    """The measured module where `profile`'s GPU is the one it was measured on; an InputError elsewhere."""
+    key = gpu_key(profile)
+    if key != MEASURED_GPU:
+        raise InputError(
+            "W4A16 experts (Marlin) are timed from a measurement on the H200 only; other GPUs without native FP4 "
+            "are not carried",
+            where="models[].expert_activations",
+            value=f"bf16 on {profile.gpu}",
+            allowed="bf16 on an H200 or on a GPU with native FP4 (sim.timing.carry rule 4); fp8 elsewhere",
+        )
+    return measured()

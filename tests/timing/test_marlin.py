@@ -1,0 +1,129 @@
+"""vLLM's Marlin MoE (W4A16) on the H200 from AIConfigurator's measured module (sim.timing.marlin): the module gives
+back every measured row, carries to other experts by their weights at equal rows per expert, and only a model with
+`expert_activations: bf16` on the H200 takes it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from sim.errors import InputError
+from sim.timing.experts import busiest_rank
+from sim.timing.marlin import MarlinPoint, build, for_gpu, load_points, measured
+
+FLASH_WEIGHTS = 3 * 4096 * 2048  # V4-Flash's gate, up and down
+
+
+def test_the_module_gives_back_every_measured_row_from_one_row_an_expert_up():
+    m = measured()
+    points = load_points()
+    assert len(points) == 216 and m.floor_s == min(p.seconds for p in points)
+    checked = 0
+    for p in points:
+        rows = p.tokens * p.top_k / p.experts
+        if rows < 1.0:
+            continue  # fewer rows than experts: the module takes the touched experts at one row each
+        got = m.floor_s + m.layer_s(p.experts / p.ep, rows, p.expert_weights)
+        assert got == pytest.approx(p.seconds, rel=1e-9)
+        checked += 1
+    assert checked == 8 * 20  # every EP size, the 20 token counts from 64 up
+
+
+def test_the_time_carries_by_the_experts_weights_at_equal_rows_and_interpolates_geometrically_in_experts():
+    m = measured()
+    for experts, rows in ((64.0, 2.0), (256.0, 384.0), (9.0, 30.0)):
+        assert m.layer_s(experts, rows, 2 * FLASH_WEIGHTS) == pytest.approx(
+            2 * m.layer_s(experts, rows, FLASH_WEIGHTS)
+        )
+    # halfway (geometrically) between two measured local expert counts: the geometric mean of their cost per weight
+    lo, hi = 56.0, 112.0
+    mid = math.sqrt(lo * hi)
+    cost = [m.layer_s(e, 8.0, FLASH_WEIGHTS) / (e * FLASH_WEIGHTS) for e in (lo, mid, hi)]
+    assert cost[1] == pytest.approx(math.sqrt(cost[0] * cost[2]), rel=1e-9)
+    # beyond the most rows measured (293 an expert) the time grows linearly with the rows
+    t = [m.layer_s(224.0, r, FLASH_WEIGHTS) for r in (1000.0, 2000.0, 3000.0)]  # a measured count
+    assert t[2] - t[1] == pytest.approx(t[1] - t[0], rel=1e-9) and t[1] > t[0]
+    assert m.layer_s(0.0, 4.0, FLASH_WEIGHTS) == 0.0
+
+
+def test_the_module_against_the_fp8_grouped_gemms_it_replaces(h200_tables):
+    """What the rule does to V4-Flash on the H200 (docs section 19): half the bytes do not make Marlin faster than
+    DeepGEMM's FP8 at tens of experts, and at prefill sizes it runs several times slower."""
+    from sim.timing.experts import grouped_s
+
+    mt = _timing("v4-flash-4xh200-agg.yaml", "fp8").mt
+    m = measured()
+
+    def ratio(experts: float, rows: float) -> float:
+        fp8 = grouped_s(mt.moe_gate_up, experts, rows) + grouped_s(mt.moe_down, experts, rows)
+        return m.layer_s(experts, rows, FLASH_WEIGHTS) / fp8
+
+    assert ratio(256.0, 1.0) < 0.75  # one row an expert over all 256: W4 reads half of FP8's bytes
+    assert ratio(64.0, 2.0) > 1.0  # EP 4 decode: Marlin over 64 experts reaches less of the HBM than DeepGEMM
+    assert ratio(64.0, 384.0) > 4.0  # a 16K-token prefill chunk at EP 4
+
+
+def test_build_takes_one_expert_shape():
+    p = MarlinPoint(3584, 3072, 896, 16, 1, 64, 1e-3)
+    with pytest.raises(ValueError, match="one expert shape"):
+        build([p, p._replace(hidden=7168, ep=2)])
+
+
+def test_only_the_h200_has_the_measured_module():
+    from sim.hardware import load_hw
+
+    assert for_gpu(load_hw("nvidia-h200-hgx8")) is measured()
+    with pytest.raises(InputError) as err:
+        for_gpu(load_hw("nvidia-h100-hgx8"))
+    assert err.value.where == "models[].expert_activations" and "H200" in str(err.value)
+
+
+def _timing(case: str, expert_activations: str | None, hardware: str | None = None):
+    from sim.cluster.build import build_simulation
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+    from sim.timing.arith import build_arith
+
+    path = project_root() / "scenarios" / "validation" / case
+    doc = yaml.safe_load(path.read_text())["scenario"]
+    doc["models"][0]["expert_activations"] = expert_activations
+    if hardware:
+        doc["hardware"] = hardware
+        doc.pop("pricing", None)
+    scn = validate_or_raise(Scenario, doc, file=str(path))
+    one = scn.for_model(scn.models[0].name)
+    return (
+        build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
+        .instances[0]
+        .timing
+    )
+
+
+def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_tables):
+    case = "v4-flash-4xh200-agg.yaml"
+    marlin = _timing(case, "bf16")
+    fp8 = _timing(case, "fp8")
+    assert marlin.marlin is measured() and fp8.marlin is None
+    rows = 32  # 4 sequences a rank with MTP's 2 verify rows, over the 4 DP ranks
+    rank = busiest_rank(256, 6, float(rows), 4)
+    per_layer = measured().layer_s(rank.experts, rank.rows_per_expert, FLASH_WEIGHTS)
+    # the measured module is the whole routed-expert op: not scaled for the work the kernel tables lack
+    assert marlin.pass_parts(rows).moe_gemm_s == pytest.approx(
+        per_layer * marlin.mt.every.moe_layers, rel=1e-9
+    )
+    # everything but the experts is the same
+    assert marlin.pass_parts(rows).dense_gemm_s == fp8.pass_parts(rows).dense_gemm_s
+    assert marlin.pass_parts(16384).moe_gemm_s > 3 * fp8.pass_parts(16384).moe_gemm_s
+
+
+def test_bf16_off_the_h200_is_refused_or_carried_at_the_bf16_rate(h200_tables):
+    with pytest.raises(InputError, match="H200"):
+        _timing("v4-flash-4xh200-agg.yaml", "bf16", hardware="nvidia-h100-hgx8")
+    # on Blackwell (native FP4) W4A16 is the carry at the BF16 MMA rate: slower than W4A8 where compute binds
+    b200_bf16 = _timing("v4-flash-4xb200-agg.yaml", "bf16")
+    b200_fp8 = _timing("v4-flash-4xb200-agg.yaml", "fp8")
+    assert b200_bf16.marlin is None
+    assert b200_bf16.pass_parts(16384).moe_gemm_s > 1.5 * b200_fp8.pass_parts(16384).moe_gemm_s
