@@ -3,6 +3,7 @@
 The schema (`sim.config`) checks each field and the fields of one file together; the preflight
 checks what needs the model specs and the workload's contents as well:
 - every model's weights fit in the HBM of an instance of every pool (`sim.cluster.build.hbm_budget`);
+- every model's routed-expert format can be timed on every pool's GPU (`sim.timing.marlin`: W4A16);
 - the trace reads and passes the trace invariants in full (`sim.workload.validate`, the same reader
   the run uses), with times within `MAX_DURATION_S`; a generator spec loads;
 - the measured window holds something: in open-loop replay, `workload.warmup_s` before the last
@@ -49,6 +50,7 @@ def preflight(scn: Scenario) -> Workload:
     scenario file."""
     problems: list[str] = []
     problems += _hbm_problems(scn)
+    problems += _expert_format_problems(scn)
     workload, trace_problems = _workload(scn)
     problems += trace_problems
     if workload is not None:
@@ -57,6 +59,26 @@ def preflight(scn: Scenario) -> Workload:
         raise InputError.many(problems, file=scn.source_file)
     assert workload is not None
     return workload
+
+
+def _expert_format_problems(scn: Scenario) -> list[str]:
+    """A model's `expert_activations` that no pool's GPU can time (sim.timing.marlin: W4A16 is measured on the
+    H200 and carried to GPUs with native FP4)."""
+    from sim.timing.carry import GpuPeaks
+    from sim.timing.marlin import ALLOWED, REFUSAL, measured_on
+
+    lines = []
+    for k, ref in enumerate(scn.models):
+        if ref.expert_activations != "bf16":
+            continue
+        for pool in scn.for_model(ref.name).cluster.pools:
+            hw = scn.pool_profile(pool)
+            if not GpuPeaks.of(hw).native_fp4 and not measured_on(hw):
+                where = f"models[{k}].expert_activations"
+                lines.append(
+                    problem_line(where, f"{REFUSAL} (pool '{pool.name}')", f"bf16 on {hw.gpu}", ALLOWED)
+                )
+    return lines
 
 
 def _hbm_problems(scn: Scenario) -> list[str]:

@@ -126,15 +126,22 @@ def measured() -> MarlinModule:
     return build(load_points())
 
 
+REFUSAL = (
+    "W4A16 experts (Marlin) are timed from a measurement on the H200 only; other GPUs without native FP4 are not "
+    "carried"
+)
+ALLOWED = "bf16 on an H200 or on a GPU with native FP4 (sim.timing.carry rule 4); fp8 elsewhere"
+
+
+def measured_on(profile) -> bool:
+    """Whether `profile`'s GPU is the one the module was measured on."""
+    return gpu_key(profile) == MEASURED_GPU
+
+
 def for_gpu(profile) -> MarlinModule:
     """The measured module where `profile`'s GPU is the one it was measured on; an InputError elsewhere."""
-    key = gpu_key(profile)
-    if key != MEASURED_GPU:
+    if not measured_on(profile):
         raise InputError(
-            "W4A16 experts (Marlin) are timed from a measurement on the H200 only; other GPUs without native FP4 "
-            "are not carried",
-            where="models[].expert_activations",
-            value=f"bf16 on {profile.gpu}",
-            allowed="bf16 on an H200 or on a GPU with native FP4 (sim.timing.carry rule 4); fp8 elsewhere",
+            REFUSAL, where="models[].expert_activations", value=f"bf16 on {profile.gpu}", allowed=ALLOWED
         )
     return measured()
