@@ -53,6 +53,52 @@ def rows(aic_data: Path) -> list[dict]:
     return sorted(out, key=lambda r: (r["ep"], r["tokens"]))
 
 
+INT4_VERSION, INT4_KERNEL = "0.19.0", "vllm_marlin_int4_moe"  # the shapes the carry is checked across
+MIN_EP_SIZES = 4  # a shape measured at fewer EP sizes is not a module
+
+
+def cross_shapes(aic_data: Path, sources: tuple[tuple[int, int, int, int], ...]) -> list[dict]:
+    """The carry of sim.timing.marlin checked across MoE shapes within one kernel and format: AIConfigurator's
+    vLLM 0.19.0 int4 Marlin module on the H200 at every shape it measured (balanced routing, no expert TP), each
+    predicted from the module built on a `sources` shape (hidden, intermediate, experts, top-k); per pair, the
+    median and the 10th / 90th percentiles of measured / predicted over the rows with one row an expert or more."""
+    import pyarrow.parquet as pq
+
+    from sim.timing.marlin import MarlinPoint, build
+
+    path = aic_data / GPU / "moe" / "vllm" / INT4_VERSION / "moe_perf.parquet"
+    where = {"kernel_source": INT4_KERNEL, "distribution": "balanced", "moe_tp_size": 1}
+    shapes: dict[tuple[int, int, int, int], list[MarlinPoint]] = {}
+    for r in pq.read_table(path).to_pylist() if path.is_file() else []:
+        if all(r[k] == v for k, v in where.items()):
+            shape = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])
+            shapes.setdefault(shape, []).append(
+                MarlinPoint(*shape, ep=r["moe_ep_size"], tokens=r["num_tokens"], seconds=r["latency"] * 1e-3)
+            )
+    shapes = {s: p for s, p in shapes.items() if len({q.ep for q in p}) >= MIN_EP_SIZES}
+    out = []
+    for src in sources:
+        if src not in shapes:
+            continue
+        module = build(shapes[src])
+        for dst, points in sorted(shapes.items()):
+            if dst == src:
+                continue
+            ratios = sorted(
+                q.seconds / (module.floor_s + module.layer_s(q.experts / q.ep, rows, q.expert_weights))
+                for q in points
+                if (rows := q.tokens * q.top_k / q.experts) >= 1.0
+            )
+            if ratios:
+                out.append({"source": src, "shape": dst, "rows": len(ratios), "median": _quantile(ratios, 0.5),
+                            "p10": _quantile(ratios, 0.1), "p90": _quantile(ratios, 0.9)})  # fmt: skip
+    return out
+
+
+def _quantile(ordered: list[float], f: float) -> float:
+    return ordered[min(len(ordered) - 1, int(f * len(ordered)))]
+
+
 def csv_text(kept: list[dict]) -> str:
     lines = [*HEADER, ",".join(COLUMNS)]
     lines += [",".join(str(r[c]) for c in COLUMNS) for r in kept]
@@ -62,7 +108,23 @@ def csv_text(kept: list[dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="kernels_bench.aic_marlin", description=__doc__.splitlines()[0])
     ap.add_argument("--aic-data", type=Path, required=True, help="AIConfigurator's systems/data folder")
+    ap.add_argument("--cross-shapes", action="store_true",
+                    help="instead: the carry checked across int4 Marlin shapes (a table, docs section 19)")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.cross_shapes:
+        table = cross_shapes(args.aic_data, ((7168, 2048, 256, 8), (6144, 2048, 256, 8)))
+        if not table:
+            print(f"no int4 Marlin rows under {args.aic_data / GPU}", file=sys.stderr)
+            return 1
+        print(
+            "| built on (hidden, inter, experts, top-k) | shape | rows | measured / carried: median (p10-p90) |"
+        )
+        print("|---|---|---|---|")
+        for r in table:
+            print(
+                f"| {r['source']} | {r['shape']} | {r['rows']} | {r['median']:.2f} ({r['p10']:.2f}-{r['p90']:.2f}) |"
+            )
+        return 0
     kept = rows(args.aic_data)
     if not kept:
         print(f"no Marlin MXFP4 rows under {args.aic_data / GPU}", file=sys.stderr)

@@ -26,9 +26,14 @@ floor: `experts x weights x cost(experts, rows per expert)` a layer, the busiest
 rows (sim.timing.experts). Charging the floor as well counts the glue twice (docs/engines_and_validation.md
 section 19 gives both).
 
-Cross-check, not fitted: vLLM's int4 Marlin module at Kimi-K2's shape (7,168 x 2,048, 384 experts, top-8; the same
-AIConfigurator file) takes 0.5-0.8x what this carry gives it, so the format and the shape move the time by that
-much [D]. The measured GPU stands for itself only: other Hopper GPUs (H100: 0.7x the HBM bandwidth) are not carried.
+Checks, not fitted (`python3 -m kernels_bench.aic_marlin --cross-shapes`): across shapes within one format, the same
+carry built on AIConfigurator's vLLM 0.19.0 int4 Marlin module at DeepSeek-V3's shape (7,168 x 2,048, 256 experts,
+top-8) gives that module's measured time at eight other fine-grained shapes at a median 0.93-1.12 (at 4,096 x 1,536,
+128 experts top-8, the nearest to V4-Flash, 0.94, 10th-90th percentile 0.79-1.04); it fails on 8-expert shapes
+(0.45-0.55), far from any served here. Across formats, vLLM 0.24.0's int4 module at Kimi-K2's shape (7,168 x 2,048,
+384 experts, top-8) runs at 0.5-0.8x what this MXFP4 module carries to it: int4's per-128 scales against MXFP4's
+per-32 move Marlin's time by that much, which is why the MXFP4 module is the one taken [D]. The measured GPU stands
+for itself only: other Hopper GPUs (H100: 0.7x the HBM bandwidth) are not carried.
 """
 
 from __future__ import annotations

@@ -48,3 +48,35 @@ def test_the_committed_csv_names_its_source():
     head = project_root().joinpath(*POINTS_FILE).read_text().splitlines()[:3]
     assert head[1].startswith("# source: NVIDIA AIConfigurator 0.12.0") and KERNEL in head[1]
     assert head[2] == "# used by: sim/timing/marlin.py (docs/engines_and_validation.md section 19)"
+
+
+def test_the_cross_shape_check_gives_one_where_the_time_goes_by_the_experts_weights(tmp_path):
+    """Two int4 Marlin shapes whose time above an 80 us floor is local experts x weights x a cost that depends on
+    the rows an expert and the local experts only: each carried from the other exactly. A shape measured at too few
+    EP sizes is no module and is not checked."""
+    from kernels_bench.aic_marlin import cross_shapes
+
+    folder = tmp_path / "h200_sxm" / "moe" / "vllm" / "0.19.0"
+    folder.mkdir(parents=True)
+    table = []
+    for hidden, inter, experts, top_k, eps in ((7168, 2048, 256, 8, (1, 2, 4, 8)), (4096, 1536, 256, 8, (1, 2, 4, 8)),
+                                                (4096, 14336, 8, 2, (1, 2))):  # fmt: skip
+        weights = 3 * hidden * inter
+        for ep in eps:
+            local = experts / ep
+            for per_expert in (0.5, 1.0, 2.0, 8.0, 64.0):
+                tokens = per_expert * experts / top_k
+                cost = 1e-13 * (1.0 + per_expert / 4.0) * (1.0 + 8.0 / local)
+                touched = min(local, tokens * top_k / ep)
+                table.append({"kernel_source": "vllm_marlin_int4_moe", "distribution": "balanced", "moe_tp_size": 1,
+                              "hidden_size": hidden, "inter_size": inter, "num_experts": experts, "topk": top_k,
+                              "moe_ep_size": ep, "num_tokens": int(tokens),
+                              "latency": (80e-6 + touched * weights * cost) * 1e3})  # fmt: skip
+    # the module's floor is its least time: a call with almost nothing to do
+    table.append({**table[-1], "hidden_size": 7168, "inter_size": 2048, "num_experts": 256, "topk": 8,
+                  "moe_ep_size": 8, "num_tokens": 1, "latency": 80e-6 * 1e3})  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(table), folder / "moe_perf.parquet")
+    out = cross_shapes(tmp_path, ((7168, 2048, 256, 8),))
+    assert [r["shape"] for r in out] == [(4096, 1536, 256, 8)]  # the 8-expert shape has two EP sizes only
+    assert out[0]["rows"] == 4 * 4 and abs(out[0]["median"] - 1.0) < 1e-9
+    assert abs(out[0]["p10"] - 1.0) < 1e-9 and abs(out[0]["p90"] - 1.0) < 1e-9
