@@ -1,0 +1,247 @@
+"""Burst against sustained kernel timing on the device (docs/carry/sustained/README.md).
+
+    python3 -m kernels_bench.sustained --out DIR [--seconds 25] [--tail 10] [--commit SHA]
+
+sim's kernel tables time a kernel in a burst (kernels_bench.timing: two warm-ups, 25 samples of at least 300 us,
+tens of milliseconds for a large GEMM); serving keeps the GPU busy for minutes, and a GPU over its power limit
+lowers its clocks. For each workload, on random data:
+
+1. **burst**: after `--idle` seconds idle, the kernels_bench timing itself (`time_calls`, its defaults);
+2. **sustained**: the same CUDA graph replayed back to back for `--seconds`, timed in samples of about 50 ms
+   (replays between two events), the host waiting only at each sample's end.
+
+A background `nvidia-smi -lms 100` reads the SM clock, the board power, the temperature and the clock-event
+reasons throughout; each phase takes the median of the readings inside its window. Writes `samples.csv`
+(every sustained sample), `smi.csv` (every reading), `summary.csv` and `provenance.json`, and prints the summary
+table: burst median, sustained median over the last `--tail` seconds, their ratio, the clocks and power of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+SMI_FIELDS = ("timestamp", "clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active")
+
+
+@dataclass(frozen=True)
+class SmiReading:
+    t_s: float  # wall clock, seconds since the epoch
+    sm_MHz: float
+    power_W: float
+    temp_C: float
+    reasons: str  # the active clock-event reasons bitmask, as nvidia-smi prints it
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One workload's phase: its window on the wall clock and its per-call times (us)."""
+
+    workload: str
+    phase: str  # "burst" or "sustained"
+    start_s: float
+    end_s: float
+    per_call_us: tuple[float, ...]
+    sample_end_s: tuple[float, ...]  # wall clock at each sample's end (sustained), for the tail
+
+
+def parse_smi(line: str) -> SmiReading | None:
+    """One `nvidia-smi --format=csv,noheader,nounits` line of SMI_FIELDS, or None when it does not parse."""
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != len(SMI_FIELDS):
+        return None
+    try:
+        t = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        return SmiReading(t, float(parts[1]), float(parts[2]), float(parts[3]), parts[4])
+    except ValueError:
+        return None
+
+
+def _median_in(readings: list[SmiReading], start_s: float, end_s: float, field: str) -> float | None:
+    values = [getattr(r, field) for r in readings if start_s <= r.t_s <= end_s]
+    return statistics.median(values) if values else None
+
+
+def summarise(phases: list[Phase], readings: list[SmiReading], tail_s: float) -> list[dict]:
+    """Per workload: the burst median and the sustained median over its last `tail_s`, their ratio, and the
+    median SM clock, power and temperature in each window (the sustained one: its tail)."""
+    out = []
+    for name in dict.fromkeys(p.workload for p in phases):
+        burst = next(p for p in phases if p.workload == name and p.phase == "burst")
+        sus = next(p for p in phases if p.workload == name and p.phase == "sustained")
+        tail_start = sus.end_s - tail_s
+        tail = [us for us, end in zip(sus.per_call_us, sus.sample_end_s, strict=True) if end >= tail_start]
+        b, s = statistics.median(burst.per_call_us), statistics.median(tail or sus.per_call_us)
+        row = {"workload": name, "burst_us": b, "sustained_us": s, "ratio": s / b, "tail_samples": len(tail)}
+        for field in ("sm_MHz", "power_W", "temp_C"):
+            row[f"burst_{field}"] = _median_in(readings, burst.start_s, burst.end_s, field)
+            row[f"sustained_{field}"] = _median_in(readings, tail_start, sus.end_s, field)
+        out.append(row)
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    lines = [
+        "| workload | burst us | sustained us (tail) | sustained / burst | SM MHz burst -> sustained | W burst -> "
+        "sustained | C burst -> sustained |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['workload']} | {r['burst_us']:.1f} | {r['sustained_us']:.1f} | {r['ratio']:.3f} | "
+            f"{f(r['burst_sm_MHz'], '.0f')} -> {f(r['sustained_sm_MHz'], '.0f')} | "
+            f"{f(r['burst_power_W'], '.0f')} -> {f(r['sustained_power_W'], '.0f')} | "
+            f"{f(r['burst_temp_C'], '.0f')} -> {f(r['sustained_temp_C'], '.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def workloads() -> dict[str, Callable[[], object]]:
+    """The kernels, each a zero-argument call on random data (built on the GPU)."""
+    import torch
+
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def fp8(m: int, n: int, k: int) -> Callable[[], object]:
+        a = torch.randn(m, k, device=dev, generator=g).to(torch.float8_e4m3fn)
+        b = (
+            torch.randn(n, k, device=dev, generator=g).to(torch.float8_e4m3fn).t()
+        )  # column-major, as cuBLASLt wants
+        one = torch.ones((), device=dev)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    x = torch.randn(8192, 8192, device=dev, generator=g, dtype=torch.bfloat16)
+    y = torch.randn(8192, 8192, device=dev, generator=g, dtype=torch.bfloat16)
+    src = torch.randn(256 * 2**20, device=dev, generator=g)  # 1 GiB of FP32, read and written: 2 GiB a copy
+    dst = torch.empty_like(src)
+    return {
+        "fp8_gemm_8192x8192x8192": fp8(8192, 8192, 8192),
+        "fp8_gemm_8192x4096x4096": fp8(8192, 4096, 4096),
+        "bf16_gemm_8192x8192x8192": lambda: torch.mm(x, y),
+        "copy_1GiB": lambda: dst.copy_(src),
+    }
+
+
+def sustained(
+    call: Callable[[], object], seconds: float, sample_s: float = 0.05
+) -> tuple[list[float], list[float]]:
+    """(per-call us, wall-clock end) of back-to-back samples of CUDA-graph replays for `seconds`."""
+    import torch
+
+    for _ in range(2):
+        call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    k = max(1, int(sample_s * 1e3 / max(start.elapsed_time(end), 1e-3)))
+    per_call, ends = [], []
+    stop = time.time() + seconds
+    while time.time() < stop:
+        start.record()
+        for _ in range(k):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) * 1e3 / k)
+        ends.append(time.time())
+    return per_call, ends
+
+
+def _smi_fields() -> tuple[str, ...]:
+    """SMI_FIELDS, with the clock-event reasons under their older name where the driver lacks the new one."""
+    probe = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"]
+    if subprocess.run(probe, capture_output=True).returncode == 0:
+        return SMI_FIELDS
+    return (*SMI_FIELDS[:-1], "clocks_throttle_reasons.active")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="kernels_bench.sustained", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seconds", type=float, default=25.0, help="each sustained phase")
+    ap.add_argument(
+        "--tail", type=float, default=10.0, help="the sustained median is over the last this many s"
+    )
+    ap.add_argument("--idle", type=float, default=3.0, help="idle before each burst")
+    ap.add_argument("--commit", default="unknown")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from kernels_bench.timing import time_calls
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    smi_path = args.out / "smi.csv"
+    query = [
+        "nvidia-smi",
+        f"--query-gpu={','.join(_smi_fields())}",
+        "--format=csv,noheader,nounits",
+        "-lms",
+        "100",
+    ]
+    with smi_path.open("w") as smi_file:
+        poller = subprocess.Popen(query, stdout=smi_file, stderr=subprocess.DEVNULL)
+        phases: list[Phase] = []
+        try:
+            for name, call in workloads().items():
+                time.sleep(args.idle)
+                t0 = time.time()
+                burst = time_calls([call])
+                t1 = time.time()
+                # the burst's samples are not kept one by one: its median stands for all of them
+                phases.append(Phase(name, "burst", t0, t1, (burst.median_us,), (t1,)))
+                s0 = time.time()
+                per_call, ends = sustained(call, args.seconds)
+                phases.append(Phase(name, "sustained", s0, time.time(), tuple(per_call), tuple(ends)))
+                print(
+                    f"{name}: burst {burst.median_us:.1f} us, sustained last {per_call[-1]:.1f} us",
+                    flush=True,
+                )
+        finally:
+            time.sleep(0.3)
+            poller.terminate()
+            poller.wait()
+    readings = [r for line in smi_path.read_text().splitlines() if (r := parse_smi(line)) is not None]
+    rows = summarise(phases, readings, args.tail)
+    with (args.out / "samples.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["workload", "phase", "t_s", "per_call_us"])
+        for p in phases:
+            for us, end in zip(p.per_call_us, p.sample_end_s, strict=True):
+                w.writerow([p.workload, p.phase, f"{end - p.start_s:.3f}", f"{us:.3f}"])
+    with (args.out / "summary.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    props = torch.cuda.get_device_properties(0)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
+    provenance = {"gpu": props.name, "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "commit": args.commit, "date_utc": datetime.utcnow().isoformat(timespec="seconds") + "Z",
+                  "args": {k: str(v) for k, v in vars(args).items()}, "smi_readings": len(readings),
+                  "phases": [asdict(p) | {"per_call_us": len(p.per_call_us), "sample_end_s": None} for p in phases]}  # fmt: skip
+    (args.out / "provenance.json").write_text(json.dumps(provenance, indent=1))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
