@@ -31,6 +31,7 @@ UNIT_SUFFIXES: dict[str, str] = {
     "_s": "seconds",
     "_years": "years",
     "_frac": "a fraction",
+    "_x": "a multiple (times)",
     "_tokens": "tokens",
     "_gpus": "GPUs",
     "_nodes": "nodes",

@@ -89,6 +89,28 @@ class Accelerator(StrictModel):
     compute_capability: Sourced[str] | None = Field(
         None, description="CUDA compute capability, major.minor (NVIDIA only), e.g. 9.0, 10.0, 10.3"
     )
+    # what a kernel bound by compute takes once the board sits at its power limit, against the burst the kernel
+    # tables time (sim.timing.sustained; docs/carry/sustained)
+    sustained_compute_slowdown_x: Sourced[float] | None = Field(
+        None,
+        description="sustained / burst time of compute-bound kernels at the board's power limit, measured; "
+        "null: not measured, the tables' burst times stand",
+    )
+
+    sustained_compute_onset_s: Sourced[float] | None = Field(
+        None,
+        description="seconds of compute the board takes to reach its sustained slowdown from a cool start, "
+        "measured; null: at once",
+    )
+
+    @field_validator("sustained_compute_slowdown_x")
+    @classmethod
+    def _not_faster(cls, v: Sourced[float] | None) -> Sourced[float] | None:
+        if v is not None and v.value < 1.0:
+            raise ValueError(
+                f"a sustained slowdown is 1.0 or more (a GPU at its limit is not faster), got {v.value}"
+            )
+        return v
 
 
 class DeepEpKernel(StrictModel):

@@ -138,6 +138,7 @@ from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.rows_attention import PipelineRows, pipeline_rows
 from sim.timing.stacks import SPEC_PIPELINE, rows_per_sequence
+from sim.timing.sustained import at_power_limit_s, onset_of, slowdown_of
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
@@ -437,6 +438,8 @@ class CalibratedTiming(RooflineTiming):
         engine_glue: EngineGlue | None = None,
         megamoe: MegaMoe | None = None,
         marlin: MarlinModule | None = None,
+        sustained: float = 1.0,
+        sustained_onset_s: float = 0.0,
         decode_layer_term: bool = True,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
@@ -535,6 +538,9 @@ class CalibratedTiming(RooflineTiming):
         self.megamoe = megamoe
         # W4A16 experts on the H200: vLLM's Marlin module as AIConfigurator measured it (sim.timing.marlin)
         self.marlin = marlin
+        # a step holding prefill chunks runs its GPU compute at the board's power limit (sim.timing.sustained)
+        self._sustained = sustained
+        self._onset_s = sustained_onset_s
         self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
@@ -848,14 +854,13 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
-        return (
-            self._pass_s(every_rows, tail_rows)
-            + drafter
-            + self._comm_s(every_rows, True)
-            + attn
-            + head
-            + host
-        )
+        gpu = self._pass_s(every_rows, tail_rows) + drafter + attn + head
+        return self._at_power_limit(gpu) + self._comm_s(every_rows, True) + host
+
+    def _at_power_limit(self, gpu_s: float) -> float:
+        """`gpu_s` of a step's GPU work at burst clocks as it runs at the board's power limit, the slowdown
+        ramping in over the step's first `_onset_s` (sim.timing.sustained `at_power_limit_s`)."""
+        return at_power_limit_s(gpu_s, self._sustained, self._onset_s)
 
     def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
         """`step_s` where the DP ranks holding chunks run no decode rows (`_dp_mixed_s`)."""
@@ -908,7 +913,8 @@ class CalibratedTiming(RooflineTiming):
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
-        return attn + rank + experts + drafter + head + self._cp_comm_s(every_rows, kv_bytes)
+        gpu = attn + rank + experts + drafter + head
+        return self._at_power_limit(gpu) + self._cp_comm_s(every_rows, kv_bytes)
 
     def _cp_rank_s(self, every: bool, m: int) -> float:
         """Dense projections with unsplit weights, mHC and forward-pass term of one class of layers on
@@ -1086,7 +1092,7 @@ class CalibratedTiming(RooflineTiming):
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
-        return decode_attn + slowest + experts + drafter + self._comm_s(most * dp, True)
+        return self._at_power_limit(decode_attn + slowest + experts + drafter) + self._comm_s(most * dp, True)
 
     def _rank_load_s(
         self,
@@ -1184,6 +1190,8 @@ def build_calibrated(ctx) -> CalibratedTiming:
         engine_glue=glue,
         megamoe=megamoe,
         marlin=marlin,
+        sustained=slowdown_of(ctx.hw_profile),
+        sustained_onset_s=onset_of(ctx.hw_profile),
         decode_layer_term=ctx.decode_layer_term,
     )
 

@@ -51,7 +51,7 @@ def _balanced_s(t, batch, terms, chunks) -> float:
     tail = tail if tail_tokens else every
     drafter = t._draft_share * t._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
     head = t.head_s(decode_rows + len(chunks))
-    return t._pass_s(every, tail) + drafter + t._comm_s(every) + attn + head
+    return t._pass_s(every, tail) + drafter + attn + head + t._comm_s(every)
 
 
 @pytest.mark.parametrize("model", MODELS)
