@@ -38,7 +38,6 @@ for itself only: other Hopper GPUs (H100: 0.7x the HBM bandwidth) are not carrie
 
 from __future__ import annotations
 
-import csv
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import NamedTuple
 from sim.errors import InputError
 from sim.paths import project_root
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
-from sim.timing.tables import gpu_key
+from sim.timing.tables import gpu_key, read_table
 
 POINTS_FILE = ("hwprofiles", "engine_modules", "marlin_mxfp4_h200.csv")
 MEASURED_GPU = "h200"  # gpu_key of the GPU the module was measured on
@@ -109,8 +108,7 @@ def build(points: list[MarlinPoint]) -> MarlinModule:
 def load_points(path: Path | None = None) -> list[MarlinPoint]:
     """The measured rows (the CSV's header names their source)."""
     path = path or project_root().joinpath(*POINTS_FILE)
-    with path.open() as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    rows = list(read_table(path, "the measured Marlin module")[2])
     return [
         MarlinPoint(
             hidden=int(r["hidden"]),

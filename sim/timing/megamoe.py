@@ -25,7 +25,6 @@ rank's experts and rows only; the kernel's exchange needs no time apart.
 
 from __future__ import annotations
 
-import csv
 import functools
 import math
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import NamedTuple
 from sim.paths import project_root
 from sim.timing.carry import MXFP4_BYTES_PER_WEIGHT
 from sim.timing.experts import busiest_rank
+from sim.timing.tables import read_table
 
 POINTS_FILE = ("hwprofiles", "engine_modules", "megamoe_published.csv")
 
@@ -103,8 +103,7 @@ def fit(points: list[MegaMoePoint]) -> MegaMoe:
 def load_points(path: Path | None = None) -> list[MegaMoePoint]:
     """The published Mega MoE measurements (the CSV's header names their source)."""
     path = path or project_root().joinpath(*POINTS_FILE)
-    with path.open() as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    rows = list(read_table(path, "the published Mega MoE points")[2])
     return [
         MegaMoePoint(
             experts=int(r["experts"]),

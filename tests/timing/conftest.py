@@ -52,3 +52,35 @@ def context(arith):
         return TimingContext.of_instance(model, arith(model), hw, par, Timing(), **fields)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def case_timing():
+    """case_timing(case, pool={...}, model={...}, hardware=None) -> the timing model of the first instance a
+    validation case (a file of scenarios/validation) builds for its model, with its first pool's and its model
+    entry's fields changed; another `hardware` drops the case's pricing (profile-specific terms)."""
+    import yaml
+
+    from sim.cluster.build import build_simulation
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.paths import project_root
+
+    def make(case: str, *, pool: dict | None = None, model: dict | None = None, hardware: str | None = None):
+        path = project_root() / "scenarios" / "validation" / case
+        doc = yaml.safe_load(path.read_text())["scenario"]
+        doc["cluster"]["pools"][0].update(pool or {})
+        first = doc["models"][0]
+        doc["models"][0] = {**({"name": first} if isinstance(first, str) else first), **(model or {})}
+        if hardware:
+            doc["hardware"] = hardware
+            doc.pop("pricing", None)
+        scn = validate_or_raise(Scenario, doc, file=str(path))
+        one = scn.for_model(scn.models[0].name)
+        return (
+            build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
+            .instances[0]
+            .timing
+        )
+
+    return make

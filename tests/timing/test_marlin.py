@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import yaml
 
 from sim.errors import InputError
 from sim.timing.experts import busiest_rank
@@ -48,12 +47,12 @@ def test_the_time_carries_by_the_experts_weights_at_equal_rows_and_interpolates_
     assert m.layer_s(0.0, 4.0, FLASH_WEIGHTS) == 0.0
 
 
-def test_the_module_against_the_fp8_grouped_gemms_it_replaces(h200_tables):
+def test_the_module_against_the_fp8_grouped_gemms_it_replaces(h200_tables, case_timing):
     """What the rule does to V4-Flash on the H200 (docs section 19): half the bytes do not make Marlin faster than
     DeepGEMM's FP8 at tens of experts, and at prefill sizes it runs several times slower."""
     from sim.timing.experts import grouped_s
 
-    mt = _timing("v4-flash-4xh200-agg.yaml", "fp8").mt
+    mt = case_timing("v4-flash-4xh200-agg.yaml", model={"expert_activations": "fp8"}).mt
     m = measured()
 
     def ratio(experts: float, rows: float) -> float:
@@ -80,32 +79,10 @@ def test_only_the_h200_has_the_measured_module():
     assert err.value.where == "models[].expert_activations" and "H200" in str(err.value)
 
 
-def _timing(case: str, expert_activations: str | None, hardware: str | None = None):
-    from sim.cluster.build import build_simulation
-    from sim.config.errors import validate_or_raise
-    from sim.config.scenario import Scenario
-    from sim.paths import project_root
-    from sim.timing.arith import build_arith
-
-    path = project_root() / "scenarios" / "validation" / case
-    doc = yaml.safe_load(path.read_text())["scenario"]
-    doc["models"][0]["expert_activations"] = expert_activations
-    if hardware:
-        doc["hardware"] = hardware
-        doc.pop("pricing", None)
-    scn = validate_or_raise(Scenario, doc, file=str(path))
-    one = scn.for_model(scn.models[0].name)
-    return (
-        build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
-        .instances[0]
-        .timing
-    )
-
-
-def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_tables):
+def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_tables, case_timing):
     case = "v4-flash-4xh200-agg.yaml"
-    marlin = _timing(case, "bf16")
-    fp8 = _timing(case, "fp8")
+    marlin = case_timing(case, model={"expert_activations": "bf16"})
+    fp8 = case_timing(case, model={"expert_activations": "fp8"})
     assert marlin.marlin is measured() and fp8.marlin is None
     rows = 32  # 4 sequences a rank with MTP's 2 verify rows, over the 4 DP ranks
     rank = busiest_rank(256, 6, float(rows), 4)
@@ -119,11 +96,13 @@ def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_
     assert marlin.pass_parts(16384).moe_gemm_s > 3 * fp8.pass_parts(16384).moe_gemm_s
 
 
-def test_bf16_off_the_h200_is_refused_or_carried_at_the_bf16_rate(h200_tables):
+def test_bf16_off_the_h200_is_refused_or_carried_at_the_bf16_rate(h200_tables, case_timing):
     with pytest.raises(InputError, match="H200"):
-        _timing("v4-flash-4xh200-agg.yaml", "bf16", hardware="nvidia-h100-hgx8")
+        case_timing(
+            "v4-flash-4xh200-agg.yaml", model={"expert_activations": "bf16"}, hardware="nvidia-h100-hgx8"
+        )
     # on Blackwell (native FP4) W4A16 is the carry at the BF16 MMA rate: slower than W4A8 where compute binds
-    b200_bf16 = _timing("v4-flash-4xb200-agg.yaml", "bf16")
-    b200_fp8 = _timing("v4-flash-4xb200-agg.yaml", "fp8")
+    b200_bf16 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "bf16"})
+    b200_fp8 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "fp8"})
     assert b200_bf16.marlin is None
     assert b200_bf16.pass_parts(16384).moe_gemm_s > 1.5 * b200_fp8.pass_parts(16384).moe_gemm_s

@@ -4,7 +4,6 @@ points and recovers known constants, and only a `moe_a2a: megamoe` pool on NVIDI
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from sim.timing.megamoe import MegaMoe, MegaMoePoint, fit, layer_s, load_points, published, rank_work
 
@@ -33,32 +32,19 @@ def test_the_fit_recovers_known_constants():
     assert got.weight_bytes_per_s == pytest.approx(truth.weight_bytes_per_s, rel=0.02)
 
 
-def _timing(case: str, **pool):
-    from sim.cluster.build import build_simulation
-    from sim.config.errors import validate_or_raise
-    from sim.config.scenario import Scenario
-    from sim.paths import project_root
-    from sim.timing.arith import build_arith
-
-    path = project_root() / "scenarios" / "validation" / case
-    doc = yaml.safe_load(path.read_text())["scenario"]
-    doc["cluster"]["pools"][0].update(pool)
-    scn = validate_or_raise(Scenario, doc, file=str(path))
-    one = scn.for_model(scn.models[0].name)
-    return (
-        build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
-        .instances[0]
-        .timing
-    )
-
-
-def test_only_a_megamoe_pool_on_blackwell_takes_it(h200_tables):
-    b200 = _timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml")
+def test_only_a_megamoe_pool_on_blackwell_takes_it(h200_tables, case_timing):
+    b200 = case_timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml")
     assert b200.par.moe_a2a == "megamoe" and b200.megamoe == published()
     rows = 256  # a decode step of 64 sequences on each of the 4 ranks
     f, w = rank_work(256, 6, 3 * 4096 * 2048, float(rows), 4)
     per_layer = layer_s(published(), f, w)
     assert b200.pass_parts(rows).moe_gemm_s == pytest.approx(per_layer * b200.mt.every.moe_layers, rel=1e-9)
     # the same pool exchanging through DeepEP, and a megamoe pool on the H200, keep the carried grouped GEMMs
-    assert _timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml", moe_a2a="deepep").megamoe is None
-    assert _timing("sglang-v4-flash-4xh200-high-throughput-c1024.yaml", moe_a2a="megamoe").megamoe is None
+    assert (
+        case_timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml", pool={"moe_a2a": "deepep"}).megamoe
+        is None
+    )
+    assert (
+        case_timing("sglang-v4-flash-4xh200-high-throughput-c1024.yaml", pool={"moe_a2a": "megamoe"}).megamoe
+        is None
+    )

@@ -5,7 +5,6 @@ host time), and leaves decode-only steps and unmeasured GPUs as they were."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from sim.errors import InputError
 from sim.hardware import load_hw
@@ -52,26 +51,12 @@ def test_a_factor_below_one_is_refused(tmp_path, monkeypatch):
         load_hw("nvidia-h100-hgx8")
 
 
-def _timing(case: str):
-    from sim.cluster.build import build_simulation
-    from sim.config.errors import validate_or_raise
-    from sim.config.scenario import Scenario
-    from sim.paths import project_root
-    from sim.timing.arith import build_arith
-
-    path = project_root() / "scenarios" / "validation" / case
-    scn = validate_or_raise(Scenario, yaml.safe_load(path.read_text())["scenario"], file=str(path))
-    one = scn.for_model(scn.models[0].name)
-    sim = build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None)
-    return sim.instances[0].timing
-
-
 @pytest.mark.parametrize("case", ["sglang-v4-flash-4xh200-low-latency-c16.yaml",
                                   "sglang-v4-flash-4xh200-high-throughput-c1024.yaml"])  # fmt: skip
 def test_the_gpu_work_of_a_chunk_step_is_slowed_and_its_links_host_and_decode_steps_are_not(
-    h200_tables, case
+    h200_tables, case_timing, case
 ):
-    t = _timing(case)
+    t = case_timing(case)
     assert t._sustained == pytest.approx(1.136)
     terms = t.decode_seq_terms(4096.0, 1).scaled(16)
     chunks = (PrefillChunk(2048, 0, last_chunk=True),)
@@ -92,5 +77,5 @@ def test_the_gpu_work_of_a_chunk_step_is_slowed_and_its_links_host_and_decode_st
     assert t.step_s(16, terms, ()) == decode  # decode-only steps keep the burst times
 
 
-def test_an_unmeasured_gpu_keeps_the_burst_times():
-    assert _timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml")._sustained == 1.0
+def test_an_unmeasured_gpu_keeps_the_burst_times(case_timing):
+    assert case_timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml")._sustained == 1.0
