@@ -328,6 +328,7 @@ def show_cmd(
         aic=_aic_section(profile, every),
         engine_glue=_engine_glue(profile),
         experts=_experts(profile),
+        power_limit=_power_limit(profile),
     )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -404,6 +405,23 @@ def _experts(profile) -> dict:
             f"rms {m.rms_error * 100:.1f} %; sim/timing/megamoe.py)"
         )
     return {"native_fp4": True, "megamoe": megamoe, "marlin": None, "text": text}
+
+
+def _power_limit(profile) -> dict:
+    """How steps holding prefill chunks run at this GPU's power limit (sim.timing.sustained)."""
+    from sim.timing.sustained import onset_of, slowdown_of
+
+    slowdown, onset = (1.0, 0.0) if profile is None else (slowdown_of(profile), onset_of(profile))
+    if slowdown == 1.0:
+        text = "steps holding prefill chunks: at the tables' burst times (no sustained slowdown measured for this GPU)"
+    else:
+        src = profile.accelerator.sustained_compute_slowdown_x
+        text = (
+            f"steps holding prefill chunks: their GPU work {slowdown:.3f}x the burst times once the board draws its "
+            f"power limit, reached over {onset:.2f} s of each step (hardware profile, sources {', '.join(src.src)}; "
+            "sim/timing/sustained.py)"
+        )
+    return {"sustained_compute_slowdown_x": slowdown, "sustained_compute_onset_s": onset, "text": text}
 
 
 def _marlin(profile, text: list[str]) -> dict | None:
@@ -533,6 +551,7 @@ def _print(data: dict) -> None:
         )
     for line in data["experts"]["text"]:
         console.print(line)
+    console.print(data["power_limit"]["text"])
     _print_curves(console, data)
     _print_stacks(console, data)
     comp = data["composed"]

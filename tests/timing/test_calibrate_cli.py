@@ -54,6 +54,9 @@ def test_show_table_by_profile_id(h200_tables):
     assert "W4A16 (models[].expert_activations: bf16" in result.output
     data = json.loads(CliRunner().invoke(app, ["calibrate", "show", "h200", "--json"]).stdout)
     assert data["experts"]["marlin"]["points"] == 216 and data["experts"]["marlin"]["local_experts"][0] == 7.0
+    # steps holding prefill chunks at the power limit, as the profile measures it
+    assert data["power_limit"]["sustained_compute_slowdown_x"] == 1.136
+    assert "1.136x the burst times" in result.output and "0.16 s" in result.output
 
 
 def test_unknown_gpu_lists_the_known_ones(h200_tables):
@@ -77,6 +80,10 @@ def test_show_b200_json_carried_from_h200(h200_tables):
     assert data["experts"]["megamoe"]["points"] == 4 and data["experts"]["megamoe"]["rms_error"] < 0.02
     assert (
         data["experts"]["marlin"] is None and "W4A16 (expert_activations: bf16)" in data["experts"]["text"][0]
+    )
+    assert (
+        data["power_limit"]["sustained_compute_slowdown_x"] == 1.0
+        and "burst times" in data["power_limit"]["text"]
     )
     for stack in data["stacks"].values():
         decode = stack["composed"]["decode"]
