@@ -165,6 +165,69 @@ def sustained(
     return per_call, ends
 
 
+# (compute ms, rest ms, rest kind): serving-like alternations of a prefill step's compute with decode (a copy: memory
+# bound) or nothing (idle); the effective slowdown of each pattern's compute blocks (docs/carry/sustained)
+DUTY_PATTERNS = ((300, 30, "copy"), (100, 10, "copy"), (100, 100, "copy"), (80, 200, "copy"),
+                 (150, 2000, "idle"), (20, 20, "copy"))  # fmt: skip
+
+
+def duty_cycles(compute: Callable[[], object], rest: Callable[[], object], seconds: float) -> list[dict]:
+    """Per DUTY_PATTERNS entry, after the GPU idles 3 s: compute blocks of `compute` replays lasting the pattern's
+    compute ms at burst speed, each followed by its rest (`rest` replays, or the host sleeping), for `seconds`;
+    the compute blocks' per-call time on the GPU (events around each block) against the burst, the first block's
+    and the median of the second half's."""
+    import torch
+
+    def graph_of(call):
+        for _ in range(2):
+            call()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            call()
+        return g
+
+    def per_call_ms(g) -> float:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        time.sleep(3.0)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
+
+    gc, gr = graph_of(compute), graph_of(rest)
+    burst_ms, rest_ms = per_call_ms(gc), per_call_ms(gr)
+    out = []
+    for c_ms, r_ms, kind in DUTY_PATTERNS:
+        kc, kr = max(1, round(c_ms / burst_ms)), max(1, round(r_ms / rest_ms))
+        torch.cuda.synchronize()
+        time.sleep(3.0)
+        events = []
+        stop = time.time() + seconds
+        while time.time() < stop:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(kc):
+                gc.replay()
+            b.record()
+            events.append((a, b))
+            if kind == "idle":
+                b.synchronize()
+                time.sleep(r_ms / 1e3)
+            else:
+                for _ in range(kr):
+                    gr.replay()
+                if len(events) % 8 == 0:
+                    b.synchronize()  # keep the host within a few blocks of the GPU
+        torch.cuda.synchronize()
+        ratios = [a.elapsed_time(b) / kc / burst_ms for a, b in events]
+        half = ratios[len(ratios) // 2 :]
+        out.append({"compute_ms": c_ms, "rest_ms": r_ms, "rest": kind, "blocks": len(ratios),
+                    "first": ratios[0], "steady": statistics.median(half), "burst_call_ms": burst_ms})  # fmt: skip
+    return out
+
+
 def _smi_fields() -> tuple[str, ...]:
     """SMI_FIELDS, with the clock-event reasons under their older name where the driver lacks the new one."""
     probe = ["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"]
@@ -182,7 +245,22 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--idle", type=float, default=3.0, help="idle before each burst")
     ap.add_argument("--commit", default="unknown")
+    ap.add_argument(
+        "--duty", type=float, default=0.0, help="instead: the duty-cycle patterns, this many s each"
+    )
     args = ap.parse_args(argv)
+    if args.duty:
+        args.out.mkdir(parents=True, exist_ok=True)
+        w = workloads()
+        rows = duty_cycles(w["fp8_gemm_8192x4096x4096"], w["copy_1GiB"], args.duty)
+        with (args.out / "duty.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        for r in rows:
+            print(f"compute {r['compute_ms']} ms / {r['rest']} {r['rest_ms']} ms: {r['blocks']} blocks, first "
+                  f"{r['first']:.3f}, steady {r['steady']:.3f} x burst")  # fmt: skip
+        return 0
 
     import torch
 
