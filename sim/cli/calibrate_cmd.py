@@ -427,14 +427,11 @@ def _power_limit(profile) -> dict:
 def _marlin(profile, text: list[str]) -> dict | None:
     """On the GPU Marlin's module was measured on, how `expert_activations: bf16` times the experts
     (sim.timing.marlin); appends its line to `text`."""
-    from sim.errors import InputError
-    from sim.timing.marlin import POINTS_FILE, for_gpu, load_points
+    from sim.timing.marlin import POINTS_FILE, load_points, measured, measured_on
 
-    try:
-        m = for_gpu(profile)
-    except InputError:
+    if not measured_on(profile):
         return None
-    points = load_points()
+    m, points = measured(), load_points()
     text.append(
         f"W4A16 (models[].expert_activations: bf16, vLLM --moe-backend marlin): vLLM's Marlin MXFP4 module as "
         f"AIConfigurator measured it here ({len(points)} rows, {'/'.join(POINTS_FILE)}), above its "
