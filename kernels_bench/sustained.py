@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 SMI_FIELDS = ("timestamp", "clocks.sm", "power.draw", "temperature.gpu", "clocks_event_reasons.active")
@@ -166,16 +166,34 @@ def sustained(
 
 
 # (compute ms, rest ms, rest kind): serving-like alternations of a prefill step's compute with decode (a copy: memory
-# bound) or nothing (idle); the effective slowdown of each pattern's compute blocks (docs/carry/sustained)
+# bound) or nothing (idle); the effective slowdown of each pattern's compute blocks (docs/carry/sustained). The
+# first six are the first run's; the rest sample block length and rest length apart, to fit the throttle's dynamics.
 DUTY_PATTERNS = ((300, 30, "copy"), (100, 10, "copy"), (100, 100, "copy"), (80, 200, "copy"),
-                 (150, 2000, "idle"), (20, 20, "copy"))  # fmt: skip
+                 (150, 2000, "idle"), (20, 20, "copy"), (50, 50, "copy"), (200, 200, "copy"), (100, 30, "copy"),
+                 (40, 10, "copy"), (100, 10, "idle"), (100, 100, "idle"), (500, 500, "copy"),
+                 (1000, 30, "copy"))  # fmt: skip
+SUB_BLOCK_MS = 10.0  # each compute block is timed in pieces of about this length, to see the throttle act
 
 
-def duty_cycles(compute: Callable[[], object], rest: Callable[[], object], seconds: float) -> list[dict]:
+@dataclass(frozen=True)
+class DutyBlock:
+    """One timed piece of a compute block: the pattern, the block's index, the piece's start within the block."""
+
+    compute_ms: int
+    rest_ms: int
+    rest: str
+    block: int
+    offset_ms: float  # the piece's start within its block, at burst speed
+    ratio: float  # the piece's per-call time / the burst per call
+
+
+def duty_cycles(
+    compute: Callable[[], object], rest: Callable[[], object], seconds: float, burst_call_ms: float
+) -> list[DutyBlock]:
     """Per DUTY_PATTERNS entry, after the GPU idles 3 s: compute blocks of `compute` replays lasting the pattern's
-    compute ms at burst speed, each followed by its rest (`rest` replays, or the host sleeping), for `seconds`;
-    the compute blocks' per-call time on the GPU (events around each block) against the burst, the first block's
-    and the median of the second half's."""
+    compute ms at burst speed (`burst_call_ms` a call: the kernels_bench timing of `compute`, as sim's tables
+    are timed), each followed by its rest (`rest` replays, or the host sleeping), for `seconds`; each block
+    timed in pieces of SUB_BLOCK_MS (events between them) against the burst."""
     import torch
 
     def graph_of(call):
@@ -186,45 +204,58 @@ def duty_cycles(compute: Callable[[], object], rest: Callable[[], object], secon
             call()
         return g
 
-    def per_call_ms(g) -> float:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        time.sleep(3.0)
+    gc, gr = graph_of(compute), graph_of(rest)
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):  # the rest's call time, warm (its replays only set the rest's length)
         a.record()
-        g.replay()
+        gr.replay()
         b.record()
         b.synchronize()
-        return a.elapsed_time(b)
-
-    gc, gr = graph_of(compute), graph_of(rest)
-    burst_ms, rest_ms = per_call_ms(gc), per_call_ms(gr)
-    out = []
+    rest_call_ms = a.elapsed_time(b)
+    out: list[DutyBlock] = []
+    per_piece = max(1, round(SUB_BLOCK_MS / burst_call_ms))
     for c_ms, r_ms, kind in DUTY_PATTERNS:
-        kc, kr = max(1, round(c_ms / burst_ms)), max(1, round(r_ms / rest_ms))
+        pieces = max(1, round(c_ms / (per_piece * burst_call_ms)))
+        kr = max(1, round(r_ms / rest_call_ms))
         torch.cuda.synchronize()
         time.sleep(3.0)
-        events = []
+        blocks: list[list] = []
         stop = time.time() + seconds
         while time.time() < stop:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(kc):
-                gc.replay()
-            b.record()
-            events.append((a, b))
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(pieces + 1)]
+            events[0].record()
+            for e in events[1:]:
+                for _ in range(per_piece):
+                    gc.replay()
+                e.record()
+            blocks.append(events)
             if kind == "idle":
-                b.synchronize()
+                events[-1].synchronize()
                 time.sleep(r_ms / 1e3)
             else:
                 for _ in range(kr):
                     gr.replay()
-                if len(events) % 8 == 0:
-                    b.synchronize()  # keep the host within a few blocks of the GPU
+                if len(blocks) % 4 == 0:
+                    events[-1].synchronize()  # keep the host within a few blocks of the GPU
         torch.cuda.synchronize()
-        ratios = [a.elapsed_time(b) / kc / burst_ms for a, b in events]
-        half = ratios[len(ratios) // 2 :]
-        out.append({"compute_ms": c_ms, "rest_ms": r_ms, "rest": kind, "blocks": len(ratios),
-                    "first": ratios[0], "steady": statistics.median(half), "burst_call_ms": burst_ms})  # fmt: skip
+        for i, events in enumerate(blocks):
+            for j in range(pieces):
+                ms = events[j].elapsed_time(events[j + 1])
+                out.append(DutyBlock(c_ms, r_ms, kind, i, j * per_piece * burst_call_ms,
+                                     ms / per_piece / burst_call_ms))  # fmt: skip
+    return out
+
+
+def duty_summary(pieces: list[DutyBlock]) -> list[dict]:
+    """Per pattern: the blocks' mean slowdown, the first block's and the median over the second half of blocks."""
+    out = []
+    for key in dict.fromkeys((p.compute_ms, p.rest_ms, p.rest) for p in pieces):
+        mine = [p for p in pieces if (p.compute_ms, p.rest_ms, p.rest) == key]
+        blocks = sorted({p.block for p in mine})
+        means = [statistics.fmean(p.ratio for p in mine if p.block == b) for b in blocks]
+        out.append({"compute_ms": key[0], "rest_ms": key[1], "rest": key[2], "blocks": len(blocks),
+                    "first": means[0], "steady": statistics.median(means[len(means) // 2 :])})  # fmt: skip
     return out
 
 
@@ -250,18 +281,7 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     if args.duty:
-        args.out.mkdir(parents=True, exist_ok=True)
-        w = workloads()
-        rows = duty_cycles(w["fp8_gemm_8192x4096x4096"], w["copy_1GiB"], args.duty)
-        with (args.out / "duty.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        for r in rows:
-            print(f"compute {r['compute_ms']} ms / {r['rest']} {r['rest_ms']} ms: {r['blocks']} blocks, first "
-                  f"{r['first']:.3f}, steady {r['steady']:.3f} x burst")  # fmt: skip
-        return 0
-
+        return _duty_main(args)
     import torch
 
     from kernels_bench.timing import time_calls
@@ -313,11 +333,44 @@ def main(argv=None) -> int:
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
     provenance = {"gpu": props.name, "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
-                  "commit": args.commit, "date_utc": datetime.utcnow().isoformat(timespec="seconds") + "Z",
+                  "commit": args.commit, "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
                   "args": {k: str(v) for k, v in vars(args).items()}, "smi_readings": len(readings),
                   "phases": [asdict(p) | {"per_call_us": len(p.per_call_us), "sample_end_s": None} for p in phases]}  # fmt: skip
     (args.out / "provenance.json").write_text(json.dumps(provenance, indent=1))
     print(table(rows))
+    return 0
+
+
+def _duty_main(args) -> int:
+    import torch
+
+    from kernels_bench.timing import time_calls
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    w = workloads()
+    time.sleep(args.idle)
+    burst = time_calls([w["fp8_gemm_8192x4096x4096"]])
+    pieces = duty_cycles(w["fp8_gemm_8192x4096x4096"], w["copy_1GiB"], args.duty, burst.median_us / 1e3)
+    with (args.out / "duty_pieces.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(pieces[0])))
+        writer.writeheader()
+        writer.writerows(asdict(p) for p in pieces)
+    rows = duty_summary(pieces)
+    with (args.out / "duty.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    props = torch.cuda.get_device_properties(0)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
+    provenance = {"gpu": props.name, "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "commit": args.commit, "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+                  "burst_us": burst.median_us, "args": {k: str(v) for k, v in vars(args).items()}}  # fmt: skip
+    (args.out / "duty_provenance.json").write_text(json.dumps(provenance, indent=1))
+    print(f"burst {burst.median_us:.1f} us a call (kernels_bench timing)")
+    for r in rows:
+        print(f"compute {r['compute_ms']} ms / {r['rest']} {r['rest_ms']} ms: {r['blocks']} blocks, first "
+              f"{r['first']:.3f}, steady {r['steady']:.3f} x burst")  # fmt: skip
     return 0
 
 

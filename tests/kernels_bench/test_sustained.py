@@ -38,3 +38,17 @@ def test_the_summary_takes_the_sustained_tail_against_the_burst_and_the_readings
     assert rows[0]["burst_sm_MHz"] == 1980.0 and rows[0]["sustained_sm_MHz"] == 1800.0
     assert rows[0]["sustained_power_W"] == 700.0
     assert "| gemm | 1000.0 | 1100.0 | 1.100 | 1980 -> 1800 |" in table(rows)
+
+
+def test_the_duty_summary_averages_each_block_and_takes_the_second_half_of_blocks():
+    from kernels_bench.sustained import DutyBlock, duty_summary
+
+    # two patterns; in the first, block 0 is fast and the later blocks slow at their second piece
+    pieces = [DutyBlock(100, 10, "copy", b, off, 1.0 if (b == 0 or off == 0.0) else 1.2)
+              for b in range(4) for off in (0.0, 10.0)]  # fmt: skip
+    pieces += [DutyBlock(20, 20, "copy", b, 0.0, 1.01) for b in range(3)]
+    rows = duty_summary(pieces)
+    assert [(r["compute_ms"], r["rest_ms"], r["blocks"]) for r in rows] == [(100, 10, 4), (20, 20, 3)]
+    assert rows[0]["first"] == pytest.approx(1.0)
+    assert rows[0]["steady"] == pytest.approx(1.1)  # blocks 2 and 3: (1.0 + 1.2) / 2
+    assert rows[1]["first"] == rows[1]["steady"] == pytest.approx(1.01)
