@@ -409,19 +409,21 @@ def _experts(profile) -> dict:
 
 def _power_limit(profile) -> dict:
     """How steps holding prefill chunks run at this GPU's power limit (sim.timing.sustained)."""
-    from sim.timing.sustained import onset_of, slowdown_of
+    from sim.timing.sustained import power_limit_of
 
-    slowdown, onset = (1.0, 0.0) if profile is None else (slowdown_of(profile), onset_of(profile))
-    if slowdown == 1.0:
+    limit = None if profile is None else power_limit_of(profile)
+    if limit is None:
         text = "steps holding prefill chunks: at the tables' burst times (no sustained slowdown measured for this GPU)"
-    else:
-        src = profile.accelerator.sustained_compute_slowdown_x
-        text = (
-            f"steps holding prefill chunks: their GPU work {slowdown:.3f}x the burst times once the board draws its "
-            f"power limit, reached over {onset:.2f} s of each step (hardware profile, sources {', '.join(src.src)}; "
-            "sim/timing/sustained.py)"
-        )
-    return {"sustained_compute_slowdown_x": slowdown, "sustained_compute_onset_s": onset, "text": text}
+        return {"sustained_compute_slowdown_x": 1.0, "text": text}
+    src = profile.accelerator.sustained_compute_slowdown_x
+    text = (
+        f"steps holding prefill chunks: their GPU work {limit.slowdown_x:.3f}x the burst times once the board draws "
+        f"its power limit, none of it before {limit.delay_s:.3f} s of compute, all from {limit.onset_s:.3f} s; each "
+        f"second without compute sheds {limit.recovery_x:g} s of it (hardware profile, sources {', '.join(src.src)}; "
+        "sim/timing/sustained.py)"
+    )
+    return {"sustained_compute_slowdown_x": limit.slowdown_x, "sustained_compute_delay_s": limit.delay_s,
+            "sustained_compute_onset_s": limit.onset_s, "sustained_recovery_x": limit.recovery_x, "text": text}  # fmt: skip
 
 
 def _marlin(profile, text: list[str]) -> dict | None:

@@ -50,6 +50,7 @@ from sim.sched.batcher import (
     rank_prefill_budget,
 )
 from sim.timing.batch import DecodeTerms, PrefillChunk
+from sim.timing.sustained import PowerLimit
 
 if TYPE_CHECKING:
     from sim.cluster.cluster import Cluster
@@ -155,6 +156,11 @@ class Instance:
         self._chunks: list[tuple[Request, int]] = []
         self._batch = 0
         self._in_boundary = False  # completions inside a boundary must not re-plan before it ends
+        # the board's heat at the power limit (sim.timing.sustained), as the last step holding chunks left it
+        # at `_hot_end_s`; the steps between (decode, idle) cool it. None: the GPU's limit is not measured
+        self._power: PowerLimit | None = timing.power_limit
+        self._heat_s = 0.0
+        self._hot_end_s = 0.0
         # bytes per token and fixed bytes per sequence in this instance's HBM (replicated on TP ranks)
         self._rep_bpt = kv_replication * self.policy.global_kv_bytes_per_token
         self._rep_state = kv_replication * self.policy.seq_state_bytes
@@ -534,7 +540,9 @@ class Instance:
         dt: float  # typed: the timing model is any object (Any)
         if chunks:
             parts = self._prefill_step(chunks, decode_rows, start)
-            dt = self.timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts)
+            heat = self._heat_at(start)
+            dt = self.timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts, heat)
+            self._heated(heat, start, dt)
             self._span_steps = 1 if decoding else 0
         elif batch:
             dt = self._span(batch, _leave_step(self.running[0]) - self.decode_steps)
@@ -571,7 +579,9 @@ class Instance:
         dt: float  # typed: the timing model is any object (Any)
         if chunks:
             parts = self._prefill_step(chunks, decoding * self._verify, start)
-            dt = self.timing.rank_step_s(decoding, terms, parts)
+            heat = self._heat_at(start)
+            dt = self.timing.rank_step_s(decoding, terms, parts, heat)
+            self._heated(heat, start, dt)
             self._span_steps = 1 if decoding else 0
         elif batch:
             dt = self._span(batch, self._rank_leave_steps())
@@ -579,6 +589,20 @@ class Instance:
             self.mode = IDLE
             return
         self._run(start, batch, dt)
+
+    def _heat_at(self, start: float) -> float:
+        """The board's heat at `start`: the last step holding chunks left it, and everything since cooled it."""
+        power = self._power
+        if power is None:
+            return 0.0
+        return power.cooled_s(self._heat_s, start - self._hot_end_s)
+
+    def _heated(self, heat: float, start: float, dt: float) -> None:
+        """A step holding chunks runs from `start` for `dt` seconds from `heat`: the board's heat after it."""
+        power = self._power
+        if power is not None:
+            self._heat_s = power.heated_s(heat, dt)
+            self._hot_end_s = start + dt
 
     def _rank_leave_steps(self) -> int:
         """Per-rank progress: decode steps (every rank advancing) until the next sequence leaves."""

@@ -102,6 +102,15 @@ class Accelerator(StrictModel):
         description="seconds of compute the board takes to reach its sustained slowdown from a cool start, "
         "measured; null: at once",
     )
+    sustained_compute_delay_s: Sourced[float] | None = Field(
+        None,
+        description="seconds of compute from a cool start before the clock drops at all, measured; null: 0",
+    )
+    sustained_recovery_x: Sourced[float] | None = Field(
+        None,
+        description="seconds of the board's heat (its compute seconds toward the onset) shed per second without "
+        "compute, measured; null: each step starts cool",
+    )
 
     @field_validator("sustained_compute_slowdown_x")
     @classmethod
@@ -111,6 +120,16 @@ class Accelerator(StrictModel):
                 f"a sustained slowdown is 1.0 or more (a GPU at its limit is not faster), got {v.value}"
             )
         return v
+
+    @model_validator(mode="after")
+    def _delay_within_onset(self):
+        d, o = self.sustained_compute_delay_s, self.sustained_compute_onset_s
+        if d is not None and (o is None or d.value > o.value):
+            raise ValueError(
+                f"sustained_compute_delay_s ({d.value}) must not exceed sustained_compute_onset_s "
+                f"({None if o is None else o.value}): the clock drops after the delay and reaches its slowdown by the onset"
+            )
+        return self
 
 
 class DeepEpKernel(StrictModel):

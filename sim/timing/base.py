@@ -2,10 +2,12 @@
 
 The simulator asks only these questions, so an implementation plugs in without touching it:
 
-- `step_s(batch_size, terms, prefill)`: one engine step: `batch_size` decoding sequences whose
+- `step_s(batch_size, terms, prefill, heat_s)`: one engine step: `batch_size` decoding sequences whose
   summed per-sequence terms are `terms` (a `sim.timing.batch.DecodeTerms`), plus the prefill
   chunks of that step (`PrefillChunk`s; a prefill-only step has batch_size 0; a decode-only step
-  has no chunks).
+  has no chunks). `heat_s`, the board's heat when the step starts (sim.timing.sustained; the
+  instance carries it from step to step), sets how a step holding chunks runs at the power limit;
+  0 = a cool board.
 - `rank_step_s(batch_size, terms, prefill)`: the same on an instance with DP attention whose ranks
   each compose their own step (sim.sched.batcher, rank_prefill_first): the ranks holding chunks run
   no decode rows, and the `batch_size` sequences decoding sit on the other ranks.
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from sim.timing.batch import DecodeTerms, PrefillChunk
+from sim.timing.sustained import PowerLimit
 
 # Transfer links the cluster builds (each from `units` lanes of the hardware profile):
 #   pcie_h2d / pcie_d2h : host DRAM <-> GPU, per instance (units = its GPUs)
@@ -51,9 +54,15 @@ class TimingModel(Protocol):
 
     def decode_seq_terms(self, context_tokens: float, steps: int) -> DecodeTerms: ...
 
-    def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float: ...
+    power_limit: PowerLimit | None  # the board's power limit, where measured (sim.timing.sustained)
 
-    def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float: ...
+    def step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float: ...
+
+    def rank_step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float: ...
 
     def decode_span_s(self, batch_size: int, terms: DecodeTerms, steps: int) -> float: ...
 

@@ -138,7 +138,7 @@ from sim.timing.memo import IndexMemo
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.rows_attention import PipelineRows, pipeline_rows
 from sim.timing.stacks import SPEC_PIPELINE, rows_per_sequence
-from sim.timing.sustained import at_power_limit_s, onset_of, slowdown_of
+from sim.timing.sustained import PowerLimit, power_limit_of
 from sim.timing.tables import (
     KernelRow,
     KernelTables,
@@ -438,8 +438,7 @@ class CalibratedTiming(RooflineTiming):
         engine_glue: EngineGlue | None = None,
         megamoe: MegaMoe | None = None,
         marlin: MarlinModule | None = None,
-        sustained: float = 1.0,
-        sustained_onset_s: float = 0.0,
+        power_limit: PowerLimit | None = None,
         decode_layer_term: bool = True,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
@@ -539,8 +538,7 @@ class CalibratedTiming(RooflineTiming):
         # W4A16 experts on the H200: vLLM's Marlin module as AIConfigurator measured it (sim.timing.marlin)
         self.marlin = marlin
         # a step holding prefill chunks runs its GPU compute at the board's power limit (sim.timing.sustained)
-        self._sustained = sustained
-        self._onset_s = sustained_onset_s
+        self.power_limit = power_limit
         self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
@@ -805,26 +803,31 @@ class CalibratedTiming(RooflineTiming):
             context_tokens=float(context_tokens), context_tokens_growth=self.accepted_tokens_per_step
         )
 
-    def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+    def step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float:
         if not prefill:
             if not batch_size:
                 return 0.0
             v = self._fixed(batch_size) + self._attn_curve(batch_size).at(terms.context_tokens / batch_size)
             floor = self._decode_floor_s
             return v if v > floor else floor
-        v = self._chunk_step_s(batch_size, terms, prefill)
+        v = self._chunk_step_s(batch_size, terms, prefill, heat_s)
         floor = self._eager_floor_s  # a step with chunks runs eagerly (sim.timing.host)
         return v if v > floor else floor
 
-    def _chunk_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
-        """`step_s` of a step holding prefill chunks, as its kernels run (no eager floor)."""
+    def _chunk_step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float:
+        """`step_s` of a step holding prefill chunks, as its kernels run (no eager floor), from the board's
+        heat `heat_s` (sim.timing.sustained)."""
         if self.par.dp > 1:  # decode rows on every rank (`rank_step_s`: not on those holding chunks)
             host = self._mixed_host_s(batch_size, prefill)
-            return self._dp_mixed_s(batch_size, terms, prefill, True) + host
+            return self._dp_mixed_s(batch_size, terms, prefill, True, heat_s) + host
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         if self._cp_on and self.cp.splits(decode_rows, [chunk.new_tokens for chunk in prefill]):
-            return self._cp_step_s(batch_size, terms, prefill) + self._mixed_host_s(batch_size, prefill)
+            return self._cp_step_s(batch_size, terms, prefill, heat_s) + self._mixed_host_s(batch_size, prefill)
         every_rows = tail_rows = decode_rows
         through_decode = self.prefill_through_decode
         attn = 0.0
@@ -855,18 +858,21 @@ class CalibratedTiming(RooflineTiming):
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
         gpu = self._pass_s(every_rows, tail_rows) + drafter + attn + head
-        return self._at_power_limit(gpu) + self._comm_s(every_rows, True) + host
+        return self._at_power_limit(gpu, heat_s) + self._comm_s(every_rows, True) + host
 
-    def _at_power_limit(self, gpu_s: float) -> float:
-        """`gpu_s` of a step's GPU work at burst clocks as it runs at the board's power limit, the slowdown
-        ramping in over the step's first `_onset_s` (sim.timing.sustained `at_power_limit_s`)."""
-        return at_power_limit_s(gpu_s, self._sustained, self._onset_s)
+    def _at_power_limit(self, gpu_s: float, heat_s: float) -> float:
+        """`gpu_s` of a step's GPU work at burst clocks as it runs from the board's heat `heat_s` at its power
+        limit (sim.timing.sustained); as measured where the GPU has no power limit measured."""
+        limit = self.power_limit
+        return gpu_s if limit is None else limit.run_s(gpu_s, heat_s)
 
-    def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+    def rank_step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float:
         """`step_s` where the DP ranks holding chunks run no decode rows (`_dp_mixed_s`)."""
         if self.par.dp == 1 or not prefill:
-            return self.step_s(batch_size, terms, prefill)
-        v = self._dp_mixed_s(batch_size, terms, prefill, False) + self._mixed_host_s(batch_size, prefill)
+            return self.step_s(batch_size, terms, prefill, heat_s)
+        v = self._dp_mixed_s(batch_size, terms, prefill, False, heat_s) + self._mixed_host_s(batch_size, prefill)
         floor = self._eager_floor_s  # every rank runs eagerly when one prefills (sim.timing.host)
         return v if v > floor else floor
 
@@ -877,7 +883,9 @@ class CalibratedTiming(RooflineTiming):
         rows = batch_size * self.verified_tokens_per_step + sum(c.new_tokens for c in prefill)
         return self._host_s(batch_size, len(prefill), rows)
 
-    def _cp_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+    def _cp_step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float:
         """A step whose rows go over the attention group's GPUs by position (prefill context
         parallelism, sim.timing.context_parallel): each GPU runs attention and indexer for its share
         of every chunk's rows against the whole context, at the measured efficiency of a chunk of that
@@ -914,7 +922,7 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         gpu = attn + rank + experts + drafter + head
-        return self._at_power_limit(gpu) + self._cp_comm_s(every_rows, kv_bytes)
+        return self._at_power_limit(gpu, heat_s) + self._cp_comm_s(every_rows, kv_bytes)
 
     def _cp_rank_s(self, every: bool, m: int) -> float:
         """Dense projections with unsplit weights, mHC and forward-pass term of one class of layers on
@@ -971,6 +979,7 @@ class CalibratedTiming(RooflineTiming):
         terms: DecodeTerms,
         prefill: Sequence[PrefillChunk],
         decode_on_chunk_ranks: bool,
+        heat_s: float = 0.0,
     ) -> float:
         """A step with prefill chunks on an instance with DP attention. Each chunk runs on its
         request's DP rank (`PrefillChunk.rank`): that rank's GPUs compute its attention, dense
@@ -1092,7 +1101,8 @@ class CalibratedTiming(RooflineTiming):
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
-        return self._at_power_limit(decode_attn + slowest + experts + drafter) + self._comm_s(most * dp, True)
+        gpu = decode_attn + slowest + experts + drafter
+        return self._at_power_limit(gpu, heat_s) + self._comm_s(most * dp, True)
 
     def _rank_load_s(
         self,
@@ -1190,8 +1200,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         engine_glue=glue,
         megamoe=megamoe,
         marlin=marlin,
-        sustained=slowdown_of(ctx.hw_profile),
-        sustained_onset_s=onset_of(ctx.hw_profile),
+        power_limit=power_limit_of(ctx.hw_profile),
         decode_layer_term=ctx.decode_layer_term,
     )
 

@@ -37,6 +37,7 @@ from mypy_extensions import mypyc_attr
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, moe_alltoall_s, tp_allreduce_s
 from sim.timing.interp import QuadraticTable, chunk_parts
+from sim.timing.sustained import PowerLimit
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,9 @@ class RooflineTiming:
                 f" <= 1 + draft tokens ({draft_tokens})"
             )
         self.arith = arith
+        # how a step holding prefill chunks runs at the board's power limit (sim.timing.sustained); the
+        # calibrated timing sets it where the profile has it measured
+        self.power_limit: PowerLimit | None = None
         # the chunk cost tables, typed, for the compiled prefill path (ModelArith.prefill_parts)
         self._prefill_every: QuadraticTable = arith.prefill_every
         self._prefill_tail: QuadraticTable = arith.prefill_tail
@@ -300,7 +304,10 @@ class RooflineTiming:
 
     # --- the interface ---
 
-    def step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+    def step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float:
+        # at the peaks' clocks: the roofline has no power limit (`power_limit` None), so the board's heat is unread
         a = self.arith
         rows = batch_size * self.verified_tokens_per_step
         if batch_size:
@@ -324,7 +331,9 @@ class RooflineTiming:
         memory = self._weights_s(rows) + kv_bytes / self._kv_rate
         return (compute if compute > memory else memory) + self._comm_s(rows, len(prefill) > 0)
 
-    def rank_step_s(self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk]) -> float:
+    def rank_step_s(
+        self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
+    ) -> float:
         # every row is spread over the instance's GPUs whatever its DP rank, so where the decoding
         # sequences sit changes nothing here: only which of them decode, which the engine passes
         return self.step_s(batch_size, terms, prefill)

@@ -38,10 +38,10 @@ class Recording(RoundSteps):
         self.decoding = []  # per step with chunks: the sequences that decode in it
         self.on_chunk_ranks = []  # per step with chunks: whether the ranks holding them decode too
 
-    def step_s(self, batch_size, terms, prefill):
+    def step_s(self, batch_size, terms, prefill, heat_s=0.0):
         return self._record(batch_size, terms, prefill, on_chunk_ranks=True)
 
-    def rank_step_s(self, batch_size, terms, prefill):
+    def rank_step_s(self, batch_size, terms, prefill, heat_s=0.0):
         return self._record(batch_size, terms, prefill, on_chunk_ranks=False)
 
     def _record(self, batch_size, terms, prefill, *, on_chunk_ranks):

@@ -32,11 +32,12 @@ class RoundSteps:
     name = "round-steps"
     accepted_tokens_per_step = 1.0
     verified_tokens_per_step = 1
+    power_limit = None  # no power limit: the board's heat is not read
 
     def decode_seq_terms(self, context_tokens, steps):
         return DecodeTerms(context_tokens=float(context_tokens), context_tokens_growth=1.0)
 
-    def step_s(self, batch_size, terms, prefill):
+    def step_s(self, batch_size, terms, prefill, heat_s=0.0):
         return PREFILL_STEP_S if prefill else DECODE_STEP_S
 
     def decode_span_s(self, batch_size, terms, steps):
@@ -64,14 +65,15 @@ EVENTS = ("arrival_s", "admitted_s", "prefill_start_s", "first_token_s", "decode
 LOOPS = pytest.mark.parametrize("new_loop", [EventLoop, SimPyLoop], ids=["native", "simpy"])
 
 
-def run_trace(trace, composition="mixed", new_loop=EventLoop):
-    """trace: (arrival_s, input_tokens, output_tokens) per request; returns the log and the instance."""
+def run_trace(trace, composition="mixed", new_loop=EventLoop, timing=None):
+    """trace: (arrival_s, input_tokens, output_tokens) per request; returns the log and the instance (on
+    `timing`, RoundSteps by default)."""
     loop = new_loop()
     st = objects.store(objects.policy("v41"), hbm_bytes=[100e9])
     link = SharedLink(loop, "link", 1e12)
     log = Log()
     cluster = objects.cluster(loop, st, lambda c: [
-        Instance(loop, 0, "c", "colocated", 0, 8, RoundSteps(), st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
+        Instance(loop, 0, "c", "colocated", 0, 8, timing or RoundSteps(), st, cluster=c, budget_tokens=2048, chunk_tokens=1024,
                  max_decode_batch=8, kv_replication=1, read_links=[None, *[link] * len(st.tiers)],
                  max_queue_wait_s=None, step_composition=composition)
     ], net_out=[link], recorder=log)  # fmt: skip

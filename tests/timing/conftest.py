@@ -46,7 +46,8 @@ def context(arith):
             not power_limit
         ):  # the burst times the compositions are checked at (sim.timing.sustained: its own tests)
             acc = hw.accelerator.model_copy(
-                update={"sustained_compute_slowdown_x": None, "sustained_compute_onset_s": None}
+                update={"sustained_compute_slowdown_x": None, "sustained_compute_onset_s": None,
+                        "sustained_compute_delay_s": None, "sustained_recovery_x": None}  # fmt: skip
             )
             hw = hw.model_copy(update={"accelerator": acc})
         return TimingContext.of_instance(model, arith(model), hw, par, Timing(), **fields)
