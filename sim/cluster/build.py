@@ -457,6 +457,7 @@ def pool_timing(
         host=pool_host_costs(scn, pool, arith.spec),
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
+        power_limit=scn.timing.power_limit == "measured",
         expert_activations=model_ref.expert_activations or "fp8",
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest

@@ -541,7 +541,9 @@ class Instance:
         if chunks:
             parts = self._prefill_step(chunks, decode_rows, start)
             heat = self._heat_at(start)
-            dt = self.timing.step_s(decoding, self.terms if decoding == batch else self._no_terms, parts, heat)
+            dt = self.timing.step_s(
+                decoding, self.terms if decoding == batch else self._no_terms, parts, heat
+            )
             self._heated(heat, start, dt)
             self._span_steps = 1 if decoding else 0
         elif batch:

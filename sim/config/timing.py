@@ -100,6 +100,13 @@ class Timing(StrictModel):
         "part; engine = the pool's engine rule (sim.config.engine_rules decode_layer_term: off on SGLang, whose "
         "graphed decode runs none of that glue), on where no engine is named; on / off = a what-if",
     )
+    power_limit: Literal["measured", "off"] = Field(
+        "measured",
+        description="calibrated steps holding prefill chunks: measured = their GPU work slows at the board's "
+        "power limit as the hardware profile measures it, the board's heat carried from step to step "
+        "(accelerator.sustained_compute_*; sim/timing/sustained.py; GPUs without a measurement unchanged); "
+        "off = the kernel tables' burst times (a board that never reaches its limit: a what-if)",
+    )
     graph_row_buckets: list[int] = Field(
         default_factory=list,
         description="CUDA-graph row buckets of the engine: a step's token rows per DP rank are padded up to the "

@@ -827,7 +827,8 @@ class CalibratedTiming(RooflineTiming):
         a, tail_tokens = self.arith, self.mt.tail_tokens
         decode_rows = batch_size * self.verified_tokens_per_step
         if self._cp_on and self.cp.splits(decode_rows, [chunk.new_tokens for chunk in prefill]):
-            return self._cp_step_s(batch_size, terms, prefill, heat_s) + self._mixed_host_s(batch_size, prefill)
+            host = self._mixed_host_s(batch_size, prefill)
+            return self._cp_step_s(batch_size, terms, prefill, heat_s) + host
         every_rows = tail_rows = decode_rows
         through_decode = self.prefill_through_decode
         attn = 0.0
@@ -872,7 +873,8 @@ class CalibratedTiming(RooflineTiming):
         """`step_s` where the DP ranks holding chunks run no decode rows (`_dp_mixed_s`)."""
         if self.par.dp == 1 or not prefill:
             return self.step_s(batch_size, terms, prefill, heat_s)
-        v = self._dp_mixed_s(batch_size, terms, prefill, False, heat_s) + self._mixed_host_s(batch_size, prefill)
+        host = self._mixed_host_s(batch_size, prefill)
+        v = self._dp_mixed_s(batch_size, terms, prefill, False, heat_s) + host
         floor = self._eager_floor_s  # every rank runs eagerly when one prefills (sim.timing.host)
         return v if v > floor else floor
 
@@ -1200,7 +1202,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         engine_glue=glue,
         megamoe=megamoe,
         marlin=marlin,
-        power_limit=power_limit_of(ctx.hw_profile),
+        power_limit=power_limit_of(ctx.hw_profile) if ctx.power_limit else None,
         decode_layer_term=ctx.decode_layer_term,
     )
 

@@ -58,6 +58,7 @@ class TimingContext:
     # the engine's prefill attention glue (timing.engine_glue; sim.timing.engine_glue)
     engine_glue: str = "modules"
     expert_activations: str = "fp8"  # the routed experts' activation format (sim.timing.carry rule 4)
+    power_limit: bool = True  # chunk steps at the board's measured power limit (timing.power_limit)
 
     @classmethod
     def of_instance(

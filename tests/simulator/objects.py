@@ -100,7 +100,9 @@ def instances(st: KVStore, nodes: list[int]) -> list[Instance]:
     """One prefill instance per entry of `nodes` over the store's HBM tiers (instance i: tier i)."""
     env = EventLoop()
     # a step of any batch takes 1 ms (admission tests start steps; nothing here depends on their length)
-    timing = SimpleNamespace(verified_tokens_per_step=1, accepted_tokens_per_step=1.0, step_s=lambda *_: 1e-3)
+    timing = SimpleNamespace(
+        verified_tokens_per_step=1, accepted_tokens_per_step=1.0, step_s=lambda *_: 1e-3, power_limit=None
+    )
     link = SharedLink(env, "link", 1e12)
     return cluster(env, st, lambda c: [
         Instance(env, i, "p", "prefill", node, 8, timing, st, cluster=c, budget_tokens=8192, chunk_tokens=8192,

@@ -36,21 +36,16 @@ def arith():
 @pytest.fixture(scope="session")
 def context(arith):
     """context(model, hardware, tp=1, ep=8, dp=8, power_limit=False, **ctx fields) -> TimingContext, as
-    sim.cluster.build makes it; without `power_limit`, the profile's sustained slowdown is left out."""
+    sim.cluster.build makes it; without `power_limit`, at the tables' burst times (timing.power_limit off: the
+    compositions are checked at those; sim.timing.sustained has its own tests)."""
 
     def make(model="deepseek-v4-flash", hardware="nvidia-h200-hgx8", *, tp=1, ep=8, dp=8, power_limit=False,
              **fields):  # fmt: skip
         par = Parallelism(gpus=tp * dp, tp=tp, ep=ep, dp=dp)
         hw = load_hw(hardware)
-        if (
-            not power_limit
-        ):  # the burst times the compositions are checked at (sim.timing.sustained: its own tests)
-            acc = hw.accelerator.model_copy(
-                update={"sustained_compute_slowdown_x": None, "sustained_compute_onset_s": None,
-                        "sustained_compute_delay_s": None, "sustained_recovery_x": None}  # fmt: skip
-            )
-            hw = hw.model_copy(update={"accelerator": acc})
-        return TimingContext.of_instance(model, arith(model), hw, par, Timing(), **fields)
+        return TimingContext.of_instance(
+            model, arith(model), hw, par, Timing(), power_limit=power_limit, **fields
+        )
 
     return make
 

@@ -56,7 +56,10 @@ def test_show_table_by_profile_id(h200_tables):
     assert data["experts"]["marlin"]["points"] == 216 and data["experts"]["marlin"]["local_experts"][0] == 7.0
     # steps holding prefill chunks at the power limit, as the profile measures it
     assert data["power_limit"]["sustained_compute_slowdown_x"] == 1.136
-    assert data["power_limit"]["sustained_recovery_x"] > 0 and data["power_limit"]["sustained_compute_onset_s"] > 0
+    assert (
+        data["power_limit"]["sustained_recovery_x"] > 0
+        and data["power_limit"]["sustained_compute_onset_s"] > 0
+    )
     assert "1.136x the burst times" in result.output and "sheds" in result.output
 
 

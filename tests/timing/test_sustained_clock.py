@@ -112,3 +112,19 @@ def test_the_gpu_work_of_a_chunk_step_is_slowed_by_the_heat_and_its_links_host_a
 
 def test_an_unmeasured_gpu_keeps_the_burst_times(case_timing):
     assert case_timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml").power_limit is None
+
+
+def test_timing_power_limit_off_keeps_the_burst_times(h200_tables, context):
+    from sim.timing.calibrated import build_calibrated
+
+    measured = build_calibrated(context(power_limit=True))
+    off = build_calibrated(context(power_limit=False))  # timing.power_limit: off
+    assert measured.power_limit == power_limit_of(load_hw("nvidia-h200-hgx8")) and off.power_limit is None
+    terms = measured.decode_seq_terms(4096.0, 1).scaled(8)
+    chunks = (PrefillChunk(4096, 0, last_chunk=True),)
+    hot = measured.power_limit.onset_s
+    assert (
+        off.step_s(8, terms, chunks, hot)
+        == off.step_s(8, terms, chunks)
+        < measured.step_s(8, terms, chunks, hot)
+    )
