@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sim.timing.sustained import PowerLimit
-from tests.simulator.test_engine_log import RoundSteps, run_trace
+
+from .test_engine_log import RoundSteps, run_trace
 
 LIMIT = PowerLimit(slowdown_x=1.2, delay_s=0.02, onset_s=0.6, recovery_x=0.5)
 
