@@ -282,7 +282,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.duty:
         return _duty_main(args)
-    import torch
 
     from kernels_bench.timing import time_calls
 
@@ -325,25 +324,35 @@ def main(argv=None) -> int:
         for p in phases:
             for us, end in zip(p.per_call_us, p.sample_end_s, strict=True):
                 w.writerow([p.workload, p.phase, f"{end - p.start_s:.3f}", f"{us:.3f}"])
-    with (args.out / "summary.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
-                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
-    provenance = {"gpu": props.name, "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
-                  "commit": args.commit, "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-                  "args": {k: str(v) for k, v in vars(args).items()}, "smi_readings": len(readings),
-                  "phases": [asdict(p) | {"per_call_us": len(p.per_call_us), "sample_end_s": None} for p in phases]}  # fmt: skip
+    _write_rows(args.out / "summary.csv", rows)
+    provenance = _provenance(args, smi_readings=len(readings),
+                             phases=[asdict(p) | {"per_call_us": len(p.per_call_us), "sample_end_s": None}
+                                     for p in phases])  # fmt: skip
     (args.out / "provenance.json").write_text(json.dumps(provenance, indent=1))
     print(table(rows))
     return 0
 
 
-def _duty_main(args) -> int:
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _provenance(args, **extra) -> dict:
+    """The GPU, its driver and limits, torch and CUDA, the commit and the date, the arguments, and `extra`."""
     import torch
 
+    props = torch.cuda.get_device_properties(0)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"gpu": props.name, "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "commit": args.commit, "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "args": {k: str(v) for k, v in vars(args).items()}, **extra}  # fmt: skip
+
+
+def _duty_main(args) -> int:
     from kernels_bench.timing import time_calls
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -351,21 +360,10 @@ def _duty_main(args) -> int:
     time.sleep(args.idle)
     burst = time_calls([w["fp8_gemm_8192x4096x4096"]])
     pieces = duty_cycles(w["fp8_gemm_8192x4096x4096"], w["copy_1GiB"], args.duty, burst.median_us / 1e3)
-    with (args.out / "duty_pieces.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(pieces[0])))
-        writer.writeheader()
-        writer.writerows(asdict(p) for p in pieces)
+    _write_rows(args.out / "duty_pieces.csv", [asdict(p) for p in pieces])
     rows = duty_summary(pieces)
-    with (args.out / "duty.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit,clocks.max.sm",
-                          "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()  # fmt: skip
-    provenance = {"gpu": props.name, "nvidia_smi": smi, "torch": torch.__version__, "cuda": torch.version.cuda,
-                  "commit": args.commit, "date_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-                  "burst_us": burst.median_us, "args": {k: str(v) for k, v in vars(args).items()}}  # fmt: skip
+    _write_rows(args.out / "duty.csv", rows)
+    provenance = _provenance(args, burst_us=burst.median_us)
     (args.out / "duty_provenance.json").write_text(json.dumps(provenance, indent=1))
     print(f"burst {burst.median_us:.1f} us a call (kernels_bench timing)")
     for r in rows:
