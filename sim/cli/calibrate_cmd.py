@@ -415,11 +415,14 @@ def _power_limit(profile) -> dict:
     if limit is None:
         text = "steps holding prefill chunks: at the tables' burst times (no sustained slowdown measured for this GPU)"
         return {"sustained_compute_slowdown_x": 1.0, "text": text}
-    src = profile.accelerator.sustained_compute_slowdown_x
+    acc = profile.accelerator
+    fields = (acc.sustained_compute_slowdown_x, acc.sustained_compute_delay_s, acc.sustained_compute_onset_s,
+              acc.sustained_recovery_x)  # fmt: skip
+    src = dict.fromkeys(s for f in fields if f is not None for s in f.src)
     text = (
         f"steps holding prefill chunks: their GPU work {limit.slowdown_x:.3f}x the burst times once the board draws "
         f"its power limit, none of it before {limit.delay_s:.3f} s of compute, all from {limit.onset_s:.3f} s; each "
-        f"second without compute sheds {limit.recovery_x:g} s of it (hardware profile, sources {', '.join(src.src)}; "
+        f"second without compute sheds {limit.recovery_x:g} s of it (hardware profile, sources {', '.join(src)}; "
         "sim/timing/sustained.py)"
     )
     return {"sustained_compute_slowdown_x": limit.slowdown_x, "sustained_compute_delay_s": limit.delay_s,

@@ -60,7 +60,11 @@ def test_show_table_by_profile_id(h200_tables):
         data["power_limit"]["sustained_recovery_x"] > 0
         and data["power_limit"]["sustained_compute_onset_s"] > 0
     )
-    assert "1.136x the burst times" in result.output and "sheds" in result.output
+    assert (
+        "1.136x the burst times" in result.output
+        and "sheds" in result.output
+        and "SUS1, SUS2" in result.output
+    )
 
 
 def test_unknown_gpu_lists_the_known_ones(h200_tables):
