@@ -51,10 +51,9 @@ class TimingModel(Protocol):
     name: str
     accepted_tokens_per_step: float  # tokens one sequence advances per decode step (spec decoding)
     verified_tokens_per_step: int  # rows one decoding sequence takes in a step (1 + drafted tokens)
+    power_limit: PowerLimit | None  # the board's power limit, where measured (sim.timing.sustained)
 
     def decode_seq_terms(self, context_tokens: float, steps: int) -> DecodeTerms: ...
-
-    power_limit: PowerLimit | None  # the board's power limit, where measured (sim.timing.sustained)
 
     def step_s(
         self, batch_size: int, terms: DecodeTerms, prefill: Sequence[PrefillChunk], heat_s: float = 0.0
