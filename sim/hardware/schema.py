@@ -102,6 +102,11 @@ class Accelerator(StrictModel):
         description="seconds of compute the board takes to reach its sustained slowdown from a cool start, "
         "measured; null: at once",
     )
+    gemm_fp8_peak_frac: Sourced[float] | None = Field(
+        None,
+        description="median fraction of the datasheet dense FP8 peak that large FP8 GEMMs reach on this GPU, "
+        "measured (the carry's rule 3b, sim.timing.carry); null: the H200's fraction",
+    )
     sustained_compute_delay_s: Sourced[float] | None = Field(
         None,
         description="seconds of compute from a cool start before the clock drops at all, measured; null: 0",
@@ -119,6 +124,13 @@ class Accelerator(StrictModel):
             raise ValueError(
                 f"a sustained slowdown is 1.0 or more (a GPU at its limit is not faster), got {v.value}"
             )
+        return v
+
+    @field_validator("gemm_fp8_peak_frac")
+    @classmethod
+    def _a_fraction(cls, v: Sourced[float] | None) -> Sourced[float] | None:
+        if v is not None and not 0.0 < v.value <= 1.0:
+            raise ValueError(f"a fraction of the peak is in (0, 1], got {v.value}")
         return v
 
     @model_validator(mode="after")

@@ -32,6 +32,11 @@ BF16) say which peaks it runs against. The rule, per row:
    `t_X = t_lat + max(F_X / (P_X ec), Y_X / (B_X eb))`; identical to t on the H200 itself (the
    bound term reproduces w, the other is smaller). A kernel compute-bound on the H200 can become
    bandwidth-bound on X and vice versa.
+3b. Except GEMMs' compute, where measured: AIConfigurator's SGLang 0.5.14 FP8 GEMMs with m, n, k >= 4,096 reach
+   a median 0.606 of the FP8 peak on the H200, 0.619 on the H100, 0.570 on the B200, 0.605 on the B300 and 0.565
+   on the GB200 (`accelerator.gemm_fp8_peak_frac`, `python3 -m kernels_bench.aic_gemm_frac`): a dense or grouped
+   GEMM row's compute fraction on X is the H200's times X's over the H200's (`GpuPeaks.gemm_frac`). Attention,
+   mHC and the rest keep rule 3 (no measured ratio); AMD GPUs and the H20, unmeasured, too.
 4. Formats X runs natively (Blackwell and other GPUs with an FP4 peak in their profile): the
    routed experts (grouped MoE GEMMs) are MXFP4 (model.md: per-32 UE8M0 scales, 0.53125 B a
    weight), so `Y_X` replaces the FP8 weight bytes (groups x N x K) by MXFP4 bytes. Their MMA rate is
@@ -65,10 +70,12 @@ import functools
 import statistics
 from dataclasses import dataclass, replace
 
+from sim.hardware import load_hw
 from sim.timing.stacks import OpTimes, load_stack, rows_per_sequence
 from sim.timing.tables import KernelRow, KernelTables, gpu_key, table_path
 
 REFERENCE_GPU = "h200"
+REFERENCE_PROFILE = "nvidia-h200-hgx8"
 # H200 datasheet peaks (kernels.md §1 [A]): the fractions are of these, as the roofline's are
 H200_HBM_BYTES_PER_S = 4.8e12
 H200_PEAK_FLOPS_PER_S = {"bf16": 989e12, "fp8": 1979e12}
@@ -135,6 +142,8 @@ class GpuPeaks:
     # rule 4: the routed experts' activations, fp8 (W4A8, the FP8 MMA rate), fp4 (W4A4, the FP4 rate) or
     # bf16 (W4A16, the BF16 rate)
     expert_activations: str = "fp8"
+    # rule 3b: the fraction of its FP8 peak large GEMMs reach on this GPU against the H200's, where both are measured
+    gemm_frac: float = 1.0
 
     @classmethod
     def of(cls, profile, expert_activations: str = "fp8") -> GpuPeaks:
@@ -148,6 +157,7 @@ class GpuPeaks:
             vendor=str(profile.vendor),
             sm_rate=_sm_rate(profile.accelerator),
             expert_activations=expert_activations,
+            gemm_frac=_gemm_frac(profile.accelerator),
         )
 
     @property
@@ -166,6 +176,14 @@ class GpuPeaks:
 
     def flops_per_s(self, prec: str) -> float:
         return {"bf16": self.bf16_flops_per_s, "fp8": self.fp8_flops_per_s, "fp4": self.fp4_flops_per_s}[prec]
+
+
+def _gemm_frac(acc) -> float:
+    """Rule 3b: `acc`'s measured large-GEMM fraction of its FP8 peak over the reference GPU's; 1.0 where either
+    is not measured."""
+    own = acc.gemm_fp8_peak_frac
+    ref = load_hw(REFERENCE_PROFILE).accelerator.gemm_fp8_peak_frac
+    return 1.0 if own is None or ref is None else own.value / ref.value
 
 
 def _sm_rate(acc) -> float:
@@ -290,7 +308,7 @@ def carried_time_s(row: KernelRow, gpu: GpuPeaks, best: Best, sat: Saturation | 
     if sat is not None and concurrency_bound(work, precision(row), sat):
         w = row.median_s - work.latency_s
         nbytes, prec = _native_bytes(row, gpu)
-        floors = (row.flops / (gpu.flops_per_s(prec) * sat.compute_of(precision(row))),
+        floors = (row.flops / (gpu.flops_per_s(prec) * sat.compute_of(precision(row)) * _gemm_share(row, gpu)),
                   nbytes / (gpu.hbm_bytes_per_s * sat.bandwidth))  # fmt: skip
         return work.latency_s + max(w / gpu.sm_ratio, *floors)
     cls = op_class(row) or ""
@@ -300,9 +318,14 @@ def carried_time_s(row: KernelRow, gpu: GpuPeaks, best: Best, sat: Saturation | 
     else:
         ec = max(ec, best.get((cls, "compute"), 0.0))
     nbytes, prec = _native_bytes(row, gpu)
-    compute_s = row.flops / (gpu.flops_per_s(prec) * ec) if ec else 0.0
+    compute_s = row.flops / (gpu.flops_per_s(prec) * ec * _gemm_share(row, gpu)) if ec else 0.0
     memory_s = nbytes / (gpu.hbm_bytes_per_s * eb) if eb else 0.0
     return work.latency_s + max(compute_s, memory_s)
+
+
+def _gemm_share(row: KernelRow, gpu: GpuPeaks) -> float:
+    """Rule 3b: a GEMM row (dense or grouped) reaches `gpu.gemm_frac` of the H200's compute fraction; others 1."""
+    return gpu.gemm_frac if op_class(row) in ("dense_gemm", "grouped_gemm") else 1.0
 
 
 def _native_bytes(row: KernelRow, gpu: GpuPeaks) -> tuple[float, str]:
