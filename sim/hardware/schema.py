@@ -89,6 +89,12 @@ class Accelerator(StrictModel):
     compute_capability: Sourced[str] | None = Field(
         None, description="CUDA compute capability, major.minor (NVIDIA only), e.g. 9.0, 10.0, 10.3"
     )
+    # what large GEMMs reach of the FP8 peak on this GPU (sim.timing.carry rule 3b)
+    gemm_fp8_peak_frac: Sourced[float] | None = Field(
+        None,
+        description="median fraction of the datasheet dense FP8 peak that large FP8 GEMMs reach on this GPU, "
+        "measured (the carry's rule 3b, sim.timing.carry); null: the H200's fraction",
+    )
     # what a kernel bound by compute takes once the board sits at its power limit, against the burst the kernel
     # tables time (sim.timing.sustained; docs/carry/sustained)
     sustained_compute_slowdown_x: Sourced[float] | None = Field(
@@ -101,11 +107,6 @@ class Accelerator(StrictModel):
         None,
         description="seconds of compute the board takes to reach its sustained slowdown from a cool start, "
         "measured; null: at once",
-    )
-    gemm_fp8_peak_frac: Sourced[float] | None = Field(
-        None,
-        description="median fraction of the datasheet dense FP8 peak that large FP8 GEMMs reach on this GPU, "
-        "measured (the carry's rule 3b, sim.timing.carry); null: the H200's fraction",
     )
     sustained_compute_delay_s: Sourced[float] | None = Field(
         None,

@@ -119,8 +119,8 @@ def test_wrong_unit_suffix_is_rejected_with_the_expected_name(tmp_path):
         f"{path}: accelerator.hbm_bw_Gbps: wrong unit suffix '_Gbps' = gigabits/s (1e9 bits/s); "
         "this field is 'hbm_bw_TBps', in terabytes/s (1e12 bytes/s); allowed: model, count_per_node, "
         "hbm_capacity_gb, hbm_capacity_nominal_gb, hbm_bw_TBps, dense_tflops, tdp_w, sm_count, sm_clock_max_MHz, "
-        "compute_capability, sustained_compute_slowdown_x, sustained_compute_onset_s, sustained_compute_delay_s, "
-        "sustained_recovery_x"
+        "compute_capability, gemm_fp8_peak_frac, sustained_compute_slowdown_x, sustained_compute_onset_s, "
+        "sustained_compute_delay_s, sustained_recovery_x"
     ]
 
 

@@ -94,15 +94,44 @@ def test_the_ceilings_set_the_saturation_and_a_row_below_the_knee_is_concurrency
         assert b.median_s >= scaled * (1 - 1e-9) and b.median_s <= h.median_s
 
 
-def test_a_compute_bound_row_scales_with_the_peak_of_its_precision(h200_tables, b200_tables):
+def test_a_compute_bound_row_scales_with_the_peak_of_its_precision(h200_tables, b200_tables, gpus):
     pairs = _pairs(h200_tables, b200_tables, family="gemm_dense", kernel="proj_wq_b", rows=8192.0)
     assert pairs
+    share = gpus[
+        "nvidia-b200-hgx8"
+    ].gemm_frac  # rule 3b: a GEMM at the B200's measured fraction over the H200's
     for h, c in pairs:
         work = work_of(h)
         assert work.compute_bound
         peak = (1979.0, 4500.0) if (h.compute_ceiling_TFLOPs or 0) >= 1000 else (989.0, 2250.0)
-        want = LAUNCH_S + (h.median_s - LAUNCH_S) * peak[0] / peak[1]  # still compute-bound on B200
+        want = LAUNCH_S + (h.median_s - LAUNCH_S) * peak[0] / peak[1] / share  # still compute-bound on B200
         assert c.median_s == pytest.approx(want, rel=1e-6)
+
+
+def test_gemms_carry_at_each_gpus_measured_fraction_of_its_fp8_peak(h200_tables, gpus):
+    """Rule 3b: the profiles' measured large-GEMM fractions (AIConfigurator's fp8_block GEMMs) over the H200's; a
+    compute-bound GEMM row slows by it, a compute-bound row of another class does not; unmeasured GPUs keep 1."""
+    from dataclasses import replace
+
+    assert gpus["nvidia-h200-hgx8"].gemm_frac == 1.0
+    assert gpus["nvidia-b200-hgx8"].gemm_frac == pytest.approx(0.570 / 0.606)
+    assert gpus["nvidia-h100-hgx8"].gemm_frac == pytest.approx(0.619 / 0.606)
+    assert GpuPeaks.of(load_hw("amd-mi300x-ubb8")).gemm_frac == 1.0
+    b200 = gpus["nvidia-b200-hgx8"]
+    plain = carry_tables(h200_tables, replace(b200, gemm_frac=1.0))
+    measured = carry_tables(h200_tables, b200)
+    sat = saturation(h200_tables)
+    order = [r for r in h200_tables.rows if r.family != "pipeline"] + [
+        r for r in h200_tables.rows if r.family == "pipeline"
+    ]
+    slower = 0
+    for h, p, m in zip(order, plain.rows, measured.rows, strict=True):
+        if h.family in ("gemm_dense", "gemm_grouped"):
+            assert m.median_s >= p.median_s  # a GEMM is never faster for its lower fraction
+            slower += regime(h, sat) == "compute" and m.median_s > p.median_s * 1.05
+        else:
+            assert m.median_s == p.median_s  # attention, mHC, the rest: rule 3
+    assert slower > 0
 
 
 def test_blackwell_runs_the_experts_in_mxfp4(h200_tables, b200_tables):
@@ -137,8 +166,11 @@ def test_blackwell_expert_mma_rate_follows_the_activations(h200_tables, gpus):
     ]
     assert compute
     for h, a8, a4 in compute:
-        # still compute-bound on the B200: the work at the H200's FP8 fraction of the B200's FP8 / FP4 peak
-        assert a8.median_s - LAUNCH_S == pytest.approx((h.median_s - LAUNCH_S) * 1979.0 / 4500.0, rel=1e-6)
+        # still compute-bound on the B200: the work at the H200's FP8 fraction of the B200's FP8 / FP4 peak, times
+        # rule 3b's measured GEMM share
+        share = gpus["nvidia-b200-hgx8"].gemm_frac
+        want = (h.median_s - LAUNCH_S) * 1979.0 / 4500.0 / share
+        assert a8.median_s - LAUNCH_S == pytest.approx(want, rel=1e-6)
         assert a4.median_s - LAUNCH_S == pytest.approx((a8.median_s - LAUNCH_S) / 2.0, rel=1e-6)
     # non-expert rows do not depend on the experts' activations
     for c8, c4 in zip(w4a8.rows, w4a4.rows, strict=True):
