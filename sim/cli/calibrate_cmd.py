@@ -522,11 +522,15 @@ def _reference_rows(ref, carried_tables) -> list:
 
 def _peaks(profile) -> dict:
     """The datasheet peaks the rule uses, as the profile gives them (its sources: `sim hw show`)."""
+    from sim.timing.carry import GpuPeaks
+
     acc = profile.accelerator
     return {
         "profile": profile.id,
         "hbm_bw_TBps": acc.hbm_bw_TBps.value,
         **{f"{d}_tflops": getattr(acc.dense_tflops, d).value for d in ("bf16", "fp8", "fp4")},
+        # rule 3b: its large GEMMs' measured fraction of the FP8 peak over the H200's
+        "gemm_frac": GpuPeaks.of(profile).gemm_frac,
         "src": f"hwprofiles/{profile.id}.yaml accelerator (sim hw show {profile.id})",
     }
 
@@ -724,7 +728,8 @@ def _print_carried(console: Console, data: dict) -> None:
         f"[bold]{data['gpu']}[/]: no kernel tables measured on this GPU; the {data['carried_from']} tables "
         f"({data['file']}) carried to it by {data['rule']}.\n"
         f"Peaks ({peaks['src']}): HBM {peaks['hbm_bw_TBps']} TB/s, BF16 {peaks['bf16_tflops']}, "
-        f"FP8 {peaks['fp8_tflops']}, FP4 {peaks['fp4_tflops']} TFLOP/s."
+        f"FP8 {peaks['fp8_tflops']}, FP4 {peaks['fp4_tflops']} TFLOP/s; GEMMs at {peaks['gemm_frac']:.3f}x the "
+        "H200's fraction of the FP8 peak (accelerator.gemm_fp8_peak_frac, measured; rule 3b)."
     )
     anchors = _table(
         "Published anchors (bound the carried sparse MLA kernels on Blackwell)",

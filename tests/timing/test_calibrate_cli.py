@@ -80,6 +80,8 @@ def test_show_b200_json_carried_from_h200(h200_tables):
     data = json.loads(result.stdout)
     assert data["gpu"] == "b200" and data["carried_from"] == "h200"
     assert data["peaks"]["fp4_tflops"] == 9000 and "nvidia-b200-hgx8" in data["peaks"]["src"]
+    # rule 3b, the profiles' measured fractions
+    assert data["peaks"]["gemm_frac"] == pytest.approx(0.570 / 0.606)
     assert all(a["applied"] and a["source"] for a in data["anchors"])
     assert {k["source"].split(" (")[0] for k in data["kernels"]} == {"carried from h200"}
     assert set(data["efficiency_curves"]) == {"production", "kernels_bench"}
