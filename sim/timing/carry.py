@@ -69,8 +69,10 @@ from __future__ import annotations
 import functools
 import statistics
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from sim.hardware import load_hw
+from sim.paths import hwprofiles_dir
 from sim.timing.stacks import OpTimes, load_stack, rows_per_sequence
 from sim.timing.tables import KernelRow, KernelTables, gpu_key, table_path
 
@@ -182,8 +184,15 @@ def _gemm_frac(acc) -> float:
     """Rule 3b: `acc`'s measured large-GEMM fraction of its FP8 peak over the reference GPU's; 1.0 where either
     is not measured."""
     own = acc.gemm_fp8_peak_frac
-    ref = load_hw(REFERENCE_PROFILE).accelerator.gemm_fp8_peak_frac
-    return 1.0 if own is None or ref is None else own.value / ref.value
+    ref = _reference_gemm_frac(hwprofiles_dir())
+    return 1.0 if own is None or ref is None else own.value / ref
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_gemm_frac(profiles: Path) -> float | None:
+    """The reference GPU's measured fraction, read once per profiles folder (GpuPeaks.of runs at every pool build)."""
+    frac = load_hw(profiles / f"{REFERENCE_PROFILE}.yaml").accelerator.gemm_fp8_peak_frac
+    return None if frac is None else frac.value
 
 
 def _sm_rate(acc) -> float:

@@ -13,8 +13,8 @@ How fast the clock drops and recovers was measured with compute blocks alternati
 burst clock: it grows by each second the GPU computes and falls by `recovery_x` seconds for each second it does
 not (decode steps stream weights and KV, like the copy; or it idles). The excess over the burst at heat h is
 E(h): nothing for the first `delay_s`, then linear to all of it at `onset_s`. A step of g seconds of GPU work at
-the burst clock, starting at heat h, takes g x (1 + (slowdown - 1) x mean of E over [h, h + g]). With no memory
-(each step from heat 0) this is the rule first shipped, a ramp over each step's first 0.16 s.
+the burst clock, starting at heat h, takes g x (1 + (slowdown - 1) x mean of E over [h, h + g]). With no delay, an
+onset of 0.16 s and no memory (each step from heat 0) it is the rule first shipped.
 
 The hardware profile holds what was measured (`accelerator.sustained_compute_*`); the H200 takes the H100's [D:
 the same die, clocks and 700 W limit; not measured on an H200]. GPUs without them (the Blackwell and AMD
