@@ -17,8 +17,9 @@ the burst clock, starting at heat h, takes g x (1 + (slowdown - 1) x mean of E o
 onset of 0.16 s and no memory (each step from heat 0) it is the rule first shipped.
 
 The hardware profile holds what was measured (`accelerator.sustained_compute_*`); the H200 takes the H100's [D:
-the same die, clocks and 700 W limit; not measured on an H200]. GPUs without them (the Blackwell and AMD
-profiles) keep the burst times. sim.timing.calibrated applies it to the GPU work of every step holding prefill
+the same die, clocks and 700 W limit; not measured on an H200]; the B200's slowdown is read from a published
+back-to-back attention run (flashinfer PR #2899: 1.172x at 1,000 W), its timing [D]. GPUs without them (B300,
+GB200, the AMD profiles) keep the burst times. sim.timing.calibrated applies it to the GPU work of every step holding prefill
 chunks (not to its link or host time); sim.cluster.instance carries each instance's heat between its steps.
 
 Assumptions [D]: an instance's GPUs share one heat (a DP rank that prefills and the ranks that decode beside it

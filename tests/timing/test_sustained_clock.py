@@ -14,7 +14,7 @@ from sim.timing.sustained import PowerLimit, power_limit_of
 
 
 def test_the_measured_profiles_carry_the_power_limit_with_its_source():
-    h100, h200, b200 = (load_hw(f"nvidia-{g}-hgx8") for g in ("h100", "h200", "b200"))
+    h100, h200, b200, b300 = (load_hw(f"nvidia-{g}-hgx8") for g in ("h100", "h200", "b200", "b300"))
     a, b = power_limit_of(h100), power_limit_of(h200)
     assert a is not None and a == b and a.slowdown_x > 1.0 and 0.0 <= a.delay_s < a.onset_s
     assert 0.0 < a.recovery_x < float("inf")
@@ -22,7 +22,12 @@ def test_the_measured_profiles_carry_the_power_limit_with_its_source():
     for field in ("sustained_compute_slowdown_x", "sustained_compute_onset_s", "sustained_compute_delay_s",
                   "sustained_recovery_x"):  # fmt: skip
         assert getattr(acc, field).src and "[D" in (getattr(h200.accelerator, field).note or "")
-    assert power_limit_of(b200) is None  # not measured: the burst times stand
+    # the B200's from flashinfer PR #2899 (attention back to back): its own slowdown, its timing read [D]
+    c = power_limit_of(b200)
+    assert c is not None and c.slowdown_x == pytest.approx(1450 / 1237, abs=1e-3) and c.slowdown_x > a.slowdown_x
+    assert b200.accelerator.sustained_compute_slowdown_x.src == ["FI1"] and "FI1" in b200.sources
+    assert "[D" in (b200.accelerator.sustained_compute_delay_s.note or "")
+    assert power_limit_of(b300) is None  # not measured: the burst times stand
 
 
 LIMIT = PowerLimit(slowdown_x=1.2, delay_s=0.02, onset_s=0.12, recovery_x=4.0)
@@ -111,7 +116,9 @@ def test_the_gpu_work_of_a_chunk_step_is_slowed_by_the_heat_and_its_links_host_a
 
 
 def test_an_unmeasured_gpu_keeps_the_burst_times(case_timing):
-    assert case_timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml").power_limit is None
+    assert case_timing("sglang-v4-flash-4xb300-high-throughput-c1024.yaml").power_limit is None
+    b200 = case_timing("sglang-v4-flash-4xb200-high-throughput-c1024.yaml").power_limit
+    assert b200 == power_limit_of(load_hw("nvidia-b200-hgx8"))
 
 
 def test_timing_power_limit_off_keeps_the_burst_times(h200_tables, context):
