@@ -92,7 +92,9 @@ def test_show_b200_json_carried_from_h200(h200_tables):
         data["experts"]["marlin"] is None and "W4A16 (expert_activations: bf16)" in data["experts"]["text"][0]
     )
     # the B200's own power limit (flashinfer PR #2899), not the H200's it is carried from
-    assert data["power_limit"]["sustained_compute_slowdown_x"] == 1.172 and "FI1" in data["power_limit"]["text"]
+    assert (
+        data["power_limit"]["sustained_compute_slowdown_x"] == 1.172 and "FI1" in data["power_limit"]["text"]
+    )
     for stack in data["stacks"].values():
         decode = stack["composed"]["decode"]
         for model in ("deepseek-v4-flash", "deepseek-v4.1-flash"):

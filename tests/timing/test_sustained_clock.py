@@ -24,7 +24,9 @@ def test_the_measured_profiles_carry_the_power_limit_with_its_source():
         assert getattr(acc, field).src and "[D" in (getattr(h200.accelerator, field).note or "")
     # the B200's from flashinfer PR #2899 (attention back to back): its own slowdown, its timing read [D]
     c = power_limit_of(b200)
-    assert c is not None and c.slowdown_x == pytest.approx(1450 / 1237, abs=1e-3) and c.slowdown_x > a.slowdown_x
+    assert (
+        c is not None and c.slowdown_x == pytest.approx(1450 / 1237, abs=1e-3) and c.slowdown_x > a.slowdown_x
+    )
     assert b200.accelerator.sustained_compute_slowdown_x.src == ["FI1"] and "FI1" in b200.sources
     assert "[D" in (b200.accelerator.sustained_compute_delay_s.note or "")
     assert power_limit_of(b300) is None  # not measured: the burst times stand
