@@ -63,7 +63,7 @@ def preflight(scn: Scenario) -> Workload:
 
 def _expert_format_problems(scn: Scenario) -> list[str]:
     """A model's `expert_activations` that no pool's GPU can time (sim.timing.marlin: W4A16 is measured on the
-    H200 and carried to GPUs with native FP4)."""
+    H200 and the H100 and carried to GPUs with native FP4)."""
     from sim.timing.carry import GpuPeaks
     from sim.timing.marlin import ALLOWED, REFUSAL, measured_on
 

@@ -430,20 +430,22 @@ def _power_limit(profile) -> dict:
 
 
 def _marlin(profile, text: list[str]) -> dict | None:
-    """On the GPU Marlin's module was measured on, how `expert_activations: bf16` times the experts
+    """On a GPU Marlin's module was measured on, how `expert_activations: bf16` times the experts
     (sim.timing.marlin); appends its line to `text`."""
-    from sim.timing.marlin import POINTS_FILE, load_points, measured, measured_on
+    from sim.timing.marlin import POINTS_FILES, load_points, measured, measured_on
+    from sim.timing.tables import gpu_key
 
     if not measured_on(profile):
         return None
-    m, points = measured(), load_points()
+    gpu = gpu_key(profile)
+    m, points, points_file = measured(gpu), load_points(gpu=gpu), "/".join(POINTS_FILES[gpu])
     text.append(
         f"W4A16 (models[].expert_activations: bf16, vLLM --moe-backend marlin): vLLM's Marlin MXFP4 module as "
-        f"AIConfigurator measured it here ({len(points)} rows, {'/'.join(POINTS_FILE)}), above its "
+        f"AIConfigurator measured it here ({len(points)} rows, {points_file}), above its "
         f"{m.floor_s * 1e6:.0f} us floor, carried to the model's experts by their weights at equal rows per expert, "
         f"geometric between {min(m.per_weight.outer):g} and {m.max_experts:g} local experts (sim/timing/marlin.py)"
     )
-    return {"floor_us": m.floor_s * 1e6, "points": len(points), "points_file": "/".join(POINTS_FILE),
+    return {"floor_us": m.floor_s * 1e6, "points": len(points), "points_file": points_file,
             "local_experts": list(m.per_weight.outer)}  # fmt: skip
 
 

@@ -535,7 +535,7 @@ class CalibratedTiming(RooflineTiming):
         self._glue_cp_tail_s: float = whole_row_s * self.mt.tail.layers
         # a `moe_a2a: megamoe` pool on Blackwell: the routed experts as DeepGEMM's Mega MoE measured (sim.timing.megamoe)
         self.megamoe = megamoe
-        # W4A16 experts on the H200: vLLM's Marlin module as AIConfigurator measured it (sim.timing.marlin)
+        # W4A16 experts on the H200 / H100: Marlin's module as AIConfigurator measured it there (sim.timing.marlin)
         self.marlin = marlin
         # a step holding prefill chunks runs its GPU compute at the board's power limit (sim.timing.sustained)
         self.power_limit = power_limit

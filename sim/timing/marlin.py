@@ -1,4 +1,5 @@
-"""vLLM's Marlin MoE (W4A16) on the H200, timed from AIConfigurator's measured module (issue 29, thirteenth sitting).
+"""Marlin MoE (W4A16) on the H200 and the H100, timed from AIConfigurator's measured module (issue 29, thirteenth
+and fifteenth sittings).
 
 A model with `expert_activations: bf16` runs its MXFP4 routed experts as W4A16: the weights dequantised inside the
 kernel, BF16 MMAs. On Hopper that is vLLM's `--moe-backend marlin` (Dynamo's H200 recipes for V4-Flash), which
@@ -32,8 +33,11 @@ top-8) gives that module's measured time at eight other fine-grained shapes at a
 128 experts top-8, the nearest to V4-Flash, 0.94, 10th-90th percentile 0.79-1.04); it fails on 8-expert shapes
 (0.45-0.55), far from any served here. Across formats, vLLM 0.24.0's int4 module at Kimi-K2's shape (7,168 x 2,048,
 384 experts, top-8) runs at 0.5-0.8x what this MXFP4 module carries to it: int4's per-128 scales against MXFP4's
-per-32 move Marlin's time by that much, which is why the MXFP4 module is the one taken [D]. The measured GPU stands
-for itself only: other Hopper GPUs (H100: 0.7x the HBM bandwidth) are not carried.
+per-32 move Marlin's time by that much, which is why the MXFP4 module is the one taken [D]. Each measured GPU stands
+for itself only. AIConfigurator measured the same module on the H100 (hwprofiles/engine_modules/marlin_mxfp4_h100.csv,
+fifteenth sitting): within 1-6 % of the H200 at every point, where its 0.7x HBM bandwidth would have made a
+weight-bound kernel 1.43x slower, so Marlin here is bound by its in-kernel dequantisation, not by HBM, and a carry
+by bandwidth would have been wrong; other GPUs without native FP4 (H20, AMD) are refused.
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ from sim.paths import project_root
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
 from sim.timing.tables import gpu_key, read_table
 
-POINTS_FILE = ("hwprofiles", "engine_modules", "marlin_mxfp4_h200.csv")
-MEASURED_GPU = "h200"  # gpu_key of the GPU the module was measured on
+# by gpu_key, the GPUs the module was measured on
+POINTS_FILES: dict[str, tuple[str, ...]] = {
+    gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_{gpu}.csv") for gpu in ("h200", "h100")
+}
 
 
 class MarlinPoint(NamedTuple):
@@ -105,9 +111,9 @@ def build(points: list[MarlinPoint]) -> MarlinModule:
     return MarlinModule(floor, Grid(outer, tuple(c for _, c in columns), LOGLOG), max(outer))
 
 
-def load_points(path: Path | None = None) -> list[MarlinPoint]:
-    """The measured rows (the CSV's header names their source)."""
-    path = path or project_root().joinpath(*POINTS_FILE)
+def load_points(path: Path | None = None, gpu: str = "h200") -> list[MarlinPoint]:
+    """The measured rows of `path`, else of `gpu`'s committed file (the CSV's header names their source)."""
+    path = path or project_root().joinpath(*POINTS_FILES[gpu])
     rows = list(read_table(path, "the measured Marlin module")[2])
     return [
         MarlinPoint(
@@ -123,28 +129,32 @@ def load_points(path: Path | None = None) -> list[MarlinPoint]:
     ]
 
 
-@functools.lru_cache(maxsize=1)
-def measured() -> MarlinModule:
-    """The module of the committed measurement (module doc)."""
-    return build(load_points())
+def measured(gpu: str = "h200") -> MarlinModule:
+    """The module of `gpu`'s committed measurement (module doc), built once per GPU."""
+    return _measured(gpu)
+
+
+@functools.cache
+def _measured(gpu: str) -> MarlinModule:
+    return build(load_points(gpu=gpu))
 
 
 REFUSAL = (
-    "W4A16 experts (Marlin) are timed from a measurement on the H200 only; other GPUs without native FP4 are not "
-    "carried"
+    "W4A16 experts (Marlin) are timed from measurements on the H200 and the H100 only; other GPUs without native "
+    "FP4 are not carried"
 )
-ALLOWED = "bf16 on an H200 or on a GPU with native FP4 (sim.timing.carry rule 4); fp8 elsewhere"
+ALLOWED = "bf16 on an H200, an H100 or a GPU with native FP4 (sim.timing.carry rule 4); fp8 elsewhere"
 
 
 def measured_on(profile) -> bool:
-    """Whether `profile`'s GPU is the one the module was measured on."""
-    return gpu_key(profile) == MEASURED_GPU
+    """Whether `profile`'s GPU is one the module was measured on."""
+    return gpu_key(profile) in POINTS_FILES
 
 
 def for_gpu(profile) -> MarlinModule:
-    """The measured module where `profile`'s GPU is the one it was measured on; an InputError elsewhere."""
+    """The module measured on `profile`'s GPU; an InputError where it was not measured."""
     if not measured_on(profile):
         raise InputError(
             REFUSAL, where="models[].expert_activations", value=f"bf16 on {profile.gpu}", allowed=ALLOWED
         )
-    return measured()
+    return measured(gpu_key(profile))

@@ -8,11 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kernels_bench.aic_marlin import KERNEL, csv_text, main, rows
-from sim.timing.marlin import POINTS_FILE, load_points
+from sim.timing.marlin import POINTS_FILES, load_points
 
 
-def _table(root):
-    folder = root / "h200_sxm" / "moe" / "vllm" / "0.24.0"
+def _table(root, gpu="h200_sxm"):
+    folder = root / gpu / "moe" / "vllm" / "0.24.0"
     folder.mkdir(parents=True)
     base = {"kernel_source": KERNEL, "moe_dtype": "w4a16_mxfp4", "distribution": "balanced", "moe_tp_size": 1,
             "hidden_size": 3584, "inter_size": 3072, "num_experts": 896, "topk": 16}  # fmt: skip
@@ -42,12 +42,29 @@ def test_the_balanced_expert_parallel_marlin_rows_become_the_csv_sim_reads(tmp_p
     assert "no Marlin MXFP4 rows" in capsys.readouterr().err
 
 
-def test_the_committed_csv_names_its_source():
+def test_gpu_picks_the_gpus_own_rows_and_names_it(tmp_path, capsys):
+    _table(tmp_path, "h100_sxm")
+    assert main(["--aic-data", str(tmp_path)]) == 1  # no H200 rows here
+    assert "h200_sxm" in capsys.readouterr().err
+    assert main(["--aic-data", str(tmp_path), "--gpu", "h100_sxm"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "systems/data/h100_sxm/" in out
+        and "NVIDIA H100 SXM" in out
+        and out == csv_text(rows(tmp_path, "h100_sxm"), "h100_sxm")
+    )
+
+
+def test_the_committed_csvs_name_their_source_and_gpu():
     from sim.paths import project_root
 
-    head = project_root().joinpath(*POINTS_FILE).read_text().splitlines()[:3]
-    assert head[1].startswith("# source: NVIDIA AIConfigurator 0.12.0") and KERNEL in head[1]
-    assert head[2] == "# used by: sim/timing/marlin.py (docs/engines_and_validation.md section 19)"
+    for gpu, folder in (("h200", "h200_sxm"), ("h100", "h100_sxm")):
+        head = project_root().joinpath(*POINTS_FILES[gpu]).read_text().splitlines()[:3]
+        assert head[1].startswith("# source: NVIDIA AIConfigurator 0.12.0") and KERNEL in head[1]
+        assert f"systems/data/{folder}/moe/vllm" in head[1]
+        assert (
+            head[2] == "# used by: sim/timing/marlin.py (docs/engines_and_validation.md sections 19 and 24)"
+        )
 
 
 def test_the_cross_shape_check_gives_one_where_the_time_goes_by_the_experts_weights(tmp_path):

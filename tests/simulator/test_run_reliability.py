@@ -137,10 +137,10 @@ def test_weights_not_fitting_stop_check_and_run_before_any_model_runs(tmp_path, 
 
 def test_w4a16_experts_off_the_gpu_marlin_was_measured_on_stop_check_and_run(tmp_path, trace):
     scn = scenario(tmp_path, trace, models=[{"name": "deepseek-v4-flash", "expert_activations": "bf16"}],
-                   hardware="nvidia-h100-hgx8")  # fmt: skip
+                   hardware="amd-mi300x-ubb8")  # fmt: skip
     code, output = _invoke("scenario", "check", scn.source_file)
     assert code == 2 and "models[0].expert_activations: W4A16 experts (Marlin)" in output
-    assert "pool 'coloc'" in output and "bf16 on H100" in output
+    assert "pool 'coloc'" in output and "bf16 on MI300X" in output
     code, _ = _invoke("run", scn.source_file, "--out", tmp_path / "out")
     assert code == 2 and not (tmp_path / "out").exists()
     # the H200, where it was measured, runs it

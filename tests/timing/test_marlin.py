@@ -70,13 +70,16 @@ def test_build_takes_one_expert_shape():
         build([p, p._replace(hidden=7168, ep=2)])
 
 
-def test_only_the_h200_has_the_measured_module():
+def test_the_h200_and_the_h100_have_their_own_measured_modules():
     from sim.hardware import load_hw
 
-    assert for_gpu(load_hw("nvidia-h200-hgx8")) is measured()
+    h200, h100 = for_gpu(load_hw("nvidia-h200-hgx8")), for_gpu(load_hw("nvidia-h100-hgx8"))
+    assert h200 is measured() and h100 is measured("h100") and h100 is not h200
+    # AIConfigurator's H100 module within a few % of the H200's: Marlin is not bound by the H100's lower HBM
+    assert 0.9 < h100.per_weight.at(128.0, 1.0) / h200.per_weight.at(128.0, 1.0) < 1.1
     with pytest.raises(InputError) as err:
-        for_gpu(load_hw("nvidia-h100-hgx8"))
-    assert err.value.where == "models[].expert_activations" and "H200" in str(err.value)
+        for_gpu(load_hw("amd-mi300x-ubb8"))
+    assert err.value.where == "models[].expert_activations" and "H100" in str(err.value)
 
 
 def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_tables, case_timing):
@@ -99,8 +102,12 @@ def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_
 def test_bf16_off_the_h200_is_refused_or_carried_at_the_bf16_rate(h200_tables, case_timing):
     with pytest.raises(InputError, match="H200"):
         case_timing(
-            "v4-flash-4xh200-agg.yaml", model={"expert_activations": "bf16"}, hardware="nvidia-h100-hgx8"
+            "v4-flash-4xh200-agg.yaml", model={"expert_activations": "bf16"}, hardware="amd-mi300x-ubb8"
         )
+    h100 = case_timing(
+        "v4-flash-4xh200-agg.yaml", model={"expert_activations": "bf16"}, hardware="nvidia-h100-hgx8"
+    )
+    assert h100.marlin is measured("h100")
     # on Blackwell (native FP4) W4A16 is the carry at the BF16 MMA rate: slower than W4A8 where compute binds
     b200_bf16 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "bf16"})
     b200_fp8 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "fp8"})
