@@ -39,6 +39,7 @@ from sim.config.engine_rules import (
     eager_prefill_launches,
     spec_decode_host_chain_s,
     swa_checkpoints,
+    swa_token_pool,
 )
 from sim.errors import InputError
 from sim.hardware import HwProfile, load_hw
@@ -56,6 +57,7 @@ from sim.model import (
     weights_bytes_by_group,
 )
 from sim.sched.router import Router
+from sim.sched.swa_pool import SwaPool, sglang_v4_swa_pool
 from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.decoder_tail import pool_prefill_mode
@@ -102,6 +104,8 @@ class InstanceSpec:
     kv_capacity_bytes: float  # HBM left for KV (all its GPUs)
     kv_replication: int  # copies of the latent KV (its attention-TP ranks, model.md §9)
     dp_ranks: int  # attention data-parallel ranks (each holds whole requests)
+    swa_pool: SwaPool | None = None  # the engine's SWA token pool of one DP rank (sim.sched.swa_pool), if any
+    swa_chunk_tokens: int = 0  # a DP rank's prefill chunk, the most of a prompt its SWA pool holds
 
 
 @dataclass
@@ -505,6 +509,7 @@ def build_pool(
         net_bw_bytes_per_s=timing.link_bw_bytes_per_s("net", 1),
         net_latency_s=timing.link_latency_s("net"),
     )
+    swa, swa_chunk = _swa_pool(scn, pool, arith, kv_cap / gpi)
     per_node = max(1, gpn // gpi)
     nodes_per_inst = max(1, gpi // gpn)
     instances = [
@@ -517,6 +522,8 @@ def build_pool(
             kv_capacity_bytes=kv_cap,
             kv_replication=pool.tp,
             dp_ranks=pool.dp,
+            swa_pool=swa,
+            swa_chunk_tokens=swa_chunk,
         )
         for i in range(layout.instances)
     ]
@@ -541,6 +548,19 @@ def build_pool(
         node_ids=list(range(first_node, first_node + layout.nodes)),
         instance_ids=list(range(first_instance, first_instance + layout.instances)),
     )
+
+
+def _swa_pool(scn, pool, arith: ModelArith, kv_bytes_per_gpu: float) -> tuple[SwaPool | None, int]:
+    """A colocated pool's SWA token pool per DP rank and the chunk a rank prefills, where its engine keeps one
+    for the model (sim.config.engine_rules swa_token_pool); (None, 0) elsewhere."""
+    if pool.role != "colocated" or not swa_token_pool(scn.pool_engine(pool), arith.name):
+        return None, 0
+    sch, dp = scn.scheduler, pool.dp
+    divided = scn.pool_step_rules(pool).dp_prefill_budget == "divided"
+    chunk = max(1, sch.chunk_tokens // dp) if divided else sch.chunk_tokens
+    swa = sglang_v4_swa_pool(arith.spec, kv_bytes_per_gpu=kv_bytes_per_gpu, speculative=scn.spec_decode.enabled,
+                             running_per_rank=max(1, sch.max_decode_batch // dp))  # fmt: skip
+    return swa, chunk
 
 
 def build_pools(scn, arith: ModelArith, model_ref, spec_step, *, engram_in_dram: bool) -> list[PoolBuild]:
@@ -628,6 +648,8 @@ def build_instances(env: EventLoop, scn, lay: Layout, chain: TierChain, cluster:
             rank_running_cap=max(1, sch.max_decode_batch // s.dp_ranks)
             if step_rules[s.pool].dp_running_cap == "per_rank" and s.dp_ranks > 1
             else 0,
+            swa_pool=s.swa_pool,
+            swa_chunk_tokens=s.swa_chunk_tokens,
             read_links=chain.read_links[i],
             max_queue_wait_s=sch.admission.max_queue_wait_s,
         )

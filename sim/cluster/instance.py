@@ -49,6 +49,7 @@ from sim.sched.batcher import (
     prefill_chunks_dp,
     rank_prefill_budget,
 )
+from sim.sched.swa_pool import SwaPool
 from sim.timing.batch import DecodeTerms, PrefillChunk
 from sim.timing.sustained import PowerLimit
 
@@ -84,6 +85,8 @@ class Instance:
         dp_budget_divided: bool = True,
         step_composition: str = "mixed",
         rank_running_cap: int = 0,
+        swa_pool: SwaPool | None = None,
+        swa_chunk_tokens: int = 0,
     ) -> None:
         if step_composition not in STEP_COMPOSITIONS:
             raise ValueError(f"step composition {step_composition!r} is not one of {STEP_COMPOSITIONS}")
@@ -115,6 +118,12 @@ class Instance:
         # by rank, the requests it holds against the cap: on a colocated instance from admission to finish, on a
         # decode instance from joining the decode batch to finish
         self._rank_held: list[int] = [0] * (dp_ranks if self._rank_cap else 0)
+        # the engine's SWA token pool, one per DP rank (SGLang with V4, sim.sched.swa_pool): a colocated instance
+        # admits a request only while its rank's pool has the slots it will hold (its last prefill chunk of
+        # `swa_chunk_tokens` at most, page-rounded, and its decode window) until it finishes; None: no such pool
+        self._swa = swa_pool if role == "colocated" else None
+        self._swa_chunk = swa_chunk_tokens
+        self._swa_free: list[int] = [self._swa.tokens] * dp_ranks if self._swa is not None else []
         # scheduler.step_composition (sim.sched.batcher): prefill_first = a step with prefill chunks
         # decodes nothing (SGLang), mixed = the running decodes ride in every step (vLLM);
         # rank_prefill_first = only the DP ranks holding chunks wait (per-rank progress, the module doc),
@@ -225,6 +234,9 @@ class Instance:
             terms.clear()
         for r in range(len(self._rank_held)):
             self._rank_held[r] = 0
+        if self._swa is not None:
+            for r in range(len(self._swa_free)):
+                self._swa_free[r] = self._swa.tokens
         self.queued_prompt_tokens = 0.0
         self.held_sequences = 0
 
@@ -297,18 +309,36 @@ class Instance:
         reservation holds the output tokens too (the sequence decodes here); a shared prompt used
         in place is not reserved again. With a running cap per DP rank the head is the first request
         whose rank has room: each rank's scheduler takes from its own queue, so a full rank's requests
-        wait without holding up the others'; None when every rank is full."""
+        wait without holding up the others'; None when every rank is full. With an SWA token pool
+        (`swa_pool`) a rank whose pool cannot hold its first waiting request takes none of its others."""
         waiting, hbm = self.waiting, self.hbm
         cap = self._rank_cap if self._colocated else 0  # a decode instance caps its ranks at the join
         held = self._rank_held
         if cap and min(held) >= cap:
             return None
+        swa, swa_free = self._swa, self._swa_free
+        # ranks whose SWA pool cannot take their next request: each rank's scheduler stops at its own head
+        swa_blocked = [False] * len(swa_free)
         i = 0
         while i < len(waiting):
             req = waiting[i]
             if cap and held[req.dp_rank] >= cap:
                 i += 1
                 continue
+            if swa is not None:
+                rank = req.dp_rank
+                if swa_blocked[rank]:
+                    i += 1
+                    continue
+                hold = swa.admission_tokens(req.input_tokens, self._swa_chunk)
+                if hold > swa.tokens:  # not even in an empty pool
+                    del waiting[i]
+                    self._drop_waiting(req, "kv_exceeds_hbm")
+                    continue
+                if swa_free[rank] < hold:
+                    swa_blocked[rank] = True
+                    i += 1
+                    continue
             need = self._reservation_bytes(req, with_output=with_output)
             shared, key = self._shared_in_place(req), req.shared_key
             if shared and key is not None:
@@ -343,6 +373,10 @@ class Instance:
                 break
             if self._rank_cap:
                 self._rank_held[req.dp_rank] += 1
+            if self._swa is not None:
+                hold = self._swa.admission_tokens(req.input_tokens, self._swa_chunk)
+                req.swa_hold_tokens = hold
+                self._swa_free[req.dp_rank] -= hold
             need = self._reservation_bytes(req, with_output=colocated)
             req.admitted_s = now
             req.prefill_chunk_tokens = self.chunk_tokens
@@ -688,12 +722,19 @@ class Instance:
 
     def _finish_chunks(self, now: float) -> None:
         finished = False
+        gave_back = False  # SWA slots given back: a waiting request may fit now
         for req, take in self._chunks:
             req.computed_tokens += take
             self.queued_prompt_tokens -= take
             if req.computed_tokens >= req.new_tokens:
                 finished = True
                 req.first_token_s = now
+                if self._swa is not None:  # its lock holds its last chunk's leaf only: give back the rest
+                    held = self._swa.held_tokens(take)
+                    if held < req.swa_hold_tokens:
+                        self._swa_free[req.dp_rank] += req.swa_hold_tokens - held
+                        req.swa_hold_tokens = held
+                        gave_back = True
                 if req.shared_key is not None and not (req.shared_prefix_hit and req.prefix_source == "hbm"):
                     self.store.retain_shared(req.shared_key, self.index, req.shared_tokens, now)
                 if req.output_tokens <= 1:
@@ -705,6 +746,8 @@ class Instance:
         self._chunks = []
         if finished:
             self.ready = [r for r in self.ready if r.computed_tokens < r.new_tokens]
+        if gave_back and self.waiting:
+            self._admit()
 
     def _join_by_rank(self, start: float) -> None:
         """Join waiting requests in order whose rank is under its running cap; the others keep their place."""
@@ -770,6 +813,9 @@ class Instance:
             req.pinned = False
         if self._rank_cap:
             self._rank_held[req.dp_rank] -= 1
+        if self._swa is not None:
+            self._swa_free[req.dp_rank] += req.swa_hold_tokens
+            req.swa_hold_tokens = 0
         shared_held = req.shared_held
         req.shared_held = False
         self.store.finish(

@@ -316,6 +316,19 @@ RULES: tuple[Rule, ...] = (
         "(--swa-full-tokens-ratio 0.1 of the full pool for V4) evicting windows first is not modelled [D]",
     ),
     Rule(
+        "sglang",
+        _SG_OLD,
+        "swa_token_pool",
+        "DeepSeek-V4: a running request holds its last prefill chunk (page-rounded) and its decode window in an SWA "
+        "pool of 0.1 of the full pool's tokens; no prefill is admitted that the pool cannot hold",
+        "arg_groups/overrides.py _deepseek_v4_overrides (swa_full_tokens_ratio 0.1, page_size 256); model_executor/"
+        "pool_configurator.py DSV4PoolConfigurator (the full pool's bytes per token, the c128 states taken off first); "
+        "mem_cache/swa_radix_cache.py insert and inc_lock_ref (SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT off: a chunk's leaf "
+        "locked whole); managers/schedule_batch.py maybe_evict_swa (SGLANG_SWA_EVICTION_INTERVAL 128); managers/"
+        "schedule_policy.py PrefillAdder.rem_swa_tokens; read in the v0.5.15 wheel, 0.5.16 taken to be the same [D] "
+        "(sim/sched/swa_pool.py; docs/engines_and_validation.md section 25)",
+    ),
+    Rule(
         "vllm",
         ("0.23.0", "0.26.0"),
         "swa_checkpoints",
@@ -493,6 +506,12 @@ def swa_checkpoints(engine: Engine | None) -> str | None:
     """Where `engine`'s prefix cache keeps DeepSeek-V4's sliding windows (sim.kvcache.lookup), or None with no
     engine named."""
     return _engine_value(engine, "swa_checkpoints")
+
+
+def swa_token_pool(engine: Engine | None, model: str) -> bool:
+    """Whether `engine` keeps `model`'s sliding windows in an SWA token pool that caps admission
+    (sim.sched.swa_pool): SGLang 0.5.15 / 0.5.16 with DeepSeek-V4; no engine named: no."""
+    return _engine_value(engine, "swa_token_pool") is not None and model_family(model) == "v4"
 
 
 def eager_prefill_launches(

@@ -43,7 +43,9 @@ class Request:
     load_bytes: float = 0.0
     swa_load_bytes: float = 0.0
     replay_tokens: int = 0
-    swa_junction_tokens: int = 0  # the window its hit read or pinned, kept for its lineage (sim.kvcache.lookup)
+    swa_junction_tokens: int = (
+        0  # the window its hit read or pinned, kept for its lineage (sim.kvcache.lookup)
+    )
     prefill_chunk_tokens: int = 0  # the chunk its prefill instance splits prompts into (sim.kvcache.lookup)
     ctx_before: int = 0
     computed_tokens: int = 0
@@ -59,6 +61,7 @@ class Request:
     decode_pool: str | None = None
     decode_instance: int = -1
     dp_rank: int = 0  # the DP-attention rank of its prefill instance that holds it (sim.sched.batcher)
+    swa_hold_tokens: int = 0  # the slots it holds in its instance's SWA token pool (sim.sched.swa_pool)
     # timestamps
     admitted_s: float = NAN
     load_start_s: float = NAN
