@@ -16,7 +16,7 @@ def test_hw_list_json():
     rows = {r["id"]: r for r in json.loads(result.stdout)}
     h200 = rows["nvidia-h200-hgx8"]
     assert h200 == {
-        "id": "nvidia-h200-hgx8", "gpu": "H200", "gpus_per_node": 8, "hbm_capacity_gb": 141.0,
+        "id": "nvidia-h200-hgx8", "gpu": "H200", "gpus_per_node": 8, "hbm_capacity_gb": 150.76,
         "hbm_bw_TBps": 4.8, "bf16_tflops": 989.0, "fp8_tflops": 1979.0, "fp4_tflops": None,
         "default_term": "aws_on_demand", "usd_per_gpu_hour": 7.912,
     }  # fmt: skip

@@ -41,9 +41,9 @@ def test_every_number_has_a_known_source_and_estimates_are_flagged(name):
 
 def test_h200_matches_hardware_md():
     hw = load_hw("nvidia-h200-hgx8")
-    # hardware.md §1 / §8
-    assert hw.accelerator.hbm_capacity_gb.value == 141
-    assert hw.hbm_capacity_bytes == 141e9
+    # hardware.md §1 / §8, but HBM as nvidia-smi reports it: 143,771 MiB, NVIDIA's "141 GB" being binary
+    assert hw.accelerator.hbm_capacity_gb.value == 150.76
+    assert hw.hbm_capacity_bytes == 150.76e9 == pytest.approx(143771 * 2**20, rel=1e-4)
     assert hw.hbm_bw_bytes_per_s == 4.8e12
     assert hw.peak_tflops("bf16") == 989
     assert hw.peak_flops_per_s("fp8") == 1979e12
@@ -77,8 +77,8 @@ def test_fp4_on_hopper_is_an_input_error_naming_supported_dtypes():
 @pytest.mark.parametrize(
     ("name", "hbm_gb", "bw_tbps", "fp8", "fp4", "domain"),
     [
-        ("nvidia-h100-hgx8", 80, 3.35, 1979, None, 8),
-        ("nvidia-b200-hgx8", 180, 8.0, 4500, 9000, 8),
+        ("nvidia-h100-hgx8", 85.52, 3.35, 1979, None, 8),  # nvidia-smi's 81,559 MiB (hardware.md: "80 GB")
+        ("nvidia-b200-hgx8", 192.27, 8.0, 4500, 9000, 8),  # nvidia-smi's 183,359 MiB (hardware.md: "180 GB usable")
         ("nvidia-gb200-nvl72", 186, 8.0, 5000, 10000, 72),
         ("nvidia-b300-hgx8", 270, 8.0, 4500, 13100, 8),
         ("amd-mi300x-ubb8", 192, 5.3, 2615, None, 8),
