@@ -61,6 +61,45 @@ def rows(aic_data: Path, gpu: str = GPU) -> list[dict]:
     return sorted(out, key=lambda r: (r["ep"], r["tokens"]))
 
 
+SGLANG_VERSION, SGLANG_KERNEL = "0.5.14", "sglang_marlin_moe_situ_as_silu"  # the module under expert TP
+TP_COLUMNS = ("hidden", "intermediate", "experts", "top_k", "tp", "tokens", "time_us")
+
+
+def tp_header(gpu: str) -> tuple[str, ...]:
+    """The expert-TP CSV's comment lines."""
+    return (
+        "# what: SGLang's Marlin MXFP4 MoE module (W4A16) on one GPU of expert TP `tp` (every expert's 1/tp slice, "
+        "EP 1), microseconds, at `tokens` tokens routed evenly over `experts` experts, `top_k` each",
+        f"# source: NVIDIA AIConfigurator 0.12.0 (PyPI aiconfigurator-core, Apache-2.0), systems/data/{gpu}/moe/sglang/"
+        f"{SGLANG_VERSION}/moe_perf.parquet, rows kernel_source {SGLANG_KERNEL}, moe_dtype w4a16_mxfp4, distribution "
+        f"balanced, moe_ep_size 1 ({GPU_NAMES[gpu]}; latency in ms there); written by python3 -m "
+        "kernels_bench.aic_marlin --tp-split",
+        "# used by: sim/timing/marlin.py (docs/engines_and_validation.md section 27)",
+    )
+
+
+def tp_rows(aic_data: Path, gpu: str = GPU) -> list[dict]:
+    """SGLang's Marlin module at each expert-TP size (EP 1, balanced), as the TP CSV's columns, by TP then tokens."""
+    import pyarrow.parquet as pq
+
+    path = aic_data / gpu / "moe" / "sglang" / SGLANG_VERSION / "moe_perf.parquet"
+    if not path.is_file():
+        return []
+    where = {
+        "kernel_source": SGLANG_KERNEL,
+        "moe_dtype": "w4a16_mxfp4",
+        "distribution": "balanced",
+        "moe_ep_size": 1,
+    }
+    kept = [r for r in pq.read_table(path).to_pylist() if all(r[k] == v for k, v in where.items())]
+    out = [
+        {"hidden": r["hidden_size"], "intermediate": r["inter_size"], "experts": r["num_experts"], "top_k": r["topk"],
+         "tp": r["moe_tp_size"], "tokens": r["num_tokens"], "time_us": round(r["latency"] * 1e3, 3)}
+        for r in kept
+    ]  # fmt: skip
+    return sorted(out, key=lambda r: (r["tp"], r["tokens"]))
+
+
 INT4_VERSION, INT4_KERNEL = "0.19.0", "vllm_marlin_int4_moe"  # the shapes the carry is checked across
 MIN_EP_SIZES = 4  # a shape measured at fewer EP sizes is not a module
 
@@ -117,6 +156,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="kernels_bench.aic_marlin", description=__doc__.splitlines()[0])
     ap.add_argument("--aic-data", type=Path, required=True, help="AIConfigurator's systems/data folder")
     ap.add_argument("--gpu", choices=sorted(GPU_NAMES), default=GPU, help="the GPU's AIConfigurator folder")
+    ap.add_argument("--tp-split", action="store_true",
+                    help="instead: SGLang's module at each expert-TP size (the CSV of sim.timing.marlin's TP split)")  # fmt: skip
     ap.add_argument("--cross-shapes", action="store_true",
                     help="instead: the carry checked across int4 Marlin shapes (a table, docs section 19)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -133,6 +174,18 @@ def main(argv=None) -> int:
             print(
                 f"| {r['source']} | {r['shape']} | {r['rows']} | {r['median']:.2f} ({r['p10']:.2f}-{r['p90']:.2f}) |"
             )
+        return 0
+    if args.tp_split:
+        kept = tp_rows(args.aic_data, args.gpu)
+        if not kept:
+            print(f"no SGLang Marlin rows under {args.aic_data / args.gpu}", file=sys.stderr)
+            return 1
+        lines = [
+            *tp_header(args.gpu),
+            ",".join(TP_COLUMNS),
+            *(",".join(str(r[c]) for c in TP_COLUMNS) for r in kept),
+        ]
+        sys.stdout.write("\n".join(lines) + "\n")
         return 0
     kept = rows(args.aic_data, args.gpu)
     if not kept:

@@ -591,7 +591,8 @@ class CalibratedTiming(RooflineTiming):
             return layer_s(self.megamoe, flops, weight_bytes) / expert_tp
         rank = busiest_rank(self.arith.routed_experts, self.arith.top_k, float(rows), par.ep)
         if self.marlin is not None:
-            return self.marlin.layer_s(rank.experts, rank.rows_per_expert, self._expert_weights) / expert_tp
+            # Marlin's split over expert-TP GPUs at its measured efficiency (sim.timing.marlin TpSplit)
+            return self.marlin.tp_layer_s(rank.experts, rank.rows_per_expert, self._expert_weights, expert_tp)
         return (
             grouped_s(mt.moe_gate_up, rank.experts, rank.rows_per_expert)
             + grouped_s(mt.moe_down, rank.experts, rank.rows_per_expert)

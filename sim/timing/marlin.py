@@ -38,12 +38,19 @@ for itself only. AIConfigurator measured the same module on the H100 (hwprofiles
 fifteenth sitting): within 1-6 % of the H200 at every point, where its 0.7x HBM bandwidth would have made a
 weight-bound kernel 1.43x slower, so Marlin here is bound by its in-kernel dequantisation, not by HBM, and a carry
 by bandwidth would have been wrong; other GPUs without native FP4 (H20, AMD) are refused.
+
+**Under expert TP** (TP without EP: each GPU runs a 1/t slice of every expert) the module does not take 1/t of its
+time: its slices fill Marlin's tiles less well. AIConfigurator measured SGLang 0.5.14's Marlin module (the same
+kernel and shape, EP 1) at TP 1 to 32 on both GPUs (hwprofiles/engine_modules/marlin_mxfp4_tp_*.csv): above the
+least time measured, TP t runs e(t, rows an expert) of a perfect split, 0.93 at decode sizes and 0.70-0.76 at
+prefill sizes for TP 8 (docs/engines_and_validation.md section 27). A GPU of expert TP t takes the module's time
+over its experts / (t x e), e geometric between measured t and linear in the rows an expert, held beyond.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,6 +62,10 @@ from sim.timing.tables import gpu_key, read_table
 # by gpu_key, the GPUs the module was measured on
 POINTS_FILES: dict[str, tuple[str, ...]] = {
     gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_{gpu}.csv") for gpu in ("h200", "h100")
+}
+# by gpu_key, SGLang's module at each expert-TP size (section 27 of docs/engines_and_validation.md)
+TP_FILES: dict[str, tuple[str, ...]] = {
+    gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_tp_{gpu}.csv") for gpu in ("h200", "h100")
 }
 
 
@@ -75,13 +86,33 @@ class MarlinPoint(NamedTuple):
 
 
 @dataclass(frozen=True)
+class TpSplit:
+    """How well the module splits over expert-TP GPUs: e(t, rows an expert), the module's time above its floor at
+    TP 1 over t x its time above the floor at TP t (1: a perfect split; module doc)."""
+
+    efficiency: Grid  # outer: TP size (geometric), inner: rows an expert
+
+    def at(self, tp: float, rows_per_expert: float) -> float:
+        if tp <= 1.0:
+            return 1.0
+        return self.efficiency.at(tp, rows_per_expert)
+
+
+@dataclass(frozen=True)
 class MarlinModule:
-    """The measured module as a floor and a cost per weight by (local experts, rows per expert) (module doc)."""
+    """The measured module as a floor and a cost per weight by (local experts, rows per expert) (module doc), and
+    its efficiency under expert TP where that was measured."""
 
     floor_s: float
     # seconds a weight above the floor; outer: local experts (geometric), inner: rows an expert
     per_weight: Grid
     max_experts: float  # the most local experts measured (the cost is held beyond)
+    tp_split: TpSplit | None = None
+
+    def tp_layer_s(self, experts: float, rows_per_expert: float, expert_weights: int, tp: float) -> float:
+        """`layer_s` for a GPU that runs a 1/`tp` slice of each of its experts (expert TP)."""
+        eff = 1.0 if self.tp_split is None else self.tp_split.at(tp, rows_per_expert)
+        return self.layer_s(experts, rows_per_expert, expert_weights) / (tp * eff)
 
     def layer_s(self, experts: float, rows_per_expert: float, expert_weights: int) -> float:
         """Seconds above the module's floor of one MoE layer whose GPU runs `experts` experts of
@@ -111,6 +142,37 @@ def build(points: list[MarlinPoint]) -> MarlinModule:
     return MarlinModule(floor, Grid(outer, tuple(c for _, c in columns), LOGLOG), max(outer))
 
 
+def build_tp_split(points: list[MarlinPoint]) -> TpSplit:
+    """The expert-TP efficiency of one shape's module measured at TP sizes (`MarlinPoint.ep` holding the TP size):
+    above the least time measured (the module's glue), TP 1's time over t x TP t's, at most 1."""
+    floor = min(p.seconds for p in points)
+    p0 = points[0]
+    base = {p.tokens: p.seconds for p in points if p.ep == 1}
+    columns: list[tuple[float, Curve]] = []
+    for tp in sorted({p.ep for p in points}):
+        col = sorted((p for p in points if p.ep == tp and p.tokens in base), key=lambda p: p.tokens)
+        rows = tuple(p.tokens * p0.top_k / p0.experts for p in col)
+        eff = []
+        for p in col:
+            above = p.seconds - floor
+            e = 1.0 if tp == 1 or above <= 0.0 else (base[p.tokens] - floor) / (tp * above)
+            eff.append(min(max(e, 1e-3), 1.0))
+        columns.append((float(tp), Curve(rows, tuple(eff), LINEAR)))
+    return TpSplit(Grid(tuple(t for t, _ in columns), tuple(c for _, c in columns), LOGLOG))
+
+
+def load_tp_points(gpu: str) -> list[MarlinPoint]:
+    """SGLang's module at each expert-TP size on `gpu` (the TP size in `MarlinPoint.ep`)."""
+    rows = list(
+        read_table(project_root().joinpath(*TP_FILES[gpu]), "the measured Marlin module under expert TP")[2]
+    )
+    return [
+        MarlinPoint(int(r["hidden"]), int(r["intermediate"]), int(r["experts"]), int(r["top_k"]), int(r["tp"]),
+                    int(r["tokens"]), float(r["time_us"]) * 1e-6)
+        for r in rows
+    ]  # fmt: skip
+
+
 def load_points(path: Path | None = None, gpu: str = "h200") -> list[MarlinPoint]:
     """The measured rows of `path`, else of `gpu`'s committed file (the CSV's header names their source)."""
     path = path or project_root().joinpath(*POINTS_FILES[gpu])
@@ -136,7 +198,10 @@ def measured(gpu: str = "h200") -> MarlinModule:
 
 @functools.cache
 def _measured(gpu: str) -> MarlinModule:
-    return build(load_points(gpu=gpu))
+    module = build(load_points(gpu=gpu))
+    if gpu in TP_FILES:
+        module = replace(module, tp_split=build_tp_split(load_tp_points(gpu)))
+    return module
 
 
 REFUSAL = (

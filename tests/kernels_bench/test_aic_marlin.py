@@ -55,6 +55,26 @@ def test_gpu_picks_the_gpus_own_rows_and_names_it(tmp_path, capsys):
     )
 
 
+def test_tp_split_writes_sglangs_module_at_each_expert_tp_size(tmp_path, capsys):
+    from kernels_bench.aic_marlin import SGLANG_KERNEL, tp_rows
+
+    folder = tmp_path / "h100_sxm" / "moe" / "sglang" / "0.5.14"
+    folder.mkdir(parents=True)
+    base = {"kernel_source": SGLANG_KERNEL, "moe_dtype": "w4a16_mxfp4", "distribution": "balanced", "moe_ep_size": 1,
+            "hidden_size": 3584, "inter_size": 3072, "num_experts": 896, "topk": 16}  # fmt: skip
+    kept = [{**base, "moe_tp_size": tp, "num_tokens": 64, "latency": 1.0 / tp} for tp in (8, 1)]
+    dropped = [{**kept[0], "moe_ep_size": 64}, {**kept[0], "distribution": "power_law_1.2"}]
+    pq.write_table(pa.Table.from_pylist(kept + dropped), folder / "moe_perf.parquet")
+    assert [(r["tp"], r["time_us"]) for r in tp_rows(tmp_path, "h100_sxm")] == [(1, 1000.0), (8, 125.0)]
+    assert main(["--aic-data", str(tmp_path), "--gpu", "h100_sxm", "--tp-split"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "moe/sglang/0.5.14" in out
+        and "section 27" in out
+        and out.strip().endswith("3584,3072,896,16,8,64,125.0")
+    )
+
+
 def test_the_committed_csvs_name_their_source_and_gpu():
     from sim.paths import project_root
 

@@ -113,3 +113,35 @@ def test_bf16_off_the_h200_is_refused_or_carried_at_the_bf16_rate(h200_tables, c
     b200_fp8 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "fp8"})
     assert b200_bf16.marlin is None
     assert b200_bf16.pass_parts(16384).moe_gemm_s > 1.5 * b200_fp8.pass_parts(16384).moe_gemm_s
+
+
+def test_under_expert_tp_the_module_splits_at_its_measured_efficiency():
+    from sim.timing.marlin import MarlinPoint, build_tp_split, load_tp_points
+
+    # built from points: 100 us of glue; TP 2 takes 0.6 of TP 1's work above it at 64 tokens (e = 1 / 1.2)
+    pts = [MarlinPoint(3584, 3072, 896, 16, tp, 64, s) for tp, s in ((1, 1.1e-3), (2, 0.7e-3), (4, 0.1e-3))]
+    split = build_tp_split(pts)
+    rows = 64 * 16 / 896
+    assert split.at(1.0, rows) == 1.0 and split.at(2.0, rows) == pytest.approx(1.0 / 1.2)
+    for gpu in (
+        "h100",
+        "h200",
+    ):  # AIConfigurator's SGLang rows: ~0.93 at decode sizes, 0.70-0.76 at prefill (TP 8)
+        m = measured(gpu)
+        assert len(load_tp_points(gpu)) == 162 and m.tp_split is not None
+        assert 0.9 < m.tp_split.at(8.0, 1.14) < 0.97 and 0.68 < m.tp_split.at(8.0, 293.0) < 0.78
+        assert m.tp_split.at(4.0, 293.0) > m.tp_split.at(8.0, 293.0)
+        assert m.tp_layer_s(256.0, 73.0, FLASH_WEIGHTS, 8.0) == pytest.approx(
+            m.layer_s(256.0, 73.0, FLASH_WEIGHTS) / (8.0 * m.tp_split.at(8.0, 73.0))
+        )
+
+
+def test_a_tp8_h100_pool_times_its_marlin_experts_at_the_split_efficiency(case_timing):
+    t = case_timing("sglang-v4-flash-fp4-8xh100-high-throughput-c1024.yaml")
+    m = measured("h100")
+    assert t.marlin is m
+    rows = 8192  # a prefill chunk: every expert of the 256 on each GPU's 1/8 slice
+    rank = busiest_rank(256, 6, float(rows), 1)
+    whole = m.layer_s(rank.experts, rank.rows_per_expert, FLASH_WEIGHTS)
+    assert t._experts(rows) == pytest.approx(whole / (8 * m.tp_split.at(8.0, rank.rows_per_expert)))
+    assert t._experts(rows) > 1.25 * whole / 8
