@@ -443,7 +443,13 @@ def _marlin(profile, text: list[str]) -> dict | None:
         f"W4A16 (models[].expert_activations: bf16, vLLM --moe-backend marlin): vLLM's Marlin MXFP4 module as "
         f"AIConfigurator measured it here ({len(points)} rows, {points_file}), above its "
         f"{m.floor_s * 1e6:.0f} us floor, carried to the model's experts by their weights at equal rows per expert, "
-        f"geometric between {min(m.per_weight.outer):g} and {m.max_experts:g} local experts (sim/timing/marlin.py)"
+        f"geometric between {min(m.per_weight.outer):g} and {m.max_experts:g} local experts"
+        + (
+            f"; under expert TP at SGLang's measured split, TP {', '.join(f'{t:g}' for t in m.tp_split.efficiency.outer)}"
+            if m.tp_split is not None
+            else ""
+        )
+        + " (sim/timing/marlin.py)"
     )
     return {"floor_us": m.floor_s * 1e6, "points": len(points), "points_file": points_file,
             "local_experts": list(m.per_weight.outer)}  # fmt: skip

@@ -43,9 +43,7 @@ class Request:
     load_bytes: float = 0.0
     swa_load_bytes: float = 0.0
     replay_tokens: int = 0
-    swa_junction_tokens: int = (
-        0  # the window its hit read or pinned, kept for its lineage (sim.kvcache.lookup)
-    )
+    swa_junction_tokens: int = 0  # the window its hit read or pinned, for its lineage (sim.kvcache.lookup)
     prefill_chunk_tokens: int = 0  # the chunk its prefill instance splits prompts into (sim.kvcache.lookup)
     ctx_before: int = 0
     computed_tokens: int = 0
