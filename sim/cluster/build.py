@@ -57,7 +57,7 @@ from sim.model import (
     weights_bytes_by_group,
 )
 from sim.sched.router import Router
-from sim.sched.swa_pool import SwaPool, sglang_v4_swa_pool
+from sim.sched.swa_pool import MIB, SwaPool, sglang_mem_fraction_static, sglang_v4_swa_pool
 from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.decoder_tail import pool_prefill_mode
@@ -509,7 +509,7 @@ def build_pool(
         net_bw_bytes_per_s=timing.link_bw_bytes_per_s("net", 1),
         net_latency_s=timing.link_latency_s("net"),
     )
-    swa, swa_chunk = _swa_pool(scn, pool, arith, kv_cap / gpi)
+    swa, swa_chunk = _swa_pool(scn, pool, arith, hw, budget.weights_bytes / gpi)
     per_node = max(1, gpn // gpi)
     nodes_per_inst = max(1, gpi // gpn)
     instances = [
@@ -550,14 +550,21 @@ def build_pool(
     )
 
 
-def _swa_pool(scn, pool, arith: ModelArith, kv_bytes_per_gpu: float) -> tuple[SwaPool | None, int]:
+def _swa_pool(
+    scn, pool, arith: ModelArith, hw: HwProfile, weights_bytes_per_gpu: float
+) -> tuple[SwaPool | None, int]:
     """A colocated pool's SWA token pool per DP rank and the chunk a rank prefills, where its engine keeps one
-    for the model (sim.config.engine_rules swa_token_pool); (None, 0) elsewhere."""
+    for the model (sim.config.engine_rules swa_token_pool), in the memory the engine's own rule keeps for KV
+    (sim.sched.swa_pool.sglang_mem_fraction_static); (None, 0) elsewhere."""
     if pool.role != "colocated" or not swa_token_pool(scn.pool_engine(pool), arith.name):
         return None, 0
-    sch, dp = scn.scheduler, pool.dp
+    sch, dp, gpi = scn.scheduler, pool.dp, pool.gpus_per_instance
     divided = scn.pool_step_rules(pool).dp_prefill_budget == "divided"
     chunk = max(1, sch.chunk_tokens // dp) if divided else sch.chunk_tokens
+    gpu_mem_mib = hw.hbm_capacity_bytes / MIB
+    frac = sglang_mem_fraction_static(gpu_mem_mib, chunked_prefill_tokens=sch.chunk_tokens, tp_size=gpi, dp_size=dp,
+                                      dp_attention=dp > 1, deepep=pool.moe_a2a == "deepep")  # fmt: skip
+    kv_bytes_per_gpu = hw.hbm_capacity_bytes * frac - weights_bytes_per_gpu
     swa = sglang_v4_swa_pool(arith.spec, kv_bytes_per_gpu=kv_bytes_per_gpu, speculative=scn.spec_decode.enabled,
                              running_per_rank=max(1, sch.max_decode_batch // dp))  # fmt: skip
     return swa, chunk

@@ -21,8 +21,11 @@ are evictable once inserted. With a cold cache and one-chunk prompts (the SGLang
 at `--chunked-prefill-size` 8192) each running request holds its whole prompt: on a GPU with little memory left
 for KV the pool, not `--max-running-requests`, caps the running batch.
 
-Read in the v0.5.15 wheel. [D]: the KV memory per GPU is sim's (its HBM budget, `cluster.activation_reserve_frac`),
-not SGLang's `mem_fraction_static` rule; a request's hold is taken at admission for its whole life (SGLang allocates
+The KV memory per GPU is SGLang's own: its `mem_fraction_static` rule (server_args.py, `sglang_mem_fraction_static`)
+of the GPU's memory, less the weights on the GPU (docs/engines_and_validation.md section 28).
+
+Read in the v0.5.15 wheel. [D]: the decode graphs' max batch is SGLang's default (512 at TP >= 4) where a launch set
+it lower; a request's hold is taken at admission for its whole life (SGLang allocates
 a chunk's slots as it prefills); a request is admitted against a whole last chunk and gives back the difference
 when its prefill ends on a shorter one.
 """
@@ -38,6 +41,37 @@ PAGE_TOKENS = 256  # _deepseek_v4_overrides: page_size 256 (128 on some backends
 EVICTION_INTERVAL_STEPS = 128  # environ.py SGLANG_SWA_EVICTION_INTERVAL
 STATE_BYTES = 4  # environ.py SGLANG_DSV4_COMPRESS_STATE_DTYPE float32
 INDEX_SCALE_BLOCK = 128  # pool_configurator.py: an FP32 scale per 128 index-key values
+MIB = 2**20
+
+
+def sglang_decode_graph_max_bs(gpu_mem_mib: float, tp_size: int) -> int:
+    """server_args.py _handle_gpu_memory_settings: the decode CUDA graphs' default max batch on GPUs of 60 GiB or
+    more (256 below TP 4 under 160 GiB, else 512)."""
+    return 256 if gpu_mem_mib < 160 * 1024 and tp_size < 4 else 512
+
+
+def sglang_mem_fraction_static(
+    gpu_mem_mib: float,
+    *,
+    chunked_prefill_tokens: int,
+    tp_size: int,
+    dp_size: int,
+    dp_attention: bool,
+    deepep: bool,
+) -> float:
+    """server_args.py (v0.5.15): the share of a GPU's memory SGLang keeps for weights and KV when none is given
+    (no PP; no prefill graphs, off for V4; a server that prefills and decodes)."""
+    max_bs = sglang_decode_graph_max_bs(gpu_mem_mib, tp_size)
+    reserved = 512 + max(chunked_prefill_tokens, 2048) * 1.5 + max_bs * 2 + tp_size / 8 * 1024
+    if dp_attention:
+        reserved += max_bs * dp_size * 3
+        if max_bs > 300:
+            reserved += max_bs * dp_size * 1.5
+    if gpu_mem_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if deepep:
+        reserved += 2 * 1024
+    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
 
 
 def c4_ring_size(speculative: bool) -> int:

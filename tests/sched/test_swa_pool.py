@@ -68,3 +68,51 @@ def test_a_request_holds_its_last_chunks_leaf_page_rounded_and_its_decode_window
 def test_only_sglang_0_5_15_and_0_5_16_keep_v4s_windows_in_a_capped_pool(name, version, model, kept):
     assert swa_token_pool(Engine(name=name, version=version), model) is kept
     assert swa_token_pool(None, model) is False
+
+
+def test_sglangs_mem_fraction_static_term_by_term():
+    from sim.sched.swa_pool import sglang_decode_graph_max_bs, sglang_mem_fraction_static
+
+    # 8xH100 at TP8, chunk 8,192: 512 + 8,192 x 1.5 + 512 x 2 (decode graphs) + 8 / 8 x 1,024 = 14,848 MiB of 81,559
+    assert sglang_decode_graph_max_bs(81559, 8) == 512 and sglang_decode_graph_max_bs(81559, 2) == 256
+    h100 = sglang_mem_fraction_static(81559, chunked_prefill_tokens=8192, tp_size=8, dp_size=1, dp_attention=False,
+                                      deepep=False)  # fmt: skip
+    assert h100 == round((81559 - 14848) / 81559, 3) == 0.818
+    # DP attention at DP 4 with DeepEP: + 512 x 4 x 3, + 512 x 4 x 1.5 (max batch over 300), + 2,048
+    dp = sglang_mem_fraction_static(143771, chunked_prefill_tokens=8192, tp_size=4, dp_size=4, dp_attention=True,
+                                    deepep=True)  # fmt: skip
+    assert dp == round((143771 - (512 + 12288 + 1024 + 512 + 6144 + 3072 + 2048)) / 143771, 3)
+    # a small chunk on a large GPU: the 10 GiB floor
+    assert sglang_mem_fraction_static(143771, chunked_prefill_tokens=2048, tp_size=1, dp_size=1, dp_attention=False,
+                                      deepep=False) == round((143771 - 10240) / 143771, 3)  # fmt: skip
+
+
+def test_a_tp8_h100_cell_sizes_its_pool_from_sglangs_rule():
+    """The built instance's pool: SGLang's share of the H100's memory, less the weights on a GPU."""
+    import copy
+
+    import yaml
+
+    from sim.cluster.build import build_simulation, instance_weight_bytes
+    from sim.config.errors import validate_or_raise
+    from sim.config.scenario import Scenario
+    from sim.hardware import load_hw
+    from sim.paths import project_root
+    from sim.sched.swa_pool import sglang_mem_fraction_static
+    from sim.timing.arith import build_arith
+
+    path = (
+        project_root() / "scenarios" / "validation" / "sglang-v4-flash-fp4-8xh100-high-throughput-c1024.yaml"
+    )
+    scn = validate_or_raise(
+        Scenario, copy.deepcopy(yaml.safe_load(path.read_text())["scenario"]), file=str(path)
+    )
+    one = scn.for_model(scn.models[0].name)
+    inst = build_simulation(one, one.models[0], build_arith(scn.models[0].name), out_dir=None).instances[0]
+    hw = load_hw("nvidia-h100-hgx8")
+    frac = sglang_mem_fraction_static(hw.hbm_capacity_bytes / 2**20, chunked_prefill_tokens=8192, tp_size=8,
+                                      dp_size=1, dp_attention=False, deepep=False)  # fmt: skip
+    weights_per_gpu = instance_weight_bytes(load_model("deepseek-v4-flash"), 1, True) / 8
+    want = sglang_v4_swa_pool(load_model("deepseek-v4-flash"), kv_bytes_per_gpu=hw.hbm_capacity_bytes * frac
+                              - weights_per_gpu, speculative=False, running_per_rank=256)  # fmt: skip
+    assert inst._swa_free == [want.tokens] and 500_000 < want.tokens < 700_000  # ~130 random 8K prompts
