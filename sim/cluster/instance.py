@@ -320,6 +320,7 @@ class Instance:
         # ranks whose SWA pool cannot take their next request: each rank's scheduler stops at its own head
         swa_blocked = [False] * len(swa_free)
         i = 0
+        hold = 0
         while i < len(waiting):
             req = waiting[i]
             if cap and held[req.dp_rank] >= cap:
@@ -345,6 +346,7 @@ class Instance:
                 need += self.store.shared_hold_bytes(key, self.index) - shared * self._rep_bpt
             if hbm.can_reserve(need):
                 del waiting[i]
+                req.swa_hold_tokens = hold  # what `_admit` takes off its rank's SWA pool (0: no pool)
                 return req
             if hbm.reserved_bytes > 0.0:
                 return None  # head-of-line: wait for a running sequence to give its room back
@@ -374,9 +376,7 @@ class Instance:
             if self._rank_cap:
                 self._rank_held[req.dp_rank] += 1
             if self._swa is not None:
-                hold = self._swa.admission_tokens(req.input_tokens, self._swa_chunk)
-                req.swa_hold_tokens = hold
-                self._swa_free[req.dp_rank] -= hold
+                self._swa_free[req.dp_rank] -= req.swa_hold_tokens
             need = self._reservation_bytes(req, with_output=colocated)
             req.admitted_s = now
             req.prefill_chunk_tokens = self.chunk_tokens

@@ -326,7 +326,7 @@ RULES: tuple[Rule, ...] = (
         "mem_cache/swa_radix_cache.py insert and inc_lock_ref (SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT off: a chunk's leaf "
         "locked whole); managers/schedule_batch.py maybe_evict_swa (SGLANG_SWA_EVICTION_INTERVAL 128); managers/"
         "schedule_policy.py PrefillAdder.rem_swa_tokens; read in the v0.5.15 wheel, 0.5.16 taken to be the same [D] "
-        "(sim/sched/swa_pool.py; docs/engines_and_validation.md section 25)",
+        "(sim/sched/swa_pool.py; docs/engines_and_validation.md sections 25 and 28)",
     ),
     Rule(
         "vllm",

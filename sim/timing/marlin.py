@@ -59,13 +59,13 @@ from sim.paths import project_root
 from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
 from sim.timing.tables import gpu_key, read_table
 
-# by gpu_key, the GPUs the module was measured on
+MEASURED_GPUS = ("h200", "h100")  # gpu_key of the GPUs the module was measured on
+# by gpu_key: the module's rows, and SGLang's module at each expert-TP size (docs/engines_and_validation.md section 27)
 POINTS_FILES: dict[str, tuple[str, ...]] = {
-    gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_{gpu}.csv") for gpu in ("h200", "h100")
+    gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_{gpu}.csv") for gpu in MEASURED_GPUS
 }
-# by gpu_key, SGLang's module at each expert-TP size (section 27 of docs/engines_and_validation.md)
 TP_FILES: dict[str, tuple[str, ...]] = {
-    gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_tp_{gpu}.csv") for gpu in ("h200", "h100")
+    gpu: ("hwprofiles", "engine_modules", f"marlin_mxfp4_tp_{gpu}.csv") for gpu in MEASURED_GPUS
 }
 
 
