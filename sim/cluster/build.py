@@ -36,6 +36,7 @@ from sim.config.engine_rules import (
     LayerShape,
     custom_allreduce_max_bytes,
     decode_layer_term,
+    deepep_expert_alignment_rows,
     eager_prefill_launches,
     spec_decode_host_chain_s,
     swa_checkpoints,
@@ -463,6 +464,7 @@ def pool_timing(
         engine_glue=scn.timing.engine_glue,
         power_limit=scn.timing.power_limit == "measured",
         expert_activations=model_ref.expert_activations or "fp8",
+        expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
     cc = hw.accelerator.compute_capability

@@ -410,6 +410,18 @@ RULES: tuple[Rule, ...] = (
         "(docs/carry/eager/sglang_v4_launches.md; SGLANG_V4_EXTEND_LAUNCHES; counted, not profiled [D])",
     ),
     Rule(
+        "sglang",
+        VERSIONS["sglang"],
+        "deepep_expert_alignment_rows",
+        "128",
+        "srt/layers/moe/token_dispatcher/deepep.py: DeepEP normal dispatch with expert_alignment=128 where "
+        "deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM, so each expert's received rows come back rounded up to 128; "
+        "moe_runner/deep_gemm.py pre_permute_deepep_normal_to_deep_gemm runs the contiguous grouped GEMMs over "
+        "their sum (all_tokens), padding included; read in the v0.5.15 wheel, the later versions assumed the same "
+        "[D]; a pool with moe_a2a deepep and table-timed experts, steps holding prefill (docs/engines_and_validation"
+        ".md section 29)",
+    ),
+    Rule(
         "vllm",
         VERSIONS["vllm"],
         "prefill_cuda_graph",
@@ -532,6 +544,13 @@ def decode_layer_term(engine: Engine | None) -> bool:
     unless its rule says off; no engine named: yes."""
     value = _engine_value(engine, "decode_layer_term")
     return value is None or not value.startswith("off")
+
+
+def deepep_expert_alignment_rows(engine: Engine | None) -> int:
+    """The rows each expert's segment is padded to a multiple of in `engine`'s DeepEP normal mode (DeepGEMM's
+    contiguous layout), or 1 (no padding; no engine, or none read)."""
+    value = _engine_value(engine, "deepep_expert_alignment_rows")
+    return int(value) if value is not None else 1
 
 
 def spec_decode_host_chain_s(engine: Engine | None, model: str, spec_decode: bool) -> float:

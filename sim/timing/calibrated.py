@@ -70,7 +70,9 @@ context (sparse MLA prefill and indexer prefill, weighted by the layers that run
 prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; attention-TP GPUs
 split the sparse MLA by heads but pad their share to the kernel's 64 heads (all of it for V4 / V4.1),
 and each runs the whole indexer (it is replicated in vLLM and SGLang, sim.timing.context_parallel);
-the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline.
+the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline. Where the
+engine pads each expert's rows for DeepGEMM's contiguous layout (SGLang's DeepEP normal mode), the
+routed experts of a step holding prefill run at the padded rows (sim.timing.experts).
 
 DP attention (dp > 1): a request lives on one DP rank (`PrefillChunk.rank`, placed by the engine,
 sim.cluster.instance), so its chunk's attention, dense projections, mHC and forward-pass term run
@@ -119,7 +121,7 @@ from sim.timing.context_parallel import (
     rank_rows,
 )
 from sim.timing.engine_glue import AttentionSideParts, EngineGlue
-from sim.timing.experts import busiest_rank, grouped_s
+from sim.timing.experts import busiest_rank, contiguous_rows_per_expert, grouped_s
 from sim.timing.host import NO_HOST, HostCosts
 from sim.timing.interp import (
     LINEAR,
@@ -440,6 +442,7 @@ class CalibratedTiming(RooflineTiming):
         marlin: MarlinModule | None = None,
         power_limit: PowerLimit | None = None,
         decode_layer_term: bool = True,
+        expert_alignment_rows: int = 1,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -540,6 +543,10 @@ class CalibratedTiming(RooflineTiming):
         # a step holding prefill chunks runs its GPU compute at the board's power limit (sim.timing.sustained)
         self.power_limit = power_limit
         self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
+        # in steps holding prefill the engine pads each expert's rows to this multiple (DeepEP normal into
+        # DeepGEMM's contiguous layout, sim.timing.experts); a measured module (Mega MoE, Marlin) has its own layout
+        self._align_rows: int = expert_alignment_rows if megamoe is None and marlin is None else 1
+        self._aligned_every, self._aligned_tail = IndexMemo(), IndexMemo()
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
 
@@ -573,12 +580,13 @@ class CalibratedTiming(RooflineTiming):
                     split += count * c.at(m)
         return split * self._gemm_scale, whole * self._gemm_scale
 
-    def _experts(self, rows: int) -> float:
+    def _experts(self, rows: int, align: int = 1) -> float:
         """Seconds of one MoE layer's routed experts over `rows` token rows on the GPU the step waits for: the
         measured grouped GEMMs over the busiest EP rank's touched experts, extrapolated below the fewest
         measured experts (sim.timing.experts), or the measured module that replaces them (Mega MoE, Marlin),
         split over the expert-TP GPUs. The same in both classes of layers
-        (`_experts_s` memoises it)."""
+        (`_experts_s` memoises it). `align` > 1: each expert's rows padded to a multiple of it
+        (`_aligned_extra_s`)."""
         mt, par = self.mt, self.par
         # expert TP = GPUs / EP (sim/config/cluster.py): each GPU holds 1/expert_tp of its EP
         # rank's experts and runs every row routed to them on that slice, timed as the full
@@ -593,9 +601,14 @@ class CalibratedTiming(RooflineTiming):
         if self.marlin is not None:
             # Marlin's split over expert-TP GPUs at its measured efficiency (sim.timing.marlin TpSplit)
             return self.marlin.tp_layer_s(rank.experts, rank.rows_per_expert, self._expert_weights, expert_tp)
+        per_expert = rank.rows_per_expert
+        if align > 1:
+            per_expert = contiguous_rows_per_expert(
+                rows * self.arith.top_k / self.arith.routed_experts, align
+            )
         return (
-            grouped_s(mt.moe_gate_up, rank.experts, rank.rows_per_expert)
-            + grouped_s(mt.moe_down, rank.experts, rank.rows_per_expert)
+            grouped_s(mt.moe_gate_up, rank.experts, per_expert)
+            + grouped_s(mt.moe_down, rank.experts, per_expert)
         ) / expert_tp
 
     def _class_parts(self, every: bool, rows: int) -> PassParts:
@@ -665,6 +678,27 @@ class CalibratedTiming(RooflineTiming):
                 # missing work
                 scale = 1.0 if self.megamoe is not None or self.marlin is not None else self._gemm_scale
                 v = cls.moe_layers * self._experts(rows) * scale
+            memo.put(rows, v)
+        return v
+
+    def _aligned_extra_s(self, every_rows: int, tail_rows: int) -> float:
+        """Seconds a step holding prefill adds to its routed experts where the engine pads each expert's rows to
+        `_align_rows` (SGLang's DeepEP normal mode, sim.timing.experts): over the every-token and the tail layers
+        at their rows; 0 without padding."""
+        if self._align_rows <= 1:
+            return 0.0
+        return self._aligned_class_s(True, every_rows) + self._aligned_class_s(False, tail_rows)
+
+    def _aligned_class_s(self, every: bool, rows: int) -> float:
+        """`_aligned_extra_s` of one class of layers, memoised by rows."""
+        memo = self._aligned_every if every else self._aligned_tail
+        v = memo.get(rows)
+        if v != v:  # NaN: not stored yet
+            cls = self.mt.every if every else self.mt.tail
+            v = 0.0
+            if rows > 0 and cls.moe_layers:
+                padded = self._experts(rows, self._align_rows) - self._experts(rows)
+                v = cls.moe_layers * padded * self._gemm_scale if padded > 0.0 else 0.0
             memo.put(rows, v)
         return v
 
@@ -859,7 +893,8 @@ class CalibratedTiming(RooflineTiming):
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
-        gpu = self._pass_s(every_rows, tail_rows) + drafter + attn + head
+        padding = self._aligned_extra_s(every_rows, tail_rows)
+        gpu = self._pass_s(every_rows, tail_rows) + padding + drafter + attn + head
         return self._at_power_limit(gpu, heat_s) + self._comm_s(every_rows, True) + host
 
     def _at_power_limit(self, gpu_s: float, heat_s: float) -> float:
@@ -922,6 +957,7 @@ class CalibratedTiming(RooflineTiming):
             False, rank_rows(tail_rows, g)
         )
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
+        experts += self._aligned_extra_s(every_rows, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         head = self.head_s(decode_rows + len(prefill))
         gpu = attn + rank + experts + drafter + head
@@ -1102,6 +1138,7 @@ class CalibratedTiming(RooflineTiming):
         # the term's per-row part goes with the experts: every rank's rows spread over the ranks
         slowest += self._row_term_s(True, -(-every_rows // dp)) + self._row_term_s(False, -(-tail_rows // dp))
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
+        experts += self._aligned_extra_s(every_rows, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
         gpu = decode_attn + slowest + experts + drafter
@@ -1205,6 +1242,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         marlin=marlin,
         power_limit=power_limit_of(ctx.hw_profile) if ctx.power_limit else None,
         decode_layer_term=ctx.decode_layer_term,
+        expert_alignment_rows=ctx.expert_alignment_rows,
     )
 
 

@@ -16,6 +16,11 @@ and what its grouped GEMM costs when that is fewer experts than the tables measu
   intercept falls back to proportional). The AIConfigurator comparison (docs/carry/aic) found a 35-45 us floor
   per rank in AIC's EP MoE kernels on the H200 where sim had charged a fraction of a microsecond; DeepGEMM's
   masked grouped GEMM on the H200 gives about 21 us for one expert's gate_up + down by this line.
+- **Aligned segments.** Where the engine hands the experts their rows in DeepGEMM's contiguous layout (SGLang's
+  DeepEP normal mode: `expert_alignment=128`, sim.config.engine_rules `deepep_expert_alignment_rows`), each
+  touched expert's rows are padded up to a multiple of the alignment and every padded block is computed. An
+  expert's rows are Poisson under uniform routing; `contiguous_rows_per_expert` is the expected padded segment
+  of a touched one (docs/engines_and_validation.md section 29).
 """
 
 from __future__ import annotations
@@ -55,6 +60,45 @@ def busiest_rank(experts: int, top_k: int, rows: float, ep: int) -> RankExperts:
         expected_max += 1.0 - math.pow(min(cdf, 1.0), ep)
         pmf *= (n - j) / (j + 1) * p / q
     return RankExperts(expected_max, per_expert)
+
+
+# above this mean an expert's rows are taken as normal (Poisson's own skew is under 0.06 there) [D]
+_POISSON_EXACT_BELOW = 300.0
+
+
+def contiguous_rows_per_expert(mean_rows: float, alignment: int) -> float:
+    """The rows a touched expert's segment holds when each expert's rows, Poisson with mean `mean_rows` (rows x
+    top-k / experts under uniform routing), are padded up to a multiple of `alignment`: E[ceil(X / a) a | X >= 1]
+    (module doc). `alignment` <= 1: the mean rows of a touched expert, unpadded."""
+    if mean_rows <= 0.0:
+        return float(max(alignment, 1))
+    touched = -math.expm1(-mean_rows)  # P(X >= 1)
+    if alignment <= 1:
+        return mean_rows / touched
+    a = float(alignment)
+    # E[ceil(X / a) | X >= 1] = 1 + sum over j >= 1 of P(X > j a) / P(X >= 1)
+    tail = 0.0
+    if mean_rows < _POISSON_EXACT_BELOW:
+        pmf = math.exp(-mean_rows)
+        cdf = pmf
+        x, j = 0, 1
+        # past 12 standard deviations above the mean P(X > j a) is below 1e-30: no more terms
+        last = mean_rows + 12.0 * math.sqrt(mean_rows) + 1.0
+        while j * alignment <= last:
+            while x < j * alignment:  # advance the CDF to X = j a
+                x += 1
+                pmf *= mean_rows / x
+                cdf += pmf
+            tail += max(0.0, 1.0 - cdf)
+            j += 1
+    else:
+        sd = math.sqrt(mean_rows)
+        j = 1
+        while j * a <= mean_rows + 12.0 * sd + 1.0:
+            # P(X > j a) with the continuity correction
+            tail += 0.5 * math.erfc((j * a + 0.5 - mean_rows) / (sd * math.sqrt(2.0)))
+            j += 1
+    return a * (1.0 + tail / touched)
 
 
 def grouped_s(grid: Grid, groups: float, rows_per_expert: float) -> float:

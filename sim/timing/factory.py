@@ -59,6 +59,9 @@ class TimingContext:
     engine_glue: str = "modules"
     expert_activations: str = "fp8"  # the routed experts' activation format (sim.timing.carry rule 4)
     power_limit: bool = True  # chunk steps at the board's measured power limit (timing.power_limit)
+    # the rows each expert's segment is padded to a multiple of in steps with prefill (DeepEP normal into
+    # DeepGEMM's contiguous layout, sim.config.engine_rules); 1: none
+    expert_alignment_rows: int = 1
 
     @classmethod
     def of_instance(

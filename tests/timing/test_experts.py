@@ -46,7 +46,9 @@ def test_the_busiest_rank_is_between_the_mean_and_all_its_experts(rows, ep):
 
 def _grid(groups, per_group_s, fixed_s):
     rows = (1.0, 64.0)
-    return Grid(tuple(groups), tuple(Curve(rows, (fixed_s + g * per_group_s,) * 2, LINEAR) for g in groups), LINEAR)
+    return Grid(
+        tuple(groups), tuple(Curve(rows, (fixed_s + g * per_group_s,) * 2, LINEAR) for g in groups), LINEAR
+    )
 
 
 def test_few_experts_keep_the_kernels_own_cost():
@@ -59,3 +61,30 @@ def test_few_experts_keep_the_kernels_own_cost():
     neg = _grid((6, 32), 4e-6, -20e-6)
     assert grouped_s(neg, 1.0, 8.0) == pytest.approx((4e-6 * 6 - 20e-6) / 6)
     assert math.isclose(grouped_s(_grid((6,), 4e-6, 10e-6), 3.0, 8.0), 17e-6)
+
+
+def _padded_mean_by_sampling(mean_rows: float, alignment: int, n: int = 400_000) -> float:
+    """E[ceil(X / a) a | X >= 1] for X Poisson, by sampling."""
+    x = np.random.default_rng(1).poisson(mean_rows, n)
+    x = x[x >= 1]
+    return float(np.mean(np.ceil(x / alignment) * alignment))
+
+
+@pytest.mark.parametrize("mean_rows", [0.5, 3.0, 52.5, 100.5, 192.0, 250.0, 384.0, 768.0, 2000.0])
+def test_an_aligned_segment_is_the_expected_padded_count_of_a_touched_expert(mean_rows):
+    """Against sampling, on both sides of the exact / normal switch (300 rows)."""
+    from sim.timing.experts import contiguous_rows_per_expert
+
+    got = contiguous_rows_per_expert(mean_rows, 128)
+    assert got == pytest.approx(_padded_mean_by_sampling(mean_rows, 128), rel=3e-3)
+    assert got >= max(128.0, mean_rows)  # never below one block, never below the rows themselves
+
+
+def test_no_alignment_is_the_touched_experts_mean_rows():
+    from sim.timing.experts import contiguous_rows_per_expert
+
+    for mean_rows in (0.25, 6.0, 500.0):
+        assert contiguous_rows_per_expert(mean_rows, 1) == pytest.approx(mean_rows / -math.expm1(-mean_rows))
+    # the switch from the exact sum to the normal approximation moves the value by under 0.1 %
+    below, above = contiguous_rows_per_expert(299.999, 128), contiguous_rows_per_expert(300.001, 128)
+    assert above == pytest.approx(below, rel=1e-3)
