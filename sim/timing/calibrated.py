@@ -697,8 +697,8 @@ class CalibratedTiming(RooflineTiming):
             cls = self.mt.every if every else self.mt.tail
             v = 0.0
             if rows > 0 and cls.moe_layers:
-                padded = self._experts(rows, self._align_rows) - self._experts(rows)
-                v = cls.moe_layers * padded * self._gemm_scale if padded > 0.0 else 0.0
+                padded = cls.moe_layers * self._experts(rows, self._align_rows) * self._gemm_scale
+                v = max(0.0, padded - self._experts_s(every, rows))
             memo.put(rows, v)
         return v
 
