@@ -1,10 +1,11 @@
 """Burst against sustained kernel timing on the device (docs/carry/sustained/README.md).
 
-    python3 -m kernels_bench.sustained --out DIR [--seconds 25] [--tail 10] [--commit SHA]
+    python3 -m kernels_bench.sustained --out DIR [--seconds 25] [--tail 10] [--commit SHA] [--only NAME ...]
 
 sim's kernel tables time a kernel in a burst (kernels_bench.timing: two warm-ups, 25 samples of at least 300 us,
 tens of milliseconds for a large GEMM); serving keeps the GPU busy for minutes, and a GPU over its power limit
-lowers its clocks. For each workload, on random data:
+lowers its clocks. For each workload (FP8 and BF16 GEMMs, BF16 attention through torch's cuDNN and
+FlashAttention-2 backends, a copy), on random data:
 
 1. **burst**: after `--idle` seconds idle, the kernels_bench timing itself (`time_calls`, its defaults);
 2. **sustained**: the same CUDA graph replayed back to back for `--seconds`, timed in samples of about 50 ms
@@ -13,7 +14,8 @@ lowers its clocks. For each workload, on random data:
 A background `nvidia-smi -lms 100` reads the SM clock, the board power, the temperature and the clock-event
 reasons throughout; each phase takes the median of the readings inside its window. Writes `samples.csv`
 (every sustained sample), `smi.csv` (every reading), `summary.csv` and `provenance.json`, and prints the summary
-table: burst median, sustained median over the last `--tail` seconds, their ratio, the clocks and power of each.
+table: burst median, sustained median over the last `--tail` seconds, their ratio, the FLOP rate, the clocks and
+power of each. A workload whose backend the GPU or the build lacks is skipped and named in `provenance.json`.
 """
 
 from __future__ import annotations
@@ -71,9 +73,12 @@ def _median_in(readings: list[SmiReading], start_s: float, end_s: float, field: 
     return statistics.median(values) if values else None
 
 
-def summarise(phases: list[Phase], readings: list[SmiReading], tail_s: float) -> list[dict]:
-    """Per workload: the burst median and the sustained median over its last `tail_s`, their ratio, and the
-    median SM clock, power and temperature in each window (the sustained one: its tail)."""
+def summarise(
+    phases: list[Phase], readings: list[SmiReading], tail_s: float, flop: dict[str, float] | None = None
+) -> list[dict]:
+    """Per workload: the burst median and the sustained median over its last `tail_s`, their ratio, the FLOP
+    rate of each where `flop` counts the workload's FLOPs a call, and the median SM clock, power and temperature
+    in each window (the sustained one: its tail)."""
     out = []
     for name in dict.fromkeys(p.workload for p in phases):
         burst = next(p for p in phases if p.workload == name and p.phase == "burst")
@@ -82,6 +87,9 @@ def summarise(phases: list[Phase], readings: list[SmiReading], tail_s: float) ->
         tail = [us for us, end in zip(sus.per_call_us, sus.sample_end_s, strict=True) if end >= tail_start]
         b, s = statistics.median(burst.per_call_us), statistics.median(tail or sus.per_call_us)
         row = {"workload": name, "burst_us": b, "sustained_us": s, "ratio": s / b, "tail_samples": len(tail)}
+        flop_call = (flop or {}).get(name, 0.0)
+        row["burst_TFLOPs"] = flop_call / b / 1e6 if flop_call else None
+        row["sustained_TFLOPs"] = flop_call / s / 1e6 if flop_call else None
         for field in ("sm_MHz", "power_W", "temp_C"):
             row[f"burst_{field}"] = _median_in(readings, burst.start_s, burst.end_s, field)
             row[f"sustained_{field}"] = _median_in(readings, tail_start, sus.end_s, field)
@@ -94,13 +102,14 @@ def table(rows: list[dict]) -> str:
         return "-" if x is None else format(x, fmt)
 
     lines = [
-        "| workload | burst us | sustained us (tail) | sustained / burst | SM MHz burst -> sustained | W burst -> "
-        "sustained | C burst -> sustained |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | burst us | sustained us (tail) | sustained / burst | TFLOP/s burst -> sustained | SM MHz burst "
+        "-> sustained | W burst -> sustained | C burst -> sustained |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['workload']} | {r['burst_us']:.1f} | {r['sustained_us']:.1f} | {r['ratio']:.3f} | "
+            f"{f(r.get('burst_TFLOPs'), '.0f')} -> {f(r.get('sustained_TFLOPs'), '.0f')} | "
             f"{f(r['burst_sm_MHz'], '.0f')} -> {f(r['sustained_sm_MHz'], '.0f')} | "
             f"{f(r['burst_power_W'], '.0f')} -> {f(r['sustained_power_W'], '.0f')} | "
             f"{f(r['burst_temp_C'], '.0f')} -> {f(r['sustained_temp_C'], '.0f')} |"
@@ -108,20 +117,56 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def workloads() -> dict[str, Callable[[], object]]:
-    """The kernels, each a zero-argument call on random data (built on the GPU)."""
+def attention_flop(batch: int, heads: int, seq: int, head_dim: int, causal: bool) -> float:
+    """FLOPs of one attention forward (QK^T and PV, 2 FLOPs a multiply-add), half of them under a causal mask, as
+    flashinfer's and FlashAttention's benchmarks count them."""
+    flop = 4.0 * batch * heads * seq * seq * head_dim
+    return flop / 2 if causal else flop
+
+
+# flashinfer PR #2899's B200 attention shape (hardware profile source FI1): b 4, s 8,192, 16 heads, d 128, BF16
+ATTENTION_SHAPE = (4, 16, 8192, 128)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A zero-argument call on random data, and its FLOPs a call (0: not counted, a copy)."""
+
+    call: Callable[[], object]
+    flop: float
+
+
+def workloads() -> dict[str, Workload]:
+    """The kernels, each a call on random data (built on the GPU): GEMMs, attention, a copy."""
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
 
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
 
-    def fp8(m: int, n: int, k: int) -> Callable[[], object]:
+    def fp8(m: int, n: int, k: int) -> Workload:
         a = torch.randn(m, k, device=dev, generator=g).to(torch.float8_e4m3fn)
         b = (
             torch.randn(n, k, device=dev, generator=g).to(torch.float8_e4m3fn).t()
         )  # column-major, as cuBLASLt wants
         one = torch.ones((), device=dev)
-        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return Workload(
+            lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+            2.0 * m * n * k,
+        )
+
+    batch, heads, seq, head_dim = ATTENTION_SHAPE
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device=dev, generator=g, dtype=torch.bfloat16)
+               for _ in range(3))  # fmt: skip
+
+    def attention(backend, causal: bool) -> Workload:
+        # the backend is chosen inside the call, so the graph captured in `sustained` holds that backend's kernel
+        def call():
+            with sdpa_kernel([backend]):
+                return scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return Workload(call, attention_flop(batch, heads, seq, head_dim, causal))
 
     x = torch.randn(8192, 8192, device=dev, generator=g, dtype=torch.bfloat16)
     y = torch.randn(8192, 8192, device=dev, generator=g, dtype=torch.bfloat16)
@@ -130,8 +175,12 @@ def workloads() -> dict[str, Callable[[], object]]:
     return {
         "fp8_gemm_8192x8192x8192": fp8(8192, 8192, 8192),
         "fp8_gemm_8192x4096x4096": fp8(8192, 4096, 4096),
-        "bf16_gemm_8192x8192x8192": lambda: torch.mm(x, y),
-        "copy_1GiB": lambda: dst.copy_(src),
+        "bf16_gemm_8192x8192x8192": Workload(lambda: torch.mm(x, y), 2.0 * 8192**3),
+        "copy_1GiB": Workload(lambda: dst.copy_(src), 0.0),
+        # Hopper's fastest BF16 attention in torch (cuDNN's), and FlashAttention-2 (torch's flash backend)
+        "attention_cudnn_causal": attention(SDPBackend.CUDNN_ATTENTION, True),
+        "attention_cudnn_full": attention(SDPBackend.CUDNN_ATTENTION, False),
+        "attention_fa2_full": attention(SDPBackend.FLASH_ATTENTION, False),
     }
 
 
@@ -277,6 +326,9 @@ def main(argv=None) -> int:
     ap.add_argument("--idle", type=float, default=3.0, help="idle before each burst")
     ap.add_argument("--commit", default="unknown")
     ap.add_argument(
+        "--only", nargs="+", help="run these workloads (names as the summary prints them), not all"
+    )
+    ap.add_argument(
         "--duty", type=float, default=0.0, help="instead: the duty-cycle patterns, this many s each"
     )
     args = ap.parse_args(argv)
@@ -297,16 +349,25 @@ def main(argv=None) -> int:
     with smi_path.open("w") as smi_file:
         poller = subprocess.Popen(query, stdout=smi_file, stderr=subprocess.DEVNULL)
         phases: list[Phase] = []
+        skipped: dict[str, str] = {}
+        chosen = workloads()
+        if args.only:
+            chosen = {k: v for k, v in chosen.items() if k in args.only}
         try:
-            for name, call in workloads().items():
+            for name, work in chosen.items():
                 time.sleep(args.idle)
                 t0 = time.time()
-                burst = time_calls([call])
-                t1 = time.time()
+                try:
+                    burst = time_calls([work.call])
+                    t1 = time.time()
+                    s0 = time.time()
+                    per_call, ends = sustained(work.call, args.seconds)
+                except RuntimeError as e:  # a backend this GPU or build lacks: said, and the others still run
+                    skipped[name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    print(f"{name}: skipped ({skipped[name]})", flush=True)
+                    continue
                 # the burst's samples are not kept one by one: its median stands for all of them
                 phases.append(Phase(name, "burst", t0, t1, (burst.median_us,), (t1,)))
-                s0 = time.time()
-                per_call, ends = sustained(call, args.seconds)
                 phases.append(Phase(name, "sustained", s0, time.time(), tuple(per_call), tuple(ends)))
                 print(
                     f"{name}: burst {burst.median_us:.1f} us, sustained last {per_call[-1]:.1f} us",
@@ -317,7 +378,7 @@ def main(argv=None) -> int:
             poller.terminate()
             poller.wait()
     readings = [r for line in smi_path.read_text().splitlines() if (r := parse_smi(line)) is not None]
-    rows = summarise(phases, readings, args.tail)
+    rows = summarise(phases, readings, args.tail, {k: v.flop for k, v in chosen.items()})
     with (args.out / "samples.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["workload", "phase", "t_s", "per_call_us"])
@@ -325,7 +386,7 @@ def main(argv=None) -> int:
             for us, end in zip(p.per_call_us, p.sample_end_s, strict=True):
                 w.writerow([p.workload, p.phase, f"{end - p.start_s:.3f}", f"{us:.3f}"])
     _write_rows(args.out / "summary.csv", rows)
-    provenance = _provenance(args, smi_readings=len(readings),
+    provenance = _provenance(args, smi_readings=len(readings), skipped=skipped,
                              phases=[asdict(p) | {"per_call_us": len(p.per_call_us), "sample_end_s": None}
                                      for p in phases])  # fmt: skip
     (args.out / "provenance.json").write_text(json.dumps(provenance, indent=1))
@@ -358,8 +419,9 @@ def _duty_main(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     w = workloads()
     time.sleep(args.idle)
-    burst = time_calls([w["fp8_gemm_8192x4096x4096"]])
-    pieces = duty_cycles(w["fp8_gemm_8192x4096x4096"], w["copy_1GiB"], args.duty, burst.median_us / 1e3)
+    gemm, copy = w["fp8_gemm_8192x4096x4096"].call, w["copy_1GiB"].call
+    burst = time_calls([gemm])
+    pieces = duty_cycles(gemm, copy, args.duty, burst.median_us / 1e3)
     _write_rows(args.out / "duty_pieces.csv", [asdict(p) for p in pieces])
     rows = duty_summary(pieces)
     _write_rows(args.out / "duty.csv", rows)

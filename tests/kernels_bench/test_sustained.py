@@ -37,7 +37,7 @@ def test_the_summary_takes_the_sustained_tail_against_the_burst_and_the_readings
     assert rows[0]["ratio"] == pytest.approx(1.1) and rows[0]["tail_samples"] == 9
     assert rows[0]["burst_sm_MHz"] == 1980.0 and rows[0]["sustained_sm_MHz"] == 1800.0
     assert rows[0]["sustained_power_W"] == 700.0
-    assert "| gemm | 1000.0 | 1100.0 | 1.100 | 1980 -> 1800 |" in table(rows)
+    assert "| gemm | 1000.0 | 1100.0 | 1.100 | - -> - | 1980 -> 1800 |" in table(rows)
 
 
 def test_the_duty_summary_averages_each_block_and_takes_the_second_half_of_blocks():
@@ -52,3 +52,27 @@ def test_the_duty_summary_averages_each_block_and_takes_the_second_half_of_block
     assert rows[0]["first"] == pytest.approx(1.0)
     assert rows[0]["steady"] == pytest.approx(1.1)  # blocks 2 and 3: (1.0 + 1.2) / 2
     assert rows[1]["first"] == rows[1]["steady"] == pytest.approx(1.01)
+
+
+def test_attention_flops_count_both_products_and_halve_under_a_causal_mask():
+    from kernels_bench.sustained import ATTENTION_SHAPE, attention_flop
+
+    # flashinfer PR #2899's shape: 1,450 TFLOP/s there is 0.76 ms a call with the causal count (hardware profile FI1)
+    b, h, s, d = ATTENTION_SHAPE
+    assert attention_flop(b, h, s, d, causal=False) == 4 * 4 * 16 * 8192**2 * 128
+    assert attention_flop(b, h, s, d, causal=True) == pytest.approx(1.0995e12, rel=1e-4)
+    assert attention_flop(b, h, s, d, causal=True) / 1450e12 == pytest.approx(0.76e-3, rel=0.01)
+
+
+def test_the_summary_gives_each_counted_workload_its_flop_rate_and_none_to_a_copy():
+    burst = Phase("gemm", "burst", 0.0, 1.0, (1000.0,), (1.0,))
+    sus = Phase("gemm", "sustained", 1.0, 3.0, (1250.0, 1250.0), (2.0, 3.0))
+    copy_b = Phase("copy", "burst", 3.0, 4.0, (500.0,), (4.0,))
+    copy_s = Phase("copy", "sustained", 4.0, 6.0, (500.0, 500.0), (5.0, 6.0))
+    rows = summarise([burst, sus, copy_b, copy_s], [], tail_s=5.0, flop={"gemm": 1e12, "copy": 0.0})
+    assert rows[0]["burst_TFLOPs"] == pytest.approx(1000.0) and rows[0]["sustained_TFLOPs"] == pytest.approx(
+        800.0
+    )
+    assert rows[1]["burst_TFLOPs"] is None
+    assert "| gemm | 1000.0 | 1250.0 | 1.250 | 1000 -> 800 |" in table(rows)
+    assert "| copy | 500.0 | 500.0 | 1.000 | - -> - |" in table(rows)
