@@ -224,7 +224,8 @@ def _totals_table(s: dict) -> Table:
             "Engram gather per token", _bytes(side["engram_gather_bytes_per_token"]), "random row reads"
         )
     if side["draft_step_flops"]:
-        t.add_row("draft step", _flops(side["draft_step_flops"]), "drafting only, verification is a decode")
+        t.add_row("draft step", _flops(side["draft_step_flops"]), "drafting a block; verify is a decode")
+        t.add_row("draft row", _flops(side["draft_row_flops"]), "per row the target runs: prompt, verify")
     if side["vision_flops_per_max_image"]:
         t.add_row(
             "vision, max-size image", _flops(side["vision_flops_per_max_image"]), "plus its backbone tokens"

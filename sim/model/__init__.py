@@ -23,6 +23,7 @@ from .kv import (
 )
 from .modes import resolve_prefill_mode
 from .side import (
+    draft_row_flops,
     draft_step_flops,
     engram_flops_per_token,
     engram_gather_bytes_per_token,
@@ -55,6 +56,7 @@ __all__ = [
     "compressor_state_bytes_per_sequence",
     "decode_cost",
     "decode_weight_bytes_per_step",
+    "draft_row_flops",
     "draft_step_flops",
     "engram_flops_per_token",
     "engram_gather_bytes_per_token",

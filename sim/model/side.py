@@ -53,16 +53,51 @@ def vision_flops_per_image(spec: ModelSpec, image_tokens: int) -> float:
     return linear + attention + aligner
 
 
-def draft_step_flops(spec: ModelSpec, draft_tokens: int | None = None) -> float:
-    """FLOPs of one draft step of `draft_tokens` positions (null = the drafter's block size; drafting
-    only: the target then verifies the block as a decode of up to draft_tokens + 1 rows). Per drafted position and block: the block's matmuls (attention projections,
-    top-k routed + shared experts, router, mHC) + attention over its window; per position the LM head and
-    the Markov head (rank 256). DSpark (V4.1, 5 positions x 3 blocks) ~15 GFLOP incl. 6.6 GFLOP of head;
-    MTP (V4) ~1.65 GFLOP (model.md §6.3: approximate, [D] for DSpark's shared expert). 0 without drafter."""
+def _draft_block_flops(spec: ModelSpec) -> float:
+    """One drafter block's pass over one row: its matmuls (attention projections, top-k routed + shared experts,
+    router, mHC) and its attention over its window (model.md §6.3)."""
+    d = spec.drafter
+    assert d is not None
+    per_block = sum(b.active_elements for b in param_blocks(spec) if b.name.startswith("drafter0."))
+    return 2.0 * per_block + spec.attention.flops_per_key * d.window_tokens
+
+
+def draft_row_flops(spec: ModelSpec) -> float:
+    """FLOPs the drafter spends on each row the target runs (a prompt token or a verify row), keeping its own
+    cache (docs/engines_and_validation.md section 33). MTP runs its block over the row (SGLang's EAGLE draft
+    extend after a prefill and after each verify, vLLM's proposer over every scheduled token): 0.587 GFLOP for
+    V4-Flash. DSpark projects the row's target features into each block's KV (SGLang dflash_worker_v2:
+    `main_proj`, then each block's `wkv`): 0.173 GFLOP for V4.1-Flash. 0 without drafter."""
     d = spec.drafter
     if d is None:
         return 0.0
-    per_block = sum(b.active_elements for b in param_blocks(spec) if b.name.startswith("drafter0."))
-    block = 2.0 * per_block + spec.attention.flops_per_key * d.window_tokens
+    if d.kind == "mtp":
+        return _draft_block_flops(spec)
+    linears = d.extra.linears if d.extra is not None else {}
+    if "main_proj" not in linears or "wkv" not in spec.attention.linears:
+        raise InputError(
+            f"{spec.name}: a DSpark drafter's row pass needs its context projection and the blocks' KV projection",
+            where="drafter.extra.linears.main_proj, attention.linears.wkv",
+            value=sorted(linears),
+            allowed="both present",
+        )
+    return 2.0 * (math.prod(linears["main_proj"]) + d.blocks * math.prod(spec.attention.linears["wkv"]))
+
+
+def draft_step_flops(spec: ModelSpec, draft_tokens: int | None = None) -> float:
+    """FLOPs of drafting `draft_tokens` positions for one sequence (null = the drafter's block size), beyond its
+    row pass over the rows the target runs (`draft_row_flops`); the target then verifies the block as a decode
+    of up to draft_tokens + 1 rows. MTP: a head per position and a block pass for every position after the
+    first, whose hidden state the row pass over the last verified row gives (SGLang's draft loop runs
+    `speculative_num_steps - 1` passes): 1.06 GFLOP for V4's one position. DSpark: the block of positions
+    through its blocks, a head and the rank-256 Markov head per position: ~15 GFLOP for V4.1's 5 x 3 blocks,
+    6.6 of it heads (model.md §6.3: approximate, [D] for DSpark's shared expert). 0 without drafter."""
+    d = spec.drafter
+    if d is None:
+        return 0.0
+    k = d.draft_tokens if draft_tokens is None else draft_tokens
     head = 2.0 * spec.vocab * spec.hidden + 2.0 * d.markov_rank * spec.vocab
-    return (d.draft_tokens if draft_tokens is None else draft_tokens) * (d.blocks * block + head)
+    block = _draft_block_flops(spec)
+    if d.kind == "mtp":
+        return k * head + max(k - 1, 0) * block
+    return k * (d.blocks * block + head)

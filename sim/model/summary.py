@@ -16,6 +16,7 @@ from .kv import (
     swa_bytes_per_sequence,
 )
 from .side import (
+    draft_row_flops,
     draft_step_flops,
     engram_flops_per_token,
     engram_gather_bytes_per_token,
@@ -116,6 +117,7 @@ def model_summary(spec: ModelSpec, context_tokens: int, layout: str | None = Non
             "engram_gather_bytes_per_token": engram_gather_bytes_per_token(spec),
             "engram_flops_per_token": engram_flops_per_token(spec),
             "draft_step_flops": draft_step_flops(spec),
+            "draft_row_flops": draft_row_flops(spec),
             "vision_flops_per_max_image": vision_flops_per_image(spec, spec.vision.max_image_tokens)
             if spec.vision
             else 0.0,

@@ -67,7 +67,7 @@ class ModelArith:
     expert_bytes: float  # one routed expert of one layer
     dense_flops_per_token: float  # GEMM FLOPs of one decoded row (2 x active params, LM head incl.)
     dense_weight_bytes: float  # non-routed matmul weights + LM head, read once per step
-    draft_flops_per_token: float  # drafter FLOPs per drafted token of one sequence (DSpark / MTP)
+    draft_row_flops: float  # drafter FLOPs per row the target runs: prompt token or verify row
     engram_bytes_per_token: float
     weights_bytes: float
     engram_table_bytes: float
@@ -85,6 +85,10 @@ class ModelArith:
     ) -> tuple[float, float, float]:
         """(GEMM FLOPs, attention+index FLOPs, KV bytes written) of one chunk."""
         return chunk_parts(self.prefill_every, self.prefill_tail, new_tokens, context_tokens, last_chunk)
+
+    def draft_step_flops(self, draft_tokens: int) -> float:
+        """Drafter FLOPs of one sequence's step drafting `draft_tokens` positions, beyond its row pass."""
+        return m.draft_step_flops(self.spec, draft_tokens) if draft_tokens > 0 else 0.0
 
     def expert_bytes_touched(self, rows: int) -> float:
         """Routed-expert bytes a step of `rows` rows reads, all MoE layers (uniform routing)."""
@@ -164,7 +168,7 @@ def arith_of(spec, *, prefill_mode: str | None = None, kv_layout: str | None = N
         expert_bytes=m.expert_bytes(spec),
         dense_flops_per_token=2.0 * m.active_params_decode(spec),  # model.md §6.1
         dense_weight_bytes=m.decode_weight_bytes_per_step(spec, 1) - experts_one,  # model.md §7.2
-        draft_flops_per_token=m.draft_step_flops(spec, 1),  # model.md §6.3
+        draft_row_flops=m.draft_row_flops(spec),  # docs/engines_and_validation.md section 33
         engram_bytes_per_token=m.engram_gather_bytes_per_token(spec),  # model.md §6.3: 12.7 KB
         weights_bytes=m.weights_bytes(spec),
         engram_table_bytes=m.engram_table_bytes(spec),

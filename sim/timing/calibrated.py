@@ -21,7 +21,8 @@ so a step is a sum of kernel times on the busiest GPU):
   layer has them. GEMM work the tables lack (Engram and index-weight projections, HCA and
   layer-20 compressors) is added at the same measured seconds per FLOP, i.e. the measured time is
   scaled by (total - LM head) / covered GEMM FLOPs per token; the drafter's FLOPs (speculative
-  decoding) likewise;
+  decoding: its drafting and its pass over every row the target runs, prompt tokens included,
+  docs/engines_and_validation.md section 33) likewise;
 - the LM head (vocab x hidden, BF16; model.md §2, 1.06 GB for V4) on the rows that need logits
   (each decode row, the last row of each prefill chunk; SGLang's logits processor keeps the last
   token of each extend) on the roofline: its weights read once at the profile's HBM fraction,
@@ -508,8 +509,12 @@ class CalibratedTiming(RooflineTiming):
         self._head_rate: float = hw.bf16_flops_per_s * eff.mfu_decode * par.tp
         # the tables' GEMMs scaled to the work they lack, the LM head apart
         self._gemm_scale: float = (self._f_total - self._head_flops) / self.mt.covered_flops_per_token
-        # the drafter's FLOPs per decode row, run at the measured seconds per FLOP of the pass
-        self._draft_share: float = self._draft_flops / (self.verified_tokens_per_step * self._f_total)
+        # the drafter's FLOPs per decode row (its drafting and its pass over the row) and per prompt token (its
+        # pass), run at the measured seconds per FLOP of the pass (docs/engines_and_validation.md section 33)
+        verify = self.verified_tokens_per_step
+        draft_per_row = self._draft_flops / verify + self._draft_row_flops
+        self._draft_share: float = draft_per_row / self._f_total
+        self._row_draft_share: float = self._draft_row_flops / self._f_total
         # per class of layers (every-token, decoder tail), by rows (sim.timing.memo)
         self._class_every, self._class_tail = IndexMemo(), IndexMemo()
         self._rank_every, self._rank_tail = IndexMemo(), IndexMemo()
@@ -734,6 +739,20 @@ class CalibratedTiming(RooflineTiming):
         """The LM head over `rows` rows needing logits on the busiest GPU (module doc)."""
         return self._head_rank_s(-(-rows // self.par.dp)) if rows > 0 else 0.0
 
+    def _draft_chunk_s(self, rank_rows: int, rows: int) -> float:
+        """The drafter's pass over a step's `rows` prompt tokens, `rank_rows` of them on its busiest DP rank
+        (docs/engines_and_validation.md section 33): its FLOP share of the target's work on those tokens, the
+        dense part on the rank's GPUs, the experts over every EP rank."""
+        share = self._row_draft_share
+        if rows <= 0 or share == 0.0:
+            return 0.0
+        if self.par.dp == 1:
+            return share * self._pass_s(rows, rows)
+        spread = -(-rows // self.par.dp)
+        own = self._rank_s(True, rank_rows) + self._rank_s(False, rank_rows)
+        own += self._row_term_s(True, spread) + self._row_term_s(False, spread)
+        return share * (own + self._experts_s(True, rows) + self._experts_s(False, rows))
+
     def _head_rank_s(self, m: int) -> float:
         """The LM head on a GPU of a DP rank with `m` rows needing logits."""
         compute_s = m * self._head_flops / self._head_rate
@@ -891,6 +910,8 @@ class CalibratedTiming(RooflineTiming):
         if not tail_tokens:
             tail_rows = every_rows
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+        chunk_rows = every_rows - decode_rows
+        drafter += self._draft_chunk_s(chunk_rows, chunk_rows)
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
         padding = self._aligned_extra_s(every_rows, tail_rows)
@@ -959,6 +980,9 @@ class CalibratedTiming(RooflineTiming):
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         experts += self._aligned_extra_s(every_rows, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+        # its pass over the chunks' rows, split over the GPUs as theirs are
+        if self._row_draft_share and every_rows > decode_rows:
+            drafter += self._row_draft_share * (rank + experts) * (every_rows - decode_rows) / every_rows
         head = self.head_s(decode_rows + len(prefill))
         gpu = attn + rank + experts + drafter + head
         return self._at_power_limit(gpu, heat_s) + self._cp_comm_s(every_rows, kv_bytes)
@@ -1049,6 +1073,7 @@ class CalibratedTiming(RooflineTiming):
         loaded = 0  # ranks holding chunks
         every_rows = tail_rows = decode_rows
         most = most_tail = chunk_share  # the most-loaded rank's rows
+        most_new = 0  # the most prompt tokens on one rank
         for chunk in prefill:
             r = chunk.rank
             if not 0 <= r < dp:
@@ -1072,6 +1097,8 @@ class CalibratedTiming(RooflineTiming):
             load.rows = rows
             if rows > most:
                 most = rows
+            if rows - chunk_share > most_new:
+                most_new = rows - chunk_share
             load.logits += 1
             every_rows += new
             if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
@@ -1083,6 +1110,7 @@ class CalibratedTiming(RooflineTiming):
                 tail_rows += tail
         if every_rows == 0:
             return 0.0
+        prompt_rows = every_rows - decode_rows
         # a rank without chunks: its decode rows, their attended context and (not through the decode
         # kernel) their attention; with decode on every rank that attention is the same on all of them
         share, free_context, free_attn, decode_attn = chunk_share, context0, 0.0, 0.0
@@ -1140,6 +1168,7 @@ class CalibratedTiming(RooflineTiming):
         experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
         experts += self._aligned_extra_s(every_rows, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+        drafter += self._draft_chunk_s(most_new, prompt_rows)
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
         gpu = decode_attn + slowest + experts + drafter
         return self._at_power_limit(gpu, heat_s) + self._comm_s(most * dp, True)

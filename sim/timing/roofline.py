@@ -18,8 +18,9 @@ gathers + a fixed per-step overhead.
 - speculative decoding: every decoding sequence verifies `verified_tokens_per_step` rows (its
   query rows: GEMM rows, attention FLOPs and communication scale with them; the KV is read once
   for all of them, kernels.md §3.2) and advances `accepted_tokens_per_step` tokens (scenario
-  `spec_decode`); the drafter's FLOPs (draft_tokens x the model arithmetic's per-token draft
-  FLOPs, model.md §6.3) run at the decode GEMM rate.
+  `spec_decode`); the drafter's FLOPs (its drafting per sequence and its pass over every row the
+  target runs, prompt tokens included; model.md §6.3, docs/engines_and_validation.md section 33) run
+  at the GEMM rate of the step's kind.
 
 Decode spans have a closed form: within fixed membership the summed terms grow linearly per
 step, so compute(k) and memory(k) are linear in k and the span is a sum of max(two lines).
@@ -180,7 +181,10 @@ class RooflineTiming:
             self._ar_max_bytes, self._nccl_bw, self._nccl_lat = math.inf, self._comm_bw, self._comm_lat
         self._pcie_rate = g * hw.pcie_bw_per_gpu_bytes_per_s * eff.pcie_bw_frac
         self._dense_weight_bytes_per_gpu = arith.dense_weight_bytes / par.tp
-        self._draft_flops = arith.draft_flops_per_token * draft_tokens  # per sequence per step
+        # the drafter: its drafting per sequence and step, and its pass over every row the target runs (prompt
+        # tokens and verify rows; docs/engines_and_validation.md section 33)
+        self._draft_flops = arith.draft_step_flops(draft_tokens)
+        self._draft_row_flops = arith.draft_row_flops if draft_tokens > 0 else 0.0
         self._kv_rate = par.dp * self._hbm_rate  # KV read: each DP group's GPUs read their sequences
         self._k_attn = self.verified_tokens_per_step / self._attn_rate_decode
         if par.moe_a2a not in MOE_A2A or (par.moe_a2a == "deepep" and hw.deepep is None):
@@ -296,7 +300,8 @@ class RooflineTiming:
         if v is None:
             rows = batch_size * self.verified_tokens_per_step
             compute = (
-                rows * self.arith.dense_flops_per_token + batch_size * self._draft_flops
+                rows * (self.arith.dense_flops_per_token + self._draft_row_flops)
+                + batch_size * self._draft_flops
             ) / self._dense_rate_decode
             v = (compute, self._weights_s(rows), self._comm_s(rows))
             self._batch_cache[batch_size] = v
@@ -321,6 +326,7 @@ class RooflineTiming:
             dense, attn, kv = chunk_parts(
                 self._prefill_every, self._prefill_tail, new, chunk.context_tokens, chunk.last_chunk
             )
+            dense += new * self._draft_row_flops
             compute += dense / self._dense_rate_prefill + attn / self._attn_rate_prefill
             if chunk.image_tokens and self.vision_on_instance:
                 compute += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill

@@ -42,7 +42,9 @@ def test_split_rules():
 def test_allgather_and_cp_gathers():
     assert allgather_s(8e9, 8, 1e11, 1e-5) == pytest.approx(1e-5 + 7 / 8 * 8e9 / 1e11)
     assert allgather_s(8e9, 1, 1e11, 1e-5) == 0.0
-    s = cp_gather_s(1e9, 1000, ranks=4, hidden=4096, layers=43, index_layers=21, bw_bytes_per_s=1e11, latency_s=2e-6)
+    s = cp_gather_s(
+        1e9, 1000, ranks=4, hidden=4096, layers=43, index_layers=21, bw_bytes_per_s=1e11, latency_s=2e-6
+    )
     kv = 3 / 4 * 1e9 / 1e11 + 64 * 2e-6  # one gather per layer, one more per scoring layer
     hidden = 2e-6 + 3 / 4 * 1000 * 4096 * 2.0 / 1e11  # the hidden states once
     assert s == pytest.approx(kv + hidden)
@@ -88,11 +90,13 @@ def test_cp_off_is_the_heads_path(context, tp8, model):
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_round_robin_step_is_each_gpus_share(tp8, model):
+def test_round_robin_step_is_each_gpus_share(context, tp8, model):
     t = tp8[(model, "round_robin")]
     g = 8
     chunk = PrefillChunk(16 * K, 480 * K, last_chunk=True)
-    _d, attn_flops, kv = chunk_parts(t._prefill_every, t._prefill_tail, chunk.new_tokens, chunk.context_tokens, True)
+    _d, attn_flops, kv = chunk_parts(
+        t._prefill_every, t._prefill_tail, chunk.new_tokens, chunk.context_tokens, True
+    )
     share = 2 * K
     attn = attn_flops / g * t.prefill_attention_s_per_flop(share, 480 * K + 16 * K - share)
     tail = min(496 * K, t.mt.tail_tokens) if t.mt.tail_tokens else 16 * K
@@ -101,6 +105,15 @@ def test_round_robin_step_is_each_gpus_share(tp8, model):
     comm = t._cp_comm_s(16 * K, kv)
     expected = attn + rank + experts + t.head_s(1) + comm
     assert t.step_s(0, _decode(t, 0, 0), [chunk]) == pytest.approx(expected, rel=1e-12)
+    # with speculative decoding the drafter passes over the chunk's rows too (section 33), split as they are
+    spec = build_calibrated(
+        context(
+            model, tp=8, ep=8, dp=1, prefill_cp="round_robin", accepted_tokens_per_step=1.9, draft_tokens=1
+        )
+    )
+    assert spec.step_s(0, _decode(spec, 0, 0), [chunk]) == pytest.approx(
+        expected + spec._row_draft_share * (rank + experts), rel=1e-12
+    )
     # the all-gathers are in it: the KV of every layer and the hidden states, over the 8 GPUs
     gathers = cp_gather_s(kv, 16 * K, ranks=g, hidden=t.arith.hidden, layers=t.arith.layers,
                           index_layers=t.mt.prefill_index_layers, bw_bytes_per_s=t._comm_bw,

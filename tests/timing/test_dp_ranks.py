@@ -50,8 +50,19 @@ def _balanced_s(t, batch, terms, chunks) -> float:
             tail += min(c.context_tokens + c.new_tokens, tail_tokens)
     tail = tail if tail_tokens else every
     drafter = t._draft_share * t._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
+    prompt = every - decode_rows  # the drafter's pass over the prompt tokens: its FLOP share of theirs
+    drafter += t._row_draft_share * t._pass_s(prompt, prompt)
     head = t.head_s(decode_rows + len(chunks))
     return t._pass_s(every, tail) + drafter + attn + head + t._comm_s(every)
+
+
+def _draft_prompt_s(t, rank_rows, rows):
+    """The drafter's pass over `rows` prompt tokens, `rank_rows` on the busiest rank (docs/engines_and_validation.md
+    section 33): its FLOP share of the rank's own work on them, the term's per-row part and the experts."""
+    spread = -(-rows // t.par.dp)
+    own = t._rank_s(True, rank_rows) + t._rank_s(False, rank_rows)
+    own += t._row_term_s(True, spread) + t._row_term_s(False, spread)
+    return t._row_draft_share * (own + t._experts_s(True, rows) + t._experts_s(False, rows))
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -86,7 +97,10 @@ def test_one_4k_chunk_costs_its_rank_not_an_eighth_of_it(dp8, model):
         + t._row_term_s(False, -(-(share * 8 + tail if tail else rows) // 8))
     )
     experts = t._experts_s(True, rows) + t._experts_s(False, share * 8 + tail if tail else rows)
-    drafter = t._draft_share * t._pass_s(share * 8, share * 8)
+    drafter = t._draft_share * t._pass_s(share * 8, share * 8) + _draft_prompt_s(t, 4096, 4096)
+    assert (
+        0.0 < _draft_prompt_s(t, 4096, 4096) < 0.05 * slowest
+    )  # one drafter block against the target's layers
     attn = t._attn_curve(batch).at(terms.context_tokens / batch)
     assert alone == pytest.approx(
         attn + slowest + experts + drafter + t._comm_s((share + 4096) * 8), rel=1e-12
@@ -113,7 +127,8 @@ def test_one_4k_chunk_costs_its_rank_not_an_eighth_of_it(dp8, model):
         + t._row_term_s(False, -(-(tail_rows + (tail or 1024)) // 8))
         - t._row_term_s(False, -(-tail_rows // 8))
     )
-    assert both - alone == pytest.approx(more_experts + more_term, rel=1e-6, abs=1e-12)
+    more_draft = _draft_prompt_s(t, 4096, 5120) - _draft_prompt_s(t, 4096, 4096)
+    assert both - alone == pytest.approx(more_experts + more_term + more_draft, rel=1e-6, abs=1e-12)
 
 
 def test_a_chunk_outside_the_ranks_is_refused(dp8):
@@ -165,6 +180,7 @@ def test_where_ranks_pick_their_own_batch_a_chunk_rank_holds_no_decode_rows(dp8,
         + t._experts_s(True, rows)
         + t._experts_s(False, tail_rows)
         + t._draft_share * t._pass_s(decode_rows, decode_rows)
+        + _draft_prompt_s(t, 4096, 4096)
         + t._comm_s(4096 * 8)
     )
     assert alone == pytest.approx(expected, rel=1e-12)
