@@ -360,7 +360,6 @@ def main(argv=None) -> int:
                 try:
                     burst = time_calls([work.call])
                     t1 = time.time()
-                    s0 = time.time()
                     per_call, ends = sustained(work.call, args.seconds)
                 except RuntimeError as e:  # a backend this GPU or build lacks: said, and the others still run
                     skipped[name] = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -368,7 +367,7 @@ def main(argv=None) -> int:
                     continue
                 # the burst's samples are not kept one by one: its median stands for all of them
                 phases.append(Phase(name, "burst", t0, t1, (burst.median_us,), (t1,)))
-                phases.append(Phase(name, "sustained", s0, time.time(), tuple(per_call), tuple(ends)))
+                phases.append(Phase(name, "sustained", t1, time.time(), tuple(per_call), tuple(ends)))
                 print(
                     f"{name}: burst {burst.median_us:.1f} us, sustained last {per_call[-1]:.1f} us",
                     flush=True,
