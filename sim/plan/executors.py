@@ -3,7 +3,7 @@
 Every candidate is an independent call `fn(task) -> result`; an executor only submits tasks and
 hands back finished ones, in whatever order they finish. The search never depends on that order
 (see `sim.plan.search`), so every executor gives the same plan. Ray is used as it is:
-`ray.init(num_cpus=N)` starts a local instance, `ray.init(address=...)` joins an existing
+`ray.init(address="local", num_cpus=N)` starts a local instance, `ray.init(address=...)` joins an existing
 cluster, whose nodes need the same `sim` installed and the scenario's files at the same paths (a
 worker whose simulator or files differ refuses to run: see `sim.plan.backend.evaluate`).
 """
@@ -81,7 +81,10 @@ class RayExecutor:
 
         self._ray = ray
         if address is None:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+            # "local": a new instance even where another Ray instance runs on this machine (without it,
+            # ray.init joins that one and refuses num_cpus)
+            ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     logging_level="WARNING")  # fmt: skip
         else:
             ray_reachable(address)
             try:

@@ -165,3 +165,20 @@ def test_multi_node_instances_get_whole_instances_and_each_scenario_runs_once(tm
     decode = [json.loads(r["nodes_json"])["decode"] for r in outcome.rows]
     assert decode and all(n % 2 == 0 for n in decode)
     assert outcome.simulated == len({r["key"] for r in outcome.rows})
+
+
+def test_a_local_ray_instance_is_its_own_even_where_another_runs(monkeypatch):
+    # `--ray local` starts an instance of the workers' CPUs; without address="local", ray.init joins a Ray
+    # instance already running on the machine (`ray start`, another run's) and refuses num_cpus
+    import sys
+    import types
+
+    from sim.plan.executors import RayExecutor
+
+    calls = []
+    fake = types.ModuleType("ray")
+    fake.init = lambda **kw: calls.append(kw)
+    fake.remote = lambda **kw: lambda fn: fn
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    RayExecutor(len, workers=3, address=None)
+    assert calls and calls[0]["address"] == "local" and calls[0]["num_cpus"] == 3
