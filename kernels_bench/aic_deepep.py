@@ -8,7 +8,9 @@ V4-Flash's shapes (hidden 4096, top-6 of 256 experts, one node) give dispatch an
 call by the tokens of one rank: the low-latency kernels up to 1,024 tokens, the normal ones at 20 SMs
 (DeepEP's default `Buffer.num_sms`) up to 16,384 tokens. Each is fitted as fixed + per_token x tokens by
 least squares on the relative error (every row weighs alike, small calls included); the block printed is
-what the profiles hold, with the worst row's error in its note.
+what the profiles hold, with the worst row's error in its note. The normal tables' SM sweep (4-24 SMs) gives
+how the per-token time follows the SMs: the per-token fit at each SM count, least squares of a + b / SMs,
+and the share b / 20 / (a + b / 20) that shrinks with more SMs (SGLang `--deepep-config` num_sms).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 HIDDEN, TOP_K, EXPERTS = 4096, 6, 256  # V4-Flash (model.md §2)
 NORMAL_SMS = 20  # DeepEP's default Buffer.num_sms (deep_ep/buffer.py)
 NORMAL_MAX_TOKENS = 16384  # a prefill step's tokens per rank stay below this
+MEASURED_EP = 8  # AIConfigurator's DeepEP tables: one node of 8 GPUs, every GPU an EP rank
 # GPU key of AIConfigurator's data folder -> (hardware profile, SGLang version of its DeepEP tables)
 SOURCES = {
     "h200_sxm": ("nvidia-h200-hgx8", "0.5.12"),
@@ -57,6 +60,19 @@ def fit_relative(tokens: list[float], times_us: list[float]) -> Fit:
     return Fit(fixed, per_token, worst, len(tokens))
 
 
+def sm_frac(per_token_by_sms: dict[int, float], at_sms: int) -> float:
+    """Least squares of per_token = a + b / SMs over the sweep; the share of the time at `at_sms` that goes as
+    1 / SMs, b / at_sms / (a + b / at_sms), kept in [0, 1]."""
+    if len(per_token_by_sms) < 2:
+        raise ValueError("need per-token times at two SM counts or more to fit a + b / SMs")
+    xs = [1.0 / s for s in per_token_by_sms]
+    ys = list(per_token_by_sms.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    return min(1.0, max(0.0, (b / at_sms) / (a + b / at_sms)))
+
+
 def _rows(path: Path, **where):
     import pyarrow.parquet as pq
 
@@ -64,6 +80,23 @@ def _rows(path: Path, **where):
     return sorted(
         (r for r in table if all(r[k] == v for k, v in where.items())), key=lambda r: r["num_token"]
     )
+
+
+def normal_sm_fracs(aic_data: Path, gpu: str) -> dict[str, float]:
+    """{"dispatch" | "combine": the share of the per-token time at NORMAL_SMS that goes as 1 / SMs}."""
+    path = aic_data / gpu / "comm" / "sglang" / SOURCES[gpu][1] / "wideep_deepep_normal_perf.parquet"
+    shape = {"hidden_size": HIDDEN, "num_topk": TOP_K, "num_experts": EXPERTS}
+    out = {}
+    for what in ("dispatch", "combine"):
+        rows = [r for r in _rows(path, **shape) if r["num_token"] <= NORMAL_MAX_TOKENS]
+        by_sms = {}
+        for sms in sorted({r[f"{what}_sms"] for r in rows}):
+            at = [r for r in rows if r[f"{what}_sms"] == sms]
+            by_sms[sms] = fit_relative(
+                [r["num_token"] for r in at], [r[f"{what}_transmit_us"] for r in at]
+            ).per_token_us
+        out[what] = sm_frac(by_sms, NORMAL_SMS)
+    return out
 
 
 def fits(aic_data: Path, gpu: str) -> dict[str, dict[str, Fit]]:
@@ -89,8 +122,8 @@ def fits(aic_data: Path, gpu: str) -> dict[str, dict[str, Fit]]:
     return out
 
 
-def block(gpu: str, f: dict[str, dict[str, Fit]]) -> str:
-    """The profile's `scale_up.deepep` YAML block for `f`."""
+def block(gpu: str, f: dict[str, dict[str, Fit]], shares: dict[str, float]) -> str:
+    """The profile's `scale_up.deepep` YAML block for `f` and the normal kernels' SM `shares`."""
     lines = [f"  # {SOURCES[gpu][0]}: AIConfigurator {gpu}/comm/sglang/{SOURCES[gpu][1]}", "  deepep:"]
     for mode, span in (
         ("low_latency", "1-1024 tokens"),
@@ -106,6 +139,15 @@ def block(gpu: str, f: dict[str, dict[str, Fit]]) -> str:
             lines.append(
                 f"      {what}_us_per_token: {{value: {x.per_token_us:.4f}, src: [EP1], est: true, tag: B}}"
             )
+    lines.append(f"    measured_ep_gpus: {{value: {MEASURED_EP}, src: [EP1]}}")
+    lines.append("    normal_sms:")
+    lines.append(f"      measured_sms: {{value: {NORMAL_SMS}, src: [EP1]}}")
+    for what in ("dispatch", "combine"):
+        lines.append(
+            f'      {what}_sm_frac: {{value: {shares[what]:.3f}, src: [EP1], est: true, tag: B, note: "least squares '
+            f"of per-token = a + b / SMs over the 4-24 SM sweep, b / {NORMAL_SMS} / (a + b / {NORMAL_SMS}) [B]; beyond "
+            f'24 SMs extrapolated [D]"}}'
+        )
     return "\n".join(lines)
 
 
@@ -117,7 +159,7 @@ def main(argv=None) -> int:
         if not (args.aic_data / gpu).is_dir():
             print(f"{gpu}: not in {args.aic_data}", file=sys.stderr)
             continue
-        print(block(gpu, fits(args.aic_data, gpu)))
+        print(block(gpu, fits(args.aic_data, gpu), normal_sm_fracs(args.aic_data, gpu)))
     return 0
 
 

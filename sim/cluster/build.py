@@ -61,6 +61,7 @@ from sim.sched.router import Router
 from sim.sched.swa_pool import MIB, SwaPool, sglang_mem_fraction_static, sglang_v4_swa_pool
 from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
+from sim.timing.comm import DEEPEP_DEFAULT_NORMAL_SMS
 from sim.timing.decoder_tail import pool_prefill_mode
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.host import HostCosts, eager_issue_s
@@ -445,7 +446,14 @@ def pool_timing(
         arith.name,
         _pool_arith(arith, pool, model_ref.kv_layout),
         hw,
-        Parallelism(gpus=pool.gpus_per_instance, tp=pool.tp, ep=pool.ep, dp=pool.dp, moe_a2a=pool.moe_a2a),
+        Parallelism(
+            gpus=pool.gpus_per_instance,
+            tp=pool.tp,
+            ep=pool.ep,
+            dp=pool.dp,
+            moe_a2a=pool.moe_a2a,
+            deepep_normal_sms=pool.deepep_normal_sms or DEEPEP_DEFAULT_NORMAL_SMS,
+        ),
         scn.timing,
         scn.achievable(pool),
         accepted_tokens_per_step=spec_step.accepted_tokens_per_step,

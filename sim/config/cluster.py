@@ -70,6 +70,13 @@ class Pool(StrictModel):
         "prefill, not overlapped); megamoe = fused into DeepGEMM's Mega MoE kernel, no separate exchange "
         "(--moe-a2a-backend megamoe) [D] (sim/timing/roofline.py)",
     )
+    deepep_normal_sms: int | None = Field(
+        None,
+        ge=2,
+        description='SMs DeepEP\'s normal kernels run on (SGLang --deepep-config \'{"normal_dispatch": {"num_sms": '
+        "N}, ...}'; even, at most the GPU's SMs); unset: DeepEP's default Buffer.num_sms, 20; only with moe_a2a "
+        "deepep (sim/timing/comm.py deepep_normal_per_token_s)",
+    )
     prefill_decoder_tail: Literal["auto", "on", "off"] = Field(
         "auto",
         description="whether the pool's engine runs V4.1's decoder layers on each request's last rows only "
@@ -113,6 +120,19 @@ class Pool(StrictModel):
                     f"needs tp >= 2 and dp = 1 (got tp {self.tp}, dp {self.dp})",
                     self.prefill_context_parallel,
                     "off, or tp = gpus_per_instance with dp 1",
+                )
+            )
+        if self.deepep_normal_sms is not None and (self.moe_a2a != "deepep" or self.deepep_normal_sms % 2):
+            problems.append(
+                Problem(
+                    "deepep_normal_sms",
+                    "sets DeepEP's normal kernels: needs moe_a2a deepep"
+                    if self.moe_a2a != "deepep"
+                    else "DeepEP runs its normal kernels on SM pairs (one channel each): an even count",
+                    self.deepep_normal_sms,
+                    "an even number with moe_a2a: deepep, or unset"
+                    if self.moe_a2a == "deepep"
+                    else "unset, or moe_a2a: deepep",
                 )
             )
         if self.gpus_per_instance % self.ep:

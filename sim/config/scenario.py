@@ -390,6 +390,16 @@ def _pool_fits_hardware(path: str, pool: Pool, hw) -> list[Problem]:
                 "link or megamoe; deepep where the profile measures it (`sim hw show <profile>`: scale_up.deepep)",
             )
         )
+    sms = hw.accelerator.sm_count.value if hw.accelerator.sm_count else None
+    if pool.deepep_normal_sms is not None and sms is not None and pool.deepep_normal_sms > sms:
+        problems.append(
+            Problem(
+                f"{path}.deepep_normal_sms",
+                f"more SMs than a GPU of {hw.id} has ({sms})",
+                pool.deepep_normal_sms,
+                f"an even number up to {sms}",
+            )
+        )
     if gpi <= gpn:
         if gpn % gpi:
             problems.append(

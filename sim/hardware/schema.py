@@ -155,12 +155,35 @@ class DeepEpKernel(StrictModel):
     combine_us_per_token: Sourced[float] = Field(description="per token of the receiving rank")
 
 
+class DeepEpSmSweep(StrictModel):
+    """How the normal kernels' per-token time follows the SMs they get (SGLang `--deepep-config` num_sms): the
+    tables' per-token time at `measured_sms`, of which `*_sm_frac` shrinks as 1 / SMs (a + b / SMs fitted to
+    the measured SM sweep; sim.timing.comm.deepep_normal_per_token_s)."""
+
+    measured_sms: Sourced[int] = Field(description="SMs of the normal kernels' per-token times above")
+    dispatch_sm_frac: Sourced[float] = Field(
+        description="share of the dispatch per-token time that goes as 1 / SMs"
+    )
+    combine_sm_frac: Sourced[float] = Field(
+        description="share of the combine per-token time that goes as 1 / SMs"
+    )
+
+    @field_validator("dispatch_sm_frac", "combine_sm_frac")
+    @classmethod
+    def _a_share(cls, v: Sourced[float]) -> Sourced[float]:
+        if not 0.0 <= v.value <= 1.0:
+            raise ValueError(f"a share of the per-token time is in [0, 1], got {v.value}")
+        return v
+
+
 class DeepEp(StrictModel):
     """DeepEP's two kernel families (SGLang `--deepep-mode auto` runs low-latency in CUDA-graph decode steps,
-    normal in steps that extend)."""
+    normal in steps that extend), measured at `measured_ep_gpus` ranks."""
 
     low_latency: DeepEpKernel
     normal: DeepEpKernel
+    measured_ep_gpus: Sourced[int] = Field(description="EP ranks the tables were measured at")
+    normal_sms: DeepEpSmSweep
 
 
 class ScaleUp(StrictModel):

@@ -13,6 +13,10 @@ from typing import Final
 
 DISPATCH_BYTES_PER_ELEM: Final = 1.0  # DeepEP dispatch in FP8 (hardware.md §1 notes, S41)
 COMBINE_BYTES_PER_ELEM: Final = 2.0  # combine in BF16
+# DeepEP's FP8 dispatch also carries one FP32 scale per 128 elements (SGLang quantises per 1 x 128 group)
+DISPATCH_SCALE_BYTES_PER_ELEM: Final = 4.0 / 128.0
+# DeepEP's Buffer.num_sms (deep_ep/buffer.py): the normal kernels' SMs in SGLang without --deepep-config
+DEEPEP_DEFAULT_NORMAL_SMS: Final = 20
 
 
 def allreduce_s(nbytes: float, ranks: int, bw_bytes_per_s: float, latency_s: float) -> float:
@@ -91,3 +95,32 @@ def tp_allreduce_s(
     else:
         one = allreduce_s(nbytes, tp, bw_bytes_per_s, latency_s)
     return layers * allreduces_per_layer * one
+
+
+def deepep_destination_ranks(ep: int, experts: int, top_k: int) -> float:
+    """Expected EP ranks (the token's own included) holding at least one of a token's `top_k` experts, the
+    `experts` split evenly over `ep` ranks and routing uniform: DeepEP copies a token once to each such rank."""
+    if ep <= 1:
+        return 1.0
+    per_rank = experts / ep
+    miss = math.prod((experts - per_rank - i) / (experts - i) for i in range(top_k))
+    return ep * (1.0 - miss)
+
+
+def deepep_normal_per_token_s(
+    measured_s: float,
+    *,
+    sm_frac: float,
+    measured_sms: int,
+    sms: int,
+    destinations_ratio: float,
+    link_floor_s: float,
+) -> float:
+    """DeepEP normal dispatch or combine, per token of one rank, at `sms` SMs (SGLang --deepep-config num_sms).
+
+    `measured_s` is the table's per-token time at `measured_sms`; `sm_frac` of it shrinks as measured_sms / sms
+    (the a + b / SMs form of the measured SM sweep), all of it scales with the (token, rank) pairs copied
+    (`destinations_ratio`, this pool's destination ranks over the table's), and no token crosses the link faster
+    than its remote bytes at the link's rate (`link_floor_s`)."""
+    sm_bound = measured_s * destinations_ratio * ((1.0 - sm_frac) + sm_frac * measured_sms / sms)
+    return max(sm_bound, link_floor_s)

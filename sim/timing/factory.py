@@ -162,9 +162,16 @@ def deepep_costs(measured: Any) -> DeepEpCosts | None:
             getattr(kernel, f"{what}_us_per_token").value * units.US,
         )
 
-    ll, normal = measured.low_latency, measured.normal
+    ll, normal, sweep = measured.low_latency, measured.normal, measured.normal_sms
     return DeepEpCosts(
-        call(ll, "dispatch"), call(ll, "combine"), call(normal, "dispatch"), call(normal, "combine")
+        call(ll, "dispatch"),
+        call(ll, "combine"),
+        call(normal, "dispatch"),
+        call(normal, "combine"),
+        measured_ep_gpus=measured.measured_ep_gpus.value,
+        measured_sms=sweep.measured_sms.value,
+        dispatch_sm_frac=sweep.dispatch_sm_frac.value,
+        combine_sm_frac=sweep.combine_sm_frac.value,
     )
 
 

@@ -36,7 +36,16 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from sim.timing.batch import DecodeTerms, PrefillChunk
-from sim.timing.comm import COMBINE_BYTES_PER_ELEM, DISPATCH_BYTES_PER_ELEM, moe_alltoall_s, tp_allreduce_s
+from sim.timing.comm import (
+    COMBINE_BYTES_PER_ELEM,
+    DEEPEP_DEFAULT_NORMAL_SMS,
+    DISPATCH_BYTES_PER_ELEM,
+    DISPATCH_SCALE_BYTES_PER_ELEM,
+    deepep_destination_ranks,
+    deepep_normal_per_token_s,
+    moe_alltoall_s,
+    tp_allreduce_s,
+)
 from sim.timing.interp import QuadraticTable, chunk_parts
 from sim.timing.sustained import PowerLimit
 
@@ -74,8 +83,37 @@ class DeepEpCosts:
 
     ll_dispatch: A2aCall
     ll_combine: A2aCall
-    normal_dispatch: A2aCall
+    normal_dispatch: A2aCall  # as measured: at `measured_ep_gpus` ranks, `measured_sms` SMs
     normal_combine: A2aCall
+    measured_ep_gpus: int
+    measured_sms: int
+    dispatch_sm_frac: float  # of the normal per-token times, the share that goes as 1 / SMs
+    combine_sm_frac: float
+
+    def normal_at(
+        self, *, ep: int, sms: int, hidden: int, experts: int, top_k: int, link_bw_bytes_per_s: float
+    ) -> tuple[A2aCall, A2aCall]:
+        """The normal dispatch and combine at `ep` ranks and `sms` SMs: the per-token parts scaled by the
+        (token, rank) pairs and the SMs, floored by the remote bytes over the link (sim.timing.comm); the fixed
+        parts as measured."""
+        here = deepep_destination_ranks(ep, experts, top_k)
+        ratio = here / deepep_destination_ranks(self.measured_ep_gpus, experts, top_k)
+        remote = here * (ep - 1) / ep
+        calls = []
+        for call, share, bytes_per_token in (
+            (self.normal_dispatch, self.dispatch_sm_frac, hidden * (DISPATCH_BYTES_PER_ELEM + DISPATCH_SCALE_BYTES_PER_ELEM)),
+            (self.normal_combine, self.combine_sm_frac, hidden * COMBINE_BYTES_PER_ELEM),
+        ):  # fmt: skip
+            per_token = deepep_normal_per_token_s(
+                call.per_token_s,
+                sm_frac=share,
+                measured_sms=self.measured_sms,
+                sms=sms,
+                destinations_ratio=ratio,
+                link_floor_s=remote * bytes_per_token / link_bw_bytes_per_s,
+            )
+            calls.append(A2aCall(call.fixed_s, per_token))
+        return calls[0], calls[1]
 
 
 @dataclass(frozen=True)
@@ -116,6 +154,8 @@ class Parallelism:
     ep: int
     dp: int
     moe_a2a: str = "link"  # one of MOE_A2A
+    # SMs of DeepEP's normal kernels (SGLang --deepep-config)
+    deepep_normal_sms: int = DEEPEP_DEFAULT_NORMAL_SMS
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native.py); variants may extend it
@@ -191,6 +231,17 @@ class RooflineTiming:
             raise ValueError(
                 f"moe_a2a {par.moe_a2a!r}: one of {MOE_A2A}; deepep needs the GPU's measured DeepEP"
             )
+        # DeepEP's normal kernels at this pool's EP size and SMs (a pool without DeepEP never reads them)
+        self._deepep_normal: tuple[A2aCall, A2aCall] = (A2aCall(0.0, 0.0), A2aCall(0.0, 0.0))
+        if hw.deepep is not None and par.ep > 1:
+            self._deepep_normal = hw.deepep.normal_at(
+                ep=par.ep,
+                sms=par.deepep_normal_sms,
+                hidden=arith.hidden,
+                experts=arith.routed_experts,
+                top_k=arith.top_k,
+                link_bw_bytes_per_s=self._comm_bw,
+            )
         self._comm_cache: dict[int, float] = {}
         self._extend_comm_cache: dict[int, float] = {}
         self._expert_cache: dict[int, float] = {}
@@ -229,7 +280,7 @@ class RooflineTiming:
             # each GPU dispatches its own rows (DP ranks, or its share of a TP group's)
             tokens = rows / p.gpus
             if extend:
-                call = deepep.normal_dispatch.at(tokens) + deepep.normal_combine.at(tokens)
+                call = self._deepep_normal[0].at(tokens) + self._deepep_normal[1].at(tokens)
             else:
                 call = deepep.ll_dispatch.at(tokens) + deepep.ll_combine.at(tokens)
             return a.moe_layers * call

@@ -162,7 +162,7 @@ def test_unknown_profile_lists_known_ids():
 
 # Count fields carry no unit suffix by design; every other numeric field must have one.
 _COUNTS = {"count_per_node", "sm_count", "gpus_per_link", "cpu_cores", "nvme_drives", "nics", "gpus", "trays",
-           "commitment_years", "value", "pue"}  # fmt: skip
+           "commitment_years", "value", "pue", "measured_sms"}  # fmt: skip
 _DTYPE_KEYS = set(DTYPES)
 
 

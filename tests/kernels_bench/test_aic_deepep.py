@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from kernels_bench.aic_deepep import block, fit_relative, fits
+from kernels_bench.aic_deepep import block, fit_relative, fits, normal_sm_fracs, sm_frac
 from sim.hardware import load_hw
 
 
@@ -47,10 +47,25 @@ def test_the_block_reads_v4_flash_shapes_at_20_sms_and_parses_as_the_profile_sch
     assert f["low_latency"]["combine"].per_token_us == pytest.approx(0.2)
     assert f["normal"]["dispatch"].fixed_us == pytest.approx(30.0)  # 20 SMs, up to 16,384 tokens
     assert f["normal"]["dispatch"].per_token_us == pytest.approx(0.1) and f["normal"]["dispatch"].rows == 3
-    text = block("h200_sxm", f)
+    shares = normal_sm_fracs(tmp_path, "h200_sxm")
+    # the tables' dispatch goes wholly as 1 / SMs, their combine not at all
+    assert shares["dispatch"] == pytest.approx(1.0) and shares["combine"] == pytest.approx(0.0, abs=1e-9)
+    text = block("h200_sxm", f, shares)
     parsed = yaml.safe_load("scale_up:\n" + text)["scale_up"]["deepep"]
     from sim.hardware.schema import DeepEp
 
-    assert DeepEp.model_validate(parsed).normal.combine_us.value == pytest.approx(40.0)
+    deepep = DeepEp.model_validate(parsed)
+    assert deepep.normal.combine_us.value == pytest.approx(40.0)
+    assert deepep.measured_ep_gpus.value == 8 and deepep.normal_sms.measured_sms.value == 20
+    assert deepep.normal_sms.dispatch_sm_frac.value == pytest.approx(1.0)
     # the shipped profile holds a block of the same shape
     assert load_hw("nvidia-h200-hgx8").scale_up.deepep.low_latency.dispatch_us.src == ["EP1"]
+
+
+def test_the_sm_share_is_the_part_that_goes_as_one_over_the_sms():
+    # per-token = 2 + 60 / SMs: at 20 SMs, 3 of its 5 go as 1 / SMs
+    sweep = {sms: 2.0 + 60.0 / sms for sms in (4, 8, 12, 16, 20, 24)}
+    assert sm_frac(sweep, 20) == pytest.approx(0.6)
+    assert sm_frac({4: 1.0, 24: 1.0}, 20) == pytest.approx(0.0)  # flat: the link, not the SMs
+    with pytest.raises(ValueError, match="two SM counts"):
+        sm_frac({20: 1.0}, 20)

@@ -45,6 +45,8 @@ def test_only_a_megamoe_pool_on_blackwell_takes_it(h200_tables, case_timing):
         is None
     )
     assert (
-        case_timing("sglang-v4-flash-4xh200-high-throughput-c1024.yaml", pool={"moe_a2a": "megamoe"}).megamoe
+        case_timing(
+            "sglang-v4-flash-4xh200-high-throughput-c1024.yaml", pool={"moe_a2a": "megamoe", "deepep_normal_sms": None}
+        ).megamoe
         is None
     )
