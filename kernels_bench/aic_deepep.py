@@ -16,6 +16,7 @@ and the share b / 20 / (a + b / 20) that shrinks with more SMs (SGLang `--deepep
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,11 +66,7 @@ def sm_frac(per_token_by_sms: dict[int, float], at_sms: int) -> float:
     1 / SMs, b / at_sms / (a + b / at_sms), kept in [0, 1]."""
     if len(per_token_by_sms) < 2:
         raise ValueError("need per-token times at two SM counts or more to fit a + b / SMs")
-    xs = [1.0 / s for s in per_token_by_sms]
-    ys = list(per_token_by_sms.values())
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    a = my - b * mx
+    b, a = statistics.linear_regression([1.0 / s for s in per_token_by_sms], list(per_token_by_sms.values()))
     return min(1.0, max(0.0, (b / at_sms) / (a + b / at_sms)))
 
 
@@ -122,8 +119,8 @@ def fits(aic_data: Path, gpu: str) -> dict[str, dict[str, Fit]]:
     return out
 
 
-def block(gpu: str, f: dict[str, dict[str, Fit]], shares: dict[str, float]) -> str:
-    """The profile's `scale_up.deepep` YAML block for `f` and the normal kernels' SM `shares`."""
+def block(gpu: str, f: dict[str, dict[str, Fit]], sm_fracs: dict[str, float]) -> str:
+    """The profile's `scale_up.deepep` YAML block for `f` and the normal kernels' `sm_fracs` (sm_frac)."""
     lines = [f"  # {SOURCES[gpu][0]}: AIConfigurator {gpu}/comm/sglang/{SOURCES[gpu][1]}", "  deepep:"]
     for mode, span in (
         ("low_latency", "1-1024 tokens"),
@@ -144,7 +141,7 @@ def block(gpu: str, f: dict[str, dict[str, Fit]], shares: dict[str, float]) -> s
     lines.append(f"      measured_sms: {{value: {NORMAL_SMS}, src: [EP1]}}")
     for what in ("dispatch", "combine"):
         lines.append(
-            f'      {what}_sm_frac: {{value: {shares[what]:.3f}, src: [EP1], est: true, tag: B, note: "least squares '
+            f'      {what}_sm_frac: {{value: {sm_fracs[what]:.3f}, src: [EP1], est: true, tag: B, note: "least squares '
             f"of per-token = a + b / SMs over the 4-24 SM sweep, b / {NORMAL_SMS} / (a + b / {NORMAL_SMS}) [B]; beyond "
             f'24 SMs extrapolated [D]"}}'
         )

@@ -233,7 +233,7 @@ class RooflineTiming:
             )
         # DeepEP's normal kernels at this pool's EP size and SMs (a pool without DeepEP never reads them)
         self._deepep_normal: tuple[A2aCall, A2aCall] = (A2aCall(0.0, 0.0), A2aCall(0.0, 0.0))
-        if hw.deepep is not None and par.ep > 1:
+        if par.moe_a2a == "deepep" and hw.deepep is not None and par.ep > 1:
             self._deepep_normal = hw.deepep.normal_at(
                 ep=par.ep,
                 sms=par.deepep_normal_sms,

@@ -47,10 +47,10 @@ def test_the_block_reads_v4_flash_shapes_at_20_sms_and_parses_as_the_profile_sch
     assert f["low_latency"]["combine"].per_token_us == pytest.approx(0.2)
     assert f["normal"]["dispatch"].fixed_us == pytest.approx(30.0)  # 20 SMs, up to 16,384 tokens
     assert f["normal"]["dispatch"].per_token_us == pytest.approx(0.1) and f["normal"]["dispatch"].rows == 3
-    shares = normal_sm_fracs(tmp_path, "h200_sxm")
+    fracs = normal_sm_fracs(tmp_path, "h200_sxm")
     # the tables' dispatch goes wholly as 1 / SMs, their combine not at all
-    assert shares["dispatch"] == pytest.approx(1.0) and shares["combine"] == pytest.approx(0.0, abs=1e-9)
-    text = block("h200_sxm", f, shares)
+    assert fracs["dispatch"] == pytest.approx(1.0) and fracs["combine"] == pytest.approx(0.0, abs=1e-9)
+    text = block("h200_sxm", f, fracs)
     parsed = yaml.safe_load("scale_up:\n" + text)["scale_up"]["deepep"]
     from sim.hardware.schema import DeepEp
 
