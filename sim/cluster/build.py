@@ -426,7 +426,8 @@ def pool_host_costs(scn, pool: Pool, spec: ModelSpec) -> HostCosts:
             if costs[key] is None:
                 costs[key] = getattr(floor, key) if floor is not None else 0.0
     if costs["decode_floor_s"] is None:
-        costs["decode_floor_s"] = spec_decode_host_chain_s(engine, spec.name, scn.spec_decode.enabled)
+        drafter = spec.drafter.kind if scn.spec_decode.enabled and spec.drafter is not None else None
+        costs["decode_floor_s"] = spec_decode_host_chain_s(engine, spec.name, drafter)
     return HostCosts(**costs)
 
 

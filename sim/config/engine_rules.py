@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from sim.config.base import StrictModel
 from sim.config.errors import Problem, raise_problems
-from sim.config.families import model_family
+from sim.config.families import family, model_family
 
 if TYPE_CHECKING:
     from sim.config.scenario import Scenario
@@ -115,6 +115,35 @@ DSPARK_PD_DCP1 = Rule(
     "V4.1 DSpark disaggregated with CP on a decode pool or zigzag prefill CP (DP attention is accepted)",
     f"{_HOOK} validate_deepseek_v41_features at main@006cbb66: 'DSpark PD requires static verify, Mooncake, and "
     "DCP=1. Use CP=1 for DP attention, or interleave prefill CP with DP=1'; its test accepts DP prefill and decode",
+)
+_DSPARK_HOOK = "sglang python/sglang/srt/arg_groups/speculative_hook.py _handle_dspark"
+# DSpark on DeepSeek-V4's own backbone (V4-Flash-0731's bundled head): SGLang's checks key on the V4 architecture
+# and the checkpoint's dspark_* keys, not on V4.1 (read in the v0.5.16 wheel; main@006cbb66 taken to keep them [D])
+V4_EAGLE_ONLY = Rule(
+    "sglang",
+    ("0.5.15",),
+    "refuses",
+    "speculative decoding on DeepSeek-V4 other than EAGLE (no DSpark before 0.5.16)",
+    "sglang python/sglang/srt/arg_groups/deepseek_v4_hook.py (v0.5.15 wheel): 'Only EAGLE speculative algorithm is "
+    "supported'; 0.5.15 has no DSpark code",
+)
+V4_DSPARK_DP = Rule(
+    "sglang",
+    ("0.5.16", "main@006cbb66"),
+    "refuses",
+    "V4 DSpark under DP attention with an all-to-all MoE backend (deepep, megamoe) or attention TP above 1 a rank",
+    f"{_DSPARK_HOOK}: 'DSpark with dp attention only supports the built-in TP MoE (moe_a2a_backend='none')'; "
+    "speculative/dspark_components/dspark_worker_v2.py: 'DSpark + dp attention with a DeepSeek-V4 (MoE) draft requires "
+    "attn_tp == 1 (set --dp-size == --tp)' (v0.5.16 wheel)",
+)
+V4_DSPARK_CP = Rule(
+    "sglang",
+    ("0.5.16", "main@006cbb66"),
+    "refuses",
+    "V4 DSpark with prefill context parallelism",
+    "sglang python/sglang/srt/models/deepseek_v4.py: NotImplementedError 'DSpark aux hidden-state capture is not "
+    f"supported together with DeepSeek-V4 prefill context parallelism'; {_DSPARK_HOOK}: 'DSpark with dp attention "
+    "does not support context parallel' (v0.5.16 wheel)",
 )
 # a rule value: the rule's number depends on the GPU and TP size (the table below)
 PER_GPU_AND_TP = "per compute capability and TP size (VLLM_FAST_ALLREDUCE_MAX_MIB)"
@@ -454,6 +483,9 @@ RULES: tuple[Rule, ...] = (
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
     DSPARK_PD_DCP1,
+    V4_EAGLE_ONLY,
+    V4_DSPARK_DP,
+    V4_DSPARK_CP,
     Rule(
         "vllm",
         VERSIONS["vllm"],
@@ -553,10 +585,12 @@ def deepep_expert_alignment_rows(engine: Engine | None) -> int:
     return int(value) if value is not None else 1
 
 
-def spec_decode_host_chain_s(engine: Engine | None, model: str, spec_decode: bool) -> float:
-    """The least a decode step of `model` lasts under `engine`'s speculative loop (its host chain), or 0."""
+def spec_decode_host_chain_s(engine: Engine | None, model: str, drafter: str | None) -> float:
+    """The least a decode step of `model` lasts under `engine`'s speculative loop (its host chain), or 0:
+    `drafter` is the drafter kind the step runs (None: speculative decoding off); the chain is EAGLE's on
+    V4's MTP block, not DSpark's (V4-Flash-0731 runs DSpark on the same backbone)."""
     rule = _engine_value(engine, "spec_decode_host_chain_s")
-    if not spec_decode or model_family(model) != "v4" or rule is None:
+    if drafter != "mtp" or model_family(model) != "v4" or rule is None:
         return 0.0
     return SGLANG_V4_EAGLE_HOST_CHAIN_S
 
@@ -566,13 +600,24 @@ def _engine_value(engine: Engine | None, rule: str) -> str | None:
     return found.value if found is not None else None
 
 
+def speculative_method(spec_decode: Mapping[str, Any], model: str) -> str | None:
+    """The drafter a scenario's `spec_decode` (as a mapping) runs for `model` (its family block's `method`, else
+    the family's default), or None with speculative decoding off."""
+    if not spec_decode.get("enabled"):
+        return None
+    key = model_family(model)
+    return (spec_decode.get(key) or {}).get("method") or family(key).spec_decode["method"]
+
+
 def engine_refusal(
-    model: str, pools: Sequence[Mapping[str, Any]], spec_decode: bool, engine: Engine | None
+    model: str, pools: Sequence[Mapping[str, Any]], spec_method: str | None, engine: Engine | None
 ) -> str | None:
     """Why `engine` would refuse to serve `model` on `pools` (a scenario's `cluster.pools`, as mappings;
-    a pool's own `engine` replaces `engine` for it), with the rule's source and version; or None."""
+    a pool's own `engine` replaces `engine` for it) with the drafter `spec_method` (None: speculative decoding
+    off), with the rule's source and version; or None."""
     reasons = []
     disaggregated = any(p["role"] != "colocated" for p in pools)
+    fam = model_family(model)
     for pool in pools:
         eng = _pool_engine(pool, engine)
         if eng is None or eng.name != "sglang":
@@ -580,7 +625,9 @@ def engine_refusal(
         cp = pool.get("prefill_context_parallel", "off")
         if cp == "zigzag":
             reasons.append(_refusal(eng, ZIGZAG_CP, pool))
-        if not (spec_decode and disaggregated and model_family(model) == "v41"):
+        if fam == "v4" and spec_method is not None:
+            reasons += [_refusal(eng, r, pool) for r in _v4_spec_refusals(eng, pool, spec_method)]
+        if not (spec_method is not None and disaggregated and fam == "v41"):
             continue
         if not eng.at_least("main@006cbb66"):
             if pool.get("dp", 1) > 1 or cp != "off":
@@ -588,6 +635,22 @@ def engine_refusal(
         elif cp != "off" and pool["role"] != "prefill":
             reasons.append(_refusal(eng, DSPARK_PD_DCP1, pool))
     return "; ".join(dict.fromkeys(reasons)) or None
+
+
+def _v4_spec_refusals(engine: Engine, pool: Mapping[str, Any], spec_method: str) -> list[Rule]:
+    """The rules of `engine` that refuse `pool` serving a DeepSeek-V4-family model with `spec_method`."""
+    version = engine.resolved_version
+    if spec_method != "dspark":
+        return []
+    if version in V4_EAGLE_ONLY.versions:
+        return [V4_EAGLE_ONLY]
+    found = []
+    dp_attention = pool.get("dp", 1) > 1
+    if dp_attention and (pool.get("moe_a2a", "link") != "link" or pool.get("tp", 1) > 1):
+        found.append(V4_DSPARK_DP)
+    if pool.get("prefill_context_parallel", "off") != "off":
+        found.append(V4_DSPARK_CP)
+    return [r for r in found if version in r.versions]
 
 
 def _pool_engine(pool: Mapping[str, Any], engine: Engine | None) -> Engine | None:
@@ -603,10 +666,9 @@ def _refusal(engine: Engine, rule: Rule, pool: Mapping[str, Any]) -> str:
 
 
 def scenario_refusal(scn: Scenario, model: str) -> str | None:
-    """`engine_refusal` of `model` on the scenario's own pools, speculative-decoding switch and engine."""
-    return engine_refusal(
-        model, [p.model_dump() for p in scn.cluster.pools], scn.spec_decode.enabled, scn.engine
-    )
+    """`engine_refusal` of `model` on the scenario's own pools, drafter and engine."""
+    method = speculative_method(scn.spec_decode.model_dump(), model)
+    return engine_refusal(model, [p.model_dump() for p in scn.cluster.pools], method, scn.engine)
 
 
 def profile_rows() -> list[dict[str, str]]:

@@ -37,8 +37,9 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         key="v4",
         label="V4",
-        # the mini: the reduced V4 served for real on one H200 (issue 14, kernels_bench/serve), V4's kernels
-        models=("deepseek-v4-flash", "deepseek-v4-flash-mini"),
+        # the mini: the reduced V4 served for real on one H200 (issue 14, kernels_bench/serve), V4's kernels;
+        # 0731: the same backbone with a DSpark drafter (`spec_decode.v4.method: dspark`)
+        models=("deepseek-v4-flash", "deepseek-v4-flash-0731", "deepseek-v4-flash-mini"),
         cache_block=V4CachePolicy,
         # V4 ships one MTP block, depth 1 (model.md §9 #1; V4 report arXiv 2606.19348 §2.1: "the same strategy
         # as V3"), chained for longer drafts (SGLang's EAGLE 3-1-4). 2 rows per sequence at 1 draft token =

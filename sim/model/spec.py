@@ -2,7 +2,9 @@
 
 A YAML file may describe its layers compactly (`layer_groups`, each naming a set of layers such as
 "2-42/2"); loading expands them into the explicit per-layer table `ModelSpec.layers` and checks that the
-cross-layer references (KV source, index-key source, reused selection) are consistent.
+cross-layer references (KV source, index-key source, reused selection) are consistent. A later checkpoint of a
+model names it as `base:` and gives only the top-level sections it changes; each replaces the base's section
+whole (no merging inside a section), so what the file holds is exactly what differs.
 Every constant in the YAML files cites its section of model.md (shared/reference/model.md).
 """
 
@@ -441,7 +443,23 @@ def load_model(name: str) -> ModelSpec:
     if name not in names:
         raise InputError("unknown model", where="model", value=name, allowed=names)
     path = SPECS_DIR / f"{name}.yaml"
-    return parse_model(parse_yaml(path.read_text(), file=str(path)), file=str(path))
+    return parse_model(_with_base(parse_yaml(path.read_text(), file=str(path)), str(path), names), file=str(path))
+
+
+def _with_base(raw: object, file: str, names: list[str]) -> object:
+    """A spec naming `base:` as the base's sections with its own replacing them whole; one level only (a base
+    is a complete spec), so a file never depends on a chain."""
+    if not isinstance(raw, dict) or "base" not in raw:
+        return raw
+    base = raw["base"]
+    if base not in names:
+        raise InputError("unknown base model", file=file, where="base", value=base, allowed=names)
+    base_path = SPECS_DIR / f"{base}.yaml"
+    base_raw = parse_yaml(base_path.read_text(), file=str(base_path))
+    if not isinstance(base_raw, dict) or "base" in base_raw:
+        raise InputError("a base must be a complete spec, not one with a base of its own", file=file,
+                         where="base", value=base, allowed="a spec without `base:`")  # fmt: skip
+    return {**base_raw, **{k: v for k, v in raw.items() if k != "base"}}
 
 
 def parse_model(raw: object, *, file: str | None = None) -> ModelSpec:

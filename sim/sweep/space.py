@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config.engine_rules import Engine, engine_refusal, pool_step_rules
+from sim.config.engine_rules import Engine, engine_refusal, pool_step_rules, speculative_method
 from sim.errors import InputError
 from sim.model import load_model, resolve_prefill_mode
 from sim.plan.backend import SimBackend
@@ -352,7 +352,6 @@ def run_space(
     from sim.config.scheduler import Scheduler
 
     backend = SimBackend()
-    spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
     engine = Engine.model_validate(template["engine"]) if template.get("engine") else None
     rows, sweeps = [], {}
     for dep in deps:
@@ -362,7 +361,8 @@ def run_space(
         for model in model_names(template):
             doc = apply_overrides(scenario, backend.model_overrides(scenario, model))
             reason = backend.inspect(doc, model, file=f"deployment {dep.label}").prune_reason
-            reason = reason or engine_refusal(model, dep.pools, spec_on, engine)
+            method = speculative_method(template.get("spec_decode") or {}, model)
+            reason = reason or engine_refusal(model, dep.pools, method, engine)
             if reason:
                 pruned[model] = reason
             else:
@@ -380,5 +380,6 @@ def run_space(
                        ttft_limit_s, tpot_percentile)  # fmt: skip
             rows.append({**row, "prefill_modes": prefill_modes(dep, template, model), "scheduler": limits})
     sch = Scheduler.model_validate(template.get("scheduler") or {}).model_dump()
+    spec_on = bool((template.get("spec_decode") or {}).get("enabled"))
     composition = pool_step_rules(engine, {"role": "colocated", "dp": 1}, spec_on, sch).step_composition
     return SpaceResult(gpus, target_tpot_s, ttft_limit_s, rows, sweeps, composition, tpot_percentile)

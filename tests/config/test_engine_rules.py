@@ -30,16 +30,16 @@ def test_the_main_job_names_sglang_and_its_newest_rule_starts_it():
     assert scn.engine == NEW and NEW.resolved_version == VERSIONS["sglang"][-1] == "main@006cbb66"
     for model in (V4, V41):  # each on its own deployment (models[].pools, else cluster.pools)
         pools = [p.model_dump() for p in scn.for_model(model).cluster.pools]
-        assert engine_refusal(model, pools, True, NEW) is None, model
+        assert engine_refusal(model, pools, "dspark" if model == V41 else "mtp", NEW) is None, model
     cell = [
         _pool("prefill", prefill_context_parallel="round_robin"),
         _pool("decode", dp=8),
     ]  # the 1P + 1D cell
-    refusal = engine_refusal(V41, cell, True, OLD)  # the rule as SGLang first added DSpark PD
+    refusal = engine_refusal(V41, cell, "dspark", OLD)  # the rule as SGLang first added DSpark PD
     assert (
         "sglang 0.5.16 would not start" in refusal and "PR #38949" in refusal and "DP=1 and CP=1" in refusal
     )
-    assert engine_refusal(V4, cell, True, OLD) is None  # V4's MTP: no such rule
+    assert engine_refusal(V4, cell, "mtp", OLD) is None  # V4's MTP: no such rule
 
 
 @pytest.mark.parametrize(
@@ -75,17 +75,44 @@ def test_the_main_job_names_sglang_and_its_newest_rule_starts_it():
     ],
 )
 def test_sglang_dspark_pd_rule_as_it_changed(pools, spec_decode, old, new):
-    assert (engine_refusal(V41, pools, spec_decode, OLD) is not None) is old
-    assert (engine_refusal(V41, pools, spec_decode, NEW) is not None) is new
+    method = "dspark" if spec_decode else None
+    assert (engine_refusal(V41, pools, method, OLD) is not None) is old
+    assert (engine_refusal(V41, pools, method, NEW) is not None) is new
 
 
 def test_vllm_and_no_engine_refuse_nothing_sim_can_express():
     pools = [_pool("prefill", dp=8), _pool("decode", prefill_context_parallel="round_robin")]
-    assert engine_refusal(V41, pools, True, Engine(name="vllm")) is None
-    assert engine_refusal(V41, pools, True, None) is None
+    assert engine_refusal(V41, pools, "dspark", Engine(name="vllm")) is None
+    assert engine_refusal(V41, pools, "dspark", None) is None
     # a pool's own engine replaces the scenario's for that pool
-    assert engine_refusal(V41, [{**pools[0], "engine": {"name": "sglang", "version": "0.5.15"}}, pools[1]], True,
+    assert engine_refusal(V41, [{**pools[0], "engine": {"name": "sglang", "version": "0.5.15"}}, pools[1]], "dspark",
                           Engine(name="vllm")) is not None  # fmt: skip
+
+
+V4_0731 = "deepseek-v4-flash-0731"
+
+
+@pytest.mark.parametrize(
+    ("pool", "version", "refused"),
+    [
+        (_pool("colocated", tp=4), "0.5.15", "Only EAGLE"),  # 0.5.15 has no DSpark
+        (_pool("colocated", tp=4), "0.5.16", None),  # the cookbook's low-latency / balanced DSpark cells
+        (_pool("colocated", tp=8), "main@006cbb66", None),
+        (_pool("colocated", tp=1, dp=8, moe_a2a="deepep"), "0.5.16", "built-in TP MoE"),
+        (_pool("colocated", tp=1, dp=8, moe_a2a="megamoe"), "0.5.16", "built-in TP MoE"),
+        (_pool("colocated", tp=2, dp=4), "0.5.16", "attn_tp == 1"),
+        (_pool("colocated", tp=1, dp=8), "0.5.16", None),  # DP attention with the TP MoE and attention TP 1
+        (_pool("prefill", tp=4, prefill_context_parallel="round_robin"), "0.5.16", "prefill context parallelism"),
+    ],
+)
+def test_sglang_v4_dspark_rules(pool, version, refused):
+    """DSpark on V4's backbone (0731) as SGLang's v0.5.16 speculative hook and DSpark worker check it."""
+    refusal = engine_refusal(V4_0731, [pool], "dspark", Engine(name="sglang", version=version))
+    assert refusal is None if refused is None else refused in refusal
+    assert engine_refusal(V4, [pool], "mtp", Engine(name="sglang", version=version)) is None or (
+        pool["prefill_context_parallel"] != "off"
+    )  # EAGLE on the MTP block: none of these
+    assert engine_refusal(V4_0731, [pool], None, Engine(name="sglang", version=version)) is None
 
 
 def test_step_rules_follow_the_engine_unless_the_scheduler_sets_them():

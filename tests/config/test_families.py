@@ -31,6 +31,7 @@ def test_every_family_has_its_blocks_models_prices_and_kernel_key():
         assert f.predecessor is None or f.predecessor in family_names()
     assert servable_models() == [
         "deepseek-v4-flash",
+        "deepseek-v4-flash-0731",
         "deepseek-v4-flash-mini",
         "deepseek-v4.1-flash",
         "deepseek-v4.1-flash-mini",

@@ -135,7 +135,7 @@ def test_generator_workload_loads(folder):
     ("changes", "path", "fragment"),
     [
         pytest.param({"models__0": "gpt-5"}, "models[0].name", "unknown model (got 'gpt-5'); allowed: "
-                     "deepseek-v4-flash, deepseek-v4-flash-mini, deepseek-v4.1-flash", id="unknown-model"),
+                     "deepseek-v4-flash, deepseek-v4-flash-0731, deepseek-v4-flash-mini, deepseek-v4.1-flash", id="unknown-model"),
         pytest.param({"hardware": "nvidia-h300"}, "hardware", "unknown hardware profile (got 'nvidia-h300')",
                      id="unknown-hardware"),
         pytest.param({"cluster__pools__0__nodes": -2}, "cluster.pools[0].nodes",

@@ -65,6 +65,7 @@ def test_list_json():
         "deepseek-llm-67b",
         "deepseek-v3.2",
         "deepseek-v4-flash",
+        "deepseek-v4-flash-0731",
         "deepseek-v4-flash-mini",
         "deepseek-v4.1-flash",
         "deepseek-v4.1-flash-mini",

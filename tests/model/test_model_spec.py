@@ -22,6 +22,7 @@ def test_model_names():
         "deepseek-llm-67b",
         "deepseek-v3.2",
         "deepseek-v4-flash",
+        "deepseek-v4-flash-0731",
         "deepseek-v4-flash-mini",
         "deepseek-v4.1-flash",
         "deepseek-v4.1-flash-mini",
@@ -34,7 +35,8 @@ def test_unknown_model_names_the_allowed_ones():
         load_model("deepseek-v5")
     assert str(err.value) == (
         "model: unknown model (got 'deepseek-v5'); allowed: "
-        "deepseek-llm-67b, deepseek-v3.2, deepseek-v4-flash, deepseek-v4-flash-mini, deepseek-v4.1-flash, "
+        "deepseek-llm-67b, deepseek-v3.2, deepseek-v4-flash, deepseek-v4-flash-0731, deepseek-v4-flash-mini, "
+        "deepseek-v4.1-flash, "
         "deepseek-v4.1-flash-mini, qwen3-coder-30b-a3b"
     )
 
@@ -110,3 +112,39 @@ def test_yaml_constants_cite_model_md():
     for name in (V4, V41):
         text = (SPECS_DIR / f"{name}.yaml").read_text()
         assert text.count("§") >= 20, name
+
+
+V4_0731 = "deepseek-v4-flash-0731"
+
+
+def test_a_later_checkpoint_takes_its_base_whole_but_for_the_sections_it_gives():
+    """0731 is V4-Flash's backbone with a DSpark drafter (model.md §2 "Later variant"): every other section equal."""
+    base, later = load_model(V4).model_dump(), load_model(V4_0731).model_dump()
+    own = {"name", "display_name", "notes", "drafter", "published"}
+    assert {k for k in base if base[k] != later[k]} == own
+    d = load_model(V4_0731).drafter
+    assert (d.kind, d.blocks, d.draft_tokens, d.target_layers) == ("dspark", 3, 5, [40, 41, 42])
+    assert d.extra.linears["main_proj"] == [3 * 4096, 4096]  # the 3 target layers' hidden states -> hidden
+
+
+def _specs_dir(tmp_path, monkeypatch, files: dict[str, str]):
+    import sim.model.spec as spec_module
+
+    for name in (V4,):
+        (tmp_path / f"{name}.yaml").write_text((SPECS_DIR / f"{name}.yaml").read_text())
+    for name, text in files.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    monkeypatch.setattr(spec_module, "SPECS_DIR", tmp_path)
+
+
+def test_a_base_that_is_unknown_or_has_a_base_itself_is_refused(tmp_path, monkeypatch):
+    _specs_dir(tmp_path, monkeypatch, {
+        "a": "base: deepseek-v5\nname: a\n",
+        "b": f"base: {V4}\nname: b\n",
+        "c": "base: b\nname: c\n",
+    })  # fmt: skip
+    with pytest.raises(InputError, match=r"a\.yaml: base: unknown base model \(got 'deepseek-v5'\)"):
+        load_model("a")
+    assert load_model("b").hidden == load_model(V4).hidden
+    with pytest.raises(InputError, match=r"c\.yaml: base: a base must be a complete spec"):
+        load_model("c")

@@ -146,16 +146,16 @@ def test_the_search_prunes_what_the_named_engine_refuses():
     # SGLang's validate_deepseek_v41_features as PR #38949 added DSpark PD: "... DP=1 and CP=1"
     old, new = Engine(name="sglang", version="0.5.16"), Engine(name="sglang")
     v41 = "deepseek-v4.1-flash"
-    refused = {d.label for d in deployments(16, 8) if engine_refusal(v41, d.pools, True, old)}
+    refused = {d.label for d in deployments(16, 8) if engine_refusal(v41, d.pools, "dspark", old)}
     assert "P8 dp8x1 : D8 dp8x1" in refused and "P8 tp4x2 : D8 dp8x1" in refused
     assert "P4 cp4x1 : D12 tp4x3" in refused
     assert not {"agg dp8x2", "agg cp4x4", "P8 tp4x2 : D8 tp4x2", "P12 tp4x3 : D4 tp4x1"} & refused
     dep = next(d for d in deployments(16, 8) if d.label == "P8 dp8x1 : D8 dp8x1")
-    assert engine_refusal(v41, dep.pools, False, old) is None  # no DSpark
-    assert engine_refusal("deepseek-v4-flash", dep.pools, True, old) is None  # V4's MTP
+    assert engine_refusal(v41, dep.pools, None, old) is None  # no DSpark
+    assert engine_refusal("deepseek-v4-flash", dep.pools, "mtp", old) is None  # V4's MTP
     # main@006cbb66 accepts DP attention and interleaved prefill CP with DP 1; vLLM and no engine refuse none
-    assert not {d.label for d in deployments(16, 8) if engine_refusal(v41, d.pools, True, new)}
+    assert not {d.label for d in deployments(16, 8) if engine_refusal(v41, d.pools, "dspark", new)}
     assert not {
-        d.label for d in deployments(16, 8) if engine_refusal(v41, d.pools, True, Engine(name="vllm"))
+        d.label for d in deployments(16, 8) if engine_refusal(v41, d.pools, "dspark", Engine(name="vllm"))
     }
-    assert engine_refusal(v41, dep.pools, True, None) is None
+    assert engine_refusal(v41, dep.pools, "dspark", None) is None
