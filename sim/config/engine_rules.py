@@ -480,6 +480,24 @@ RULES: tuple[Rule, ...] = (
         "the next step); read in the v0.5.15 wheel; the chain's size estimated 9-13 ms, not profiled [D] "
         "(docs/engines_and_validation.md sections 15 and 18); V4.1's DSpark drafter is graphed: no floor [D]",
     ),
+    Rule(
+        "sglang",
+        ("0.5.16", "main@006cbb66"),
+        "dspark_verify",
+        "static: every decoding sequence verifies its whole block, dspark_block_size + 1 rows",
+        "sglang srt/environ.py SGLANG_RAGGED_VERIFY_MODE default 'static' (v0.5.16 wheel): no confidence head built, "
+        "no verify planner (speculative/dspark_components/dspark_worker_v2.py); the cap-accept / compact prefixes "
+        "are opt-in; main@006cbb66's DSpark PD rule 'requires static verify'; sim's spec_decode.<family>.verify_rows "
+        "default (null = 1 + draft_tokens) (docs/engines_and_validation.md section 38)",
+    ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "dspark_verify",
+        "the whole block unless --speculative-config enable_adaptive_verification (its default not read [D])",
+        "InferenceX's V4.1 golden acceptance (3.51, sim/model/acceptance.yaml) was measured with adaptive "
+        "verification off; vLLM's own default not re-read (docs/engines_and_validation.md section 38)",
+    ),
     ZIGZAG_CP,
     DSPARK_PD_DP1_CP1,
     DSPARK_PD_DCP1,

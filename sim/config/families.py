@@ -53,11 +53,11 @@ FAMILIES: tuple[Family, ...] = (
         # the mini: the reduced V4.1 served for real on one H200 (issue 14, kernels_bench/serve/model41.py)
         models=("deepseek-v4.1-flash", "deepseek-v4.1-flash-mini"),
         cache_block=V41CachePolicy,
-        # DSpark drafts blocks of 5 (model.md §10 [A]) and verifies a confidence-scheduled prefix: FlashMLA's
-        # V4.1 production decode cases use s_q = 4 (kernels.md §3.1 [A]) -> 4 rows. Acceptance: measured, 3.51
-        # on SPEED-Bench coding (sim/model/acceptance.yaml; 2.5 was assumed before issue 29), with adaptive
-        # verification off (6 rows verified); with the 4 rows sim verifies it may be lower [D].
-        spec_decode={"method": "dspark", "draft_tokens": 5, "verify_rows": 4},
+        # DSpark drafts blocks of 5 (model.md §10 [A]) and the engines verify the whole block, 6 rows (SGLang's
+        # static verify by default, engine rule `dspark_verify`; a confidence-scheduled prefix is opt-in).
+        # Acceptance: measured, 3.51 on SPEED-Bench coding (sim/model/acceptance.yaml; 2.5 was assumed before
+        # issue 29), with adaptive verification off: the same 6 rows.
+        spec_decode={"method": "dspark", "draft_tokens": 5},
         predecessor="v4",
     ),
 )

@@ -301,7 +301,7 @@ def test_cli_fields_lists_every_leaf_with_defaults():
     rows = {r["field"]: r for r in json.loads(result.stdout)}
     assert rows["cache.v41.global_retention_s"]["default"] == "259200.0"
     assert rows["spec_decode.v41.draft_tokens"]["default"] == "5"
-    assert rows["spec_decode.v41.verify_rows"]["default"] == "4"
+    assert rows["spec_decode.v41.verify_rows"]["default"] == "None"  # 1 + draft_tokens: the whole block (engine rule dspark_verify)
     assert rows["spec_decode.v4.verify_rows"]["default"] == "None"  # 1 + draft_tokens
     assert "verify step" in rows["spec_decode.v4.accepted_tokens_per_step"]["description"]
     assert rows["models[].accepted_tokens_per_step"]["type"] == "float | None"

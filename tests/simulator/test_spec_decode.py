@@ -13,7 +13,7 @@ def test_a_models_own_acceptance_reaches_its_engines(tmp_path):
     models = [{"name": V4}, {"name": V41, "accepted_tokens_per_step": 3.0}]
     summary = run_scenario(scenario(tmp_path, trace, models=models, spec_decode={"enabled": True})).summary
     assert summary["models"][V41]["spec_decode"] == {
-        "enabled": True, "method": "dspark", "accepted_tokens_per_step": 3.0, "draft_tokens": 5, "verify_rows": 4,
+        "enabled": True, "method": "dspark", "accepted_tokens_per_step": 3.0, "draft_tokens": 5, "verify_rows": 6,
         "acceptance_source": "models[].accepted_tokens_per_step", "workload_kind": "coding",
     }  # fmt: skip
     v4 = summary["models"][V4]["spec_decode"]

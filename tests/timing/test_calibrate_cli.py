@@ -26,6 +26,7 @@ def test_show_h200_json(h200_tables):
     models = {d["model"] for d in comp["decode"]}
     assert models == {
         "deepseek-v4-flash",
+        "deepseek-v4-flash-0731",
         "deepseek-v4-flash-mini",
         "deepseek-v4.1-flash",
         "deepseek-v4.1-flash-mini",
