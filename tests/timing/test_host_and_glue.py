@@ -378,6 +378,13 @@ def test_sglang_v4_mtp_pools_take_the_engines_decode_rules_unless_the_scenario_s
     assert timing(spec_decode={"enabled": False})._decode_floor_s == 0.0
     dspark = {**base["spec_decode"], "v41": {"method": "dspark", "draft_tokens": 5}}
     assert timing("deepseek-v4.1-flash", spec_decode=dspark)._decode_floor_s == 0.0
+    # V4's own backbone with DSpark (0731): the chain is EAGLE's on the MTP block, not the family's; the engine
+    # verifies the whole block (6 rows) and the step carries the drafter's 3 blocks
+    v4_dspark = {**base["spec_decode"], "v4": {"method": "dspark", "draft_tokens": 5}}
+    ds = timing("deepseek-v4-flash-0731", spec_decode=v4_dspark)
+    assert ds._decode_floor_s == 0.0 and ds._decode_cut_s > 0
+    assert ds.verified_tokens_per_step == 6 and ds.accepted_tokens_per_step == 5.45  # repeated_text, PR #33083
+    assert ds._draft_share > t._draft_share > 0
 
 
 def test_the_host_time_a_launch_is_the_committed_measurements_mean():
