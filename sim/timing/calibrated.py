@@ -472,10 +472,11 @@ class CalibratedTiming(RooflineTiming):
         self._cp_on = self.cp.on and not prefill_through_decode
         self.host = host
         self._host_on = host.enabled
-        # the least a step with chunks lasts, run eagerly: the target's layers and, with a drafter, its blocks
-        # (V4's MTP 1, V4.1's DSpark 3), which extend the same prompt in the step (sim.timing.host)
+        # the least a step with chunks lasts, run eagerly: the target's layers and, with an MTP drafter, its block,
+        # which extends the same prompt in the step (sim.timing.host); DSpark only injects the prompt's target rows
+        # into its blocks' KV, a handful of launches, not a block pass (docs/engines_and_validation.md section 40)
         drafter = arith.spec.drafter
-        draft_layers = drafter.blocks if drafter is not None and draft_tokens > 0 else 0
+        draft_layers = drafter.blocks if drafter is not None and drafter.kind == "mtp" and draft_tokens > 0 else 0
         self._eager_floor_s = host.eager_floor_s(arith.layers + draft_layers)
         spec = arith.spec
         # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name

@@ -89,9 +89,9 @@ def test_an_eager_step_lasts_at_least_its_host_issue_time(one_gpu, context):
     dp = build_calibrated(replace(dp_ctx, host=HostCosts(eager_step_s=top)))
     assert dp.step_s(64, dp_terms, chunk) == top and dp.rank_step_s(64, dp_terms, chunk) == top
     assert dp.step_s(64, dp_terms, ()) == dp_plain.step_s(64, dp_terms, ())
-    # a drafter's blocks extend the prompt in the same step: V4's one MTP block, V4.1's three DSpark blocks
+    # V4's MTP block extends the prompt in the same step; V4.1's DSpark only injects the rows into its blocks' KV
     per_layer = HostCosts(eager_per_layer_s=1.0)  # a floor far above any step: the step is the floor
-    for model, draft, blocks in (("deepseek-v4-flash", 1, 1), ("deepseek-v4.1-flash", 5, 3)):
+    for model, draft, blocks in (("deepseek-v4-flash", 1, 1), ("deepseek-v4.1-flash", 5, 0)):
         ctx = context(
             model, tp=1, ep=8, dp=1, accepted_tokens_per_step=1.5, draft_tokens=draft, host=per_layer
         )
@@ -313,6 +313,12 @@ def test_an_sglang_v4_pool_takes_its_engines_eager_floor_unless_the_scenario_set
     assert floor(timing={"host": {"eager_step_s": 0, "eager_per_layer_s": 0}}) == 0.0
     assert floor(timing={"host": {"eager_step_s": 0.01}}) == pytest.approx(0.01 + 1855 * HOST_S_PER_LAUNCH)
     assert floor(engine={"name": "vllm"}) == 0.0
+    # a drafter's block counts where it runs over the prompt (EAGLE's MTP extend), not DSpark's KV injection
+    mtp = {"enabled": True, "workload_kind": "repeated_text", "v4": {"method": "mtp", "draft_tokens": 1}}
+    dspark = {"enabled": True, "workload_kind": "repeated_text", "v4": {"method": "dspark", "draft_tokens": 5}}
+    per_layer = 1855 * HOST_S_PER_LAUNCH / 43
+    assert floor(spec_decode=mtp) == pytest.approx(floor() + per_layer)
+    assert floor(spec_decode=dspark, models=["deepseek-v4-flash-0731"]) == pytest.approx(floor())
 
 
 def test_a_decode_step_lasts_at_least_the_engines_host_chain(one_gpu):
