@@ -157,7 +157,8 @@ class SpecDecodeFamily(StrictModel):
     target verifies per step (its query rows per sequence) and how many it keeps on average."""
 
     method: Literal["mtp", "dspark"] = Field(
-        description="the drafter: mtp (V4's multi-token-prediction block) or dspark (V4.1's 3-block drafter)"
+        description="the drafter: mtp (V4-Flash's multi-token-prediction block) or dspark (the 3-block DSpark "
+        "drafter of V4.1-Flash and V4-Flash-0731)"
     )
     accepted_tokens_per_step: float | None = Field(
         None,

@@ -443,7 +443,8 @@ def load_model(name: str) -> ModelSpec:
     if name not in names:
         raise InputError("unknown model", where="model", value=name, allowed=names)
     path = SPECS_DIR / f"{name}.yaml"
-    return parse_model(_with_base(parse_yaml(path.read_text(), file=str(path)), str(path), names), file=str(path))
+    raw = _with_base(parse_yaml(path.read_text(), file=str(path)), str(path), names)
+    return parse_model(raw, file=str(path))
 
 
 def _with_base(raw: object, file: str, names: list[str]) -> object:

@@ -102,7 +102,11 @@ V4_0731 = "deepseek-v4-flash-0731"
         (_pool("colocated", tp=1, dp=8, moe_a2a="megamoe"), "0.5.16", "built-in TP MoE"),
         (_pool("colocated", tp=2, dp=4), "0.5.16", "attn_tp == 1"),
         (_pool("colocated", tp=1, dp=8), "0.5.16", None),  # DP attention with the TP MoE and attention TP 1
-        (_pool("prefill", tp=4, prefill_context_parallel="round_robin"), "0.5.16", "prefill context parallelism"),
+        (
+            _pool("prefill", tp=4, prefill_context_parallel="round_robin"),
+            "0.5.16",
+            "prefill context parallelism",
+        ),
     ],
 )
 def test_sglang_v4_dspark_rules(pool, version, refused):
