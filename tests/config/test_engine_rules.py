@@ -11,7 +11,15 @@ import yaml
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.config.engine_rules import VERSIONS, Engine, StepRules, engine_refusal, pool_step_rules, profile_rows
+from sim.config.engine_rules import (
+    VERSIONS,
+    Engine,
+    StepRules,
+    engine_refusal,
+    pool_step_rules,
+    profile_rows,
+    speculative_method,
+)
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import load_scenario
 from sim.errors import InputError
@@ -117,6 +125,13 @@ def test_sglang_v4_dspark_rules(pool, version, refused):
         pool["prefill_context_parallel"] != "off"
     )  # EAGLE on the MTP block: none of these
     assert engine_refusal(V4_0731, [pool], None, Engine(name="sglang", version=version)) is None
+
+
+def test_the_drafter_a_scenario_runs_is_its_family_blocks_method_or_the_familys_default():
+    on = {"enabled": True}
+    assert speculative_method({"enabled": False, "v4": {"method": "dspark"}}, V4_0731) is None
+    assert speculative_method(on, V4) == "mtp" and speculative_method(on, V41) == "dspark"
+    assert speculative_method({**on, "v4": {"method": "dspark", "draft_tokens": 5}}, V4_0731) == "dspark"
 
 
 def test_step_rules_follow_the_engine_unless_the_scheduler_sets_them():
