@@ -496,7 +496,7 @@ RULES: tuple[Rule, ...] = (
         "dspark_verify",
         "the whole block unless --speculative-config sets enable_adaptive_verification (default false)",
         "vllm/config/speculative.py SpeculativeConfig.enable_adaptive_verification: bool = False, 'Currently only "
-        "supported for method=\"dspark\"' (read in the zyongye/vllm mirror at 91a893de, 2026-08-20; the versions "
+        "supported for method dspark' (read in the zyongye/vllm mirror at 91a893de, 2026-08-20; the versions "
         "sim knows taken the same [D]); InferenceX's V4.1 golden acceptance (3.51) was measured with it off "
         "(docs/engines_and_validation.md section 38)",
     ),
