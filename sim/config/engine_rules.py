@@ -6,7 +6,8 @@ A profile decides, per pool: how a colocated step combines prefill chunks with t
 speculative decoding), how DP-attention ranks share the prefill budget (`dp_prefill_budget`) and the
 running-request cap (`dp_running_cap`), the KV block size, where its prefix cache keeps DeepSeek-V4's sliding
 windows (`swa_checkpoints`), what a decode step costs beyond its kernels (`decode_layer_term`,
-`spec_decode_host_chain_s`), and which speculative-decoding /
+`spec_decode_host_chain_s`), how many rows a DSpark step verifies (`dspark_verify`: the whole block, which is
+`spec_decode.<family>.verify_rows`'s default), and which speculative-decoding /
 disaggregation / context-parallel combinations the engine starts at all. `sim run` (each model's summary `engine_refusal`) and `sim scenario check` say when the
 named engine would refuse a deployment, and the deployment search (sim.sweep.space) prunes it; a
 refusal names its source and the version it was read from. The simulator would still simulate a
