@@ -121,9 +121,8 @@ def test_sglang_v4_dspark_rules(pool, version, refused):
     """DSpark on V4's backbone (0731) as SGLang's v0.5.16 speculative hook and DSpark worker check it."""
     refusal = engine_refusal(V4_0731, [pool], "dspark", Engine(name="sglang", version=version))
     assert refusal is None if refused is None else refused in refusal
-    assert engine_refusal(V4, [pool], "mtp", Engine(name="sglang", version=version)) is None or (
-        pool["prefill_context_parallel"] != "off"
-    )  # EAGLE on the MTP block: none of these
+    # EAGLE on the MTP block: none of these
+    assert engine_refusal(V4, [pool], "mtp", Engine(name="sglang", version=version)) is None
     assert engine_refusal(V4_0731, [pool], None, Engine(name="sglang", version=version)) is None
 
 
