@@ -476,8 +476,9 @@ class CalibratedTiming(RooflineTiming):
         # which extends the same prompt in the step (sim.timing.host); DSpark only injects the prompt's target rows
         # into its blocks' KV, a handful of launches, not a block pass (docs/engines_and_validation.md section 40)
         drafter = arith.spec.drafter
-        mtp = drafter is not None and drafter.kind == "mtp" and draft_tokens > 0
-        draft_layers = drafter.blocks if mtp and drafter is not None else 0
+        draft_layers = 0
+        if drafter is not None and drafter.kind == "mtp" and draft_tokens > 0:
+            draft_layers = drafter.blocks
         self._eager_floor_s = host.eager_floor_s(arith.layers + draft_layers)
         spec = arith.spec
         # keyed by the layer structure too: a reduced-depth variant (sim.timing.forward) keeps the name
