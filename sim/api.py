@@ -37,7 +37,7 @@ from sim.cluster.simpy_loop import SimPyLoop
 from sim.config.engine_rules import scenario_refusal
 from sim.config.errors import validate_or_raise
 from sim.config.scenario import Scenario, load_scenario
-from sim.config.workload import Benchmark
+from sim.config.workload import Benchmark, TraceQuantileDraw
 from sim.errors import InputError
 from sim.extensions import event_loop_of, load_extensions, start_extensions
 from sim.metrics.invariants import check_run
@@ -49,7 +49,7 @@ from sim.processes import run_jobs
 from sim.rng import RngStreams
 from sim.timing.arith import build_arith
 from sim.workload.arrivals import Arrivals, BenchmarkArrivals, iter_trace_columns
-from sim.workload.bench_clients import ClientLengths, sglang_random_lengths
+from sim.workload.bench_clients import ClientLengths, sglang_random_lengths, trace_quantile_lengths
 from sim.workload.io import arrow_without_pandas, trace_info
 
 # progress(model_name, model_index, models, simulated_s, requests_ended, requests_expected)
@@ -308,6 +308,10 @@ def _client_lengths(b: Benchmark, prompts: int | None) -> ClientLengths | None:
     draw = b.lengths_drawn_by
     if draw is None or prompts is None:  # the config requires max_requests with a draw
         return None
+    if isinstance(draw, TraceQuantileDraw):  # a closed loop: up to C sessions end cut short
+        return trace_quantile_lengths([(p.q, p.tokens) for p in draw.input_quantiles],
+                                      [(p.q, p.tokens) for p in draw.output_quantiles],
+                                      prompts, b.turns_per_session, b.concurrency or 0, draw.seed)  # fmt: skip
     return sglang_random_lengths(b.isl_tokens, b.osl_tokens, prompts, draw.range_ratio, draw.seed)
 
 

@@ -146,7 +146,9 @@ def _benchmark_seed(b) -> str:
     drawn = []
     if b.lengths_drawn_by is not None:
         c = b.lengths_drawn_by
-        drawn_by = f"request lengths: {c.client}'s own draws (its seed {c.seed}, not the scenario's)"
+        drawn_by = (f"request lengths: {c.client}'s own draws (its seed {c.seed}, not the scenario's)"
+                    if c.client != "trace_quantiles" else
+                    f"request lengths: drawn from the trace's quantiles (seed {c.seed}, not the scenario's)")  # fmt: skip
         if b.request_rate_per_s is None:
             return "nothing from the scenario's seed; " + drawn_by
         return "the benchmark client's Poisson arrival times; " + drawn_by

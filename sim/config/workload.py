@@ -9,12 +9,13 @@ as validation context (`base_dir`), and the validated model holds absolute paths
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config.base import MAX_DURATION_S, StrictModel
 from sim.config.errors import Problem, field_error, raise_problems
+from sim.config.yamlio import read_yaml_mapping
 
 
 class ClientDraw(StrictModel):
@@ -33,6 +34,76 @@ class ClientDraw(StrictModel):
         le=1,
         description="the client's --random-range-ratio (0.0: its default, lengths in [1, full])",
     )
+
+
+class QuantilePoint(StrictModel):
+    """One point of a published length distribution: the share `q` of requests at or below `tokens`."""
+
+    q: float = Field(ge=0, le=1, description="the quantile (0 = the shortest request, 1 = the longest)")
+    tokens: int = Field(ge=1, description="the length at that quantile, tokens")
+    src: str | None = Field(None, description="where the point comes from (or [D] and why it was chosen)")
+
+
+# Published traces whose quantiles sim holds, by name (published_traces.yaml beside this module).
+PUBLISHED_TRACES: dict[str, dict] = read_yaml_mapping(Path(__file__).with_name("published_traces.yaml"))
+
+
+class TraceQuantileDraw(StrictModel):
+    """Lengths of a trace the client replays row by row when the rows are not at hand, only the trace's
+    published quantiles: each request's input and output drawn independently (their joint distribution is
+    rarely published), log-linear between the quantiles given. The drawn inputs are sorted and cut into
+    sessions of `turns_per_session` neighbouring lengths, growing turn by turn, and the sessions sent in a
+    shuffled order: so each turn can reuse `prefix_reuse_frac` of its input from the previous turn's
+    context (an agent's context grows a little each turn) while the inputs keep the published
+    distribution. `workload.max_requests` is the trace's row count; `isl_tokens` / `osl_tokens` are then
+    only the trace's nominal lengths (sim.workload.bench_clients)."""
+
+    client: Literal["trace_quantiles"] = Field(description="draws from a trace's published length quantiles")
+    trace: str | None = Field(
+        None, description="a published trace sim holds the quantiles of (sim/config/published_traces.yaml)"
+    )
+    input_quantiles: list[QuantilePoint] | None = Field(
+        None, description="input tokens from q 0 to q 1, both non-decreasing (default: the named trace's)"
+    )
+    output_quantiles: list[QuantilePoint] | None = Field(
+        None, description="output tokens from q 0 to q 1, both non-decreasing (default: the named trace's)"
+    )
+    seed: int = Field(0, ge=0, lt=2**32, description="seed of the draws and of the session order")
+
+    @field_validator("trace")
+    @classmethod
+    def _known_trace(cls, name: str | None) -> str | None:
+        if name is not None and name not in PUBLISHED_TRACES:
+            raise field_error(f"no published trace {name!r}", sorted(PUBLISHED_TRACES))
+        return name
+
+    @field_validator("input_quantiles", "output_quantiles")
+    @classmethod
+    def _a_distribution(cls, points: list[QuantilePoint] | None) -> list[QuantilePoint] | None:
+        if points is None:
+            return None
+        qs = [p.q for p in points]
+        if len(points) < 2 or qs[0] != 0.0 or qs[-1] != 1.0:
+            raise field_error(f"quantiles run from {qs[0]:g} to {qs[-1]:g}", "the first q 0 and the last q 1")
+        for a, b in zip(points, points[1:], strict=False):
+            if b.q <= a.q or b.tokens < a.tokens:
+                raise field_error(
+                    f"q {b.q:g} ({b.tokens} tokens) after q {a.q:g} ({a.tokens} tokens)",
+                    "q strictly increasing, tokens non-decreasing",
+                )
+        return points
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_the_trace(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        published = PUBLISHED_TRACES.get(data.get("trace") or "", {})
+        missing = [name for name in ("input_quantiles", "output_quantiles") if data.get(name) is None]
+        if missing and not published and data.get("trace") is None:
+            raise_problems([Problem(name, "no quantiles and no published trace named",
+                                    allowed="trace: a published trace, or both quantile lists") for name in missing])  # fmt: skip
+        return {**data, **{name: published[name] for name in missing if published}}
 
 
 class Benchmark(StrictModel):
@@ -55,8 +126,10 @@ class Benchmark(StrictModel):
     turns_per_session: int = Field(
         20, ge=1, description="turns of one session; its first turn shares nothing with earlier ones"
     )  # a choice [D]: with 0.9 reuse, 20 turns give 85.5% reused input over all requests
-    lengths_drawn_by: ClientDraw | None = Field(
-        None, description="each request's lengths as this client draws them (replaces length_jitter_frac)"
+    lengths_drawn_by: ClientDraw | TraceQuantileDraw | None = Field(
+        None,
+        discriminator="client",
+        description="each request's lengths as this client draws them (replaces length_jitter_frac)",
     )
 
     @model_validator(mode="after")
@@ -66,6 +139,11 @@ class Benchmark(StrictModel):
             raise_problems(
                 [Problem("", f"{given} concurrency and request_rate_per_s given",
                          allowed="exactly one of: concurrency (closed loop), request_rate_per_s (open loop)")]
+            )  # fmt: skip
+        if isinstance(self.lengths_drawn_by, TraceQuantileDraw) and self.concurrency is None:
+            raise_problems(
+                [Problem("lengths_drawn_by", "a trace's rows are replayed by a closed loop here",
+                         "trace_quantiles", "concurrency with trace_quantiles")]
             )  # fmt: skip
         if self.lengths_drawn_by is not None and self.length_jitter_frac > 0:
             raise_problems(

@@ -482,8 +482,9 @@ class BenchmarkArrivals(Arrivals):
     def _issue(self, sess: _BenchSession, time_s: float) -> None:
         drawn = self.client_lengths
         if drawn is not None:  # max_requests is the draw's length (sim.config.workload)
-            inp = drawn.input_tokens[self._next_rid]
-            out = drawn.output_tokens[self._next_rid]
+            k = sess.sid * drawn.session_turns + sess.turns if drawn.session_turns else self._next_rid
+            inp = drawn.input_tokens[k]
+            out = drawn.output_tokens[k]
         else:
             inp = self._length(self.isl_tokens)
             out = self._length(self.osl_tokens)

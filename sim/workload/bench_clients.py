@@ -14,20 +14,28 @@ size=num_prompts)`; the requests go out in that order (one asyncio task each, a 
 `--max-concurrency` slots taken in order). `sample_random_requests` then shortens each text
 prompt by the tokenizer's special tokens, which the server's tokenizer adds back (DeepSeek's BOS):
 the server sees the drawn input length [D, a text round trip may move it by a token].
+
+`trace_quantile_lengths` stands in for a trace replayed row by row (AIPerf's `mooncake_trace` dataset)
+whose rows are not at hand, only its published quantiles (sim.config.workload `TraceQuantileDraw`):
+lengths log-linear between the quantiles, inputs and outputs independent [D], the inputs sorted into
+sessions of neighbouring lengths in a shuffled order, so a turn's context grows on its previous turn's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 
 class ClientLengths(NamedTuple):
-    """Input and output tokens of each request, in the order the client sends them."""
+    """Input and output tokens of each request: in the order the client sends them, or with
+    `session_turns` > 0 session by session (session s's turn t at index s * session_turns + t)."""
 
     input_tokens: tuple[int, ...]
     output_tokens: tuple[int, ...]
+    session_turns: int = 0
 
 
 def sglang_random_lengths(
@@ -43,3 +51,30 @@ def sglang_random_lengths(
 
     inputs = draw(input_len_tokens)
     return ClientLengths(inputs, draw(output_len_tokens))
+
+
+def _inverse_cdf(points: Sequence[tuple[float, int]], u: np.ndarray) -> np.ndarray:
+    """Lengths at uniform draws `u`, log-linear between the (quantile, tokens) points, rounded (>= 1)."""
+    qs = np.array([q for q, _ in points], dtype=float)
+    log_tokens = np.log(np.array([t for _, t in points], dtype=float))
+    return np.maximum(1, np.rint(np.exp(np.interp(u, qs, log_tokens)))).astype(np.int64)
+
+
+def trace_quantile_lengths(
+    input_quantiles: Sequence[tuple[float, int]],
+    output_quantiles: Sequence[tuple[float, int]],
+    num_requests: int,
+    session_turns: int,
+    spare_sessions: int,
+    seed: int,
+) -> ClientLengths:
+    """`num_requests` rows drawn from the quantiles (module doc), plus `spare_sessions` whole sessions:
+    a closed loop of C slots ends with up to C sessions cut short, so it needs that many beyond the
+    rows it sends. Session-major (`ClientLengths.session_turns`)."""
+    turns = max(1, session_turns)
+    sessions = -(-num_requests // turns) + spare_sessions
+    rng = np.random.default_rng(seed)
+    inputs = np.sort(_inverse_cdf(input_quantiles, rng.random(sessions * turns))).reshape(sessions, turns)
+    outputs = _inverse_cdf(output_quantiles, rng.random(sessions * turns))
+    inputs = inputs[rng.permutation(sessions)].reshape(-1)
+    return ClientLengths(tuple(int(n) for n in inputs), tuple(int(n) for n in outputs), turns)

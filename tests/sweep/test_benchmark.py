@@ -86,6 +86,33 @@ def test_a_named_clients_draws_give_each_request_its_lengths_in_the_order_sent(t
     )  # the client's seed, not the scenario's
 
 
+def test_trace_quantile_sessions_reuse_their_growing_context(tmp_path):
+    """`trace_quantiles`: each slot runs a session of neighbouring lengths that grow turn by turn, so nearly every
+    later turn's prefix (90 % of its input) is its predecessor's context and hits; the run sends exactly
+    max_requests and the seed of the draw, not the scenario's, fixes the lengths."""
+    draw = {"client": "trace_quantiles", "seed": 5,
+            "input_quantiles": [{"q": 0, "tokens": 512}, {"q": 0.5, "tokens": 2048}, {"q": 1, "tokens": 8192}],
+            "output_quantiles": [{"q": 0, "tokens": 8}, {"q": 0.5, "tokens": 32}, {"q": 1, "tokens": 256}]}  # fmt: skip
+    bench = {"length_jitter_frac": 0.0, "turns_per_session": 5, "lengths_drawn_by": draw}
+    runs = []
+    for seed in (3, 4):
+        scn = scenario(**{"workload.benchmark": bench, "workload.max_requests": 40, "workload.horizon_s": None,
+                          "workload.warmup_s": 0, "seed": seed,
+                          "cluster.pools[name=worker]": {"tp": 4, "ep": 1, "dp": 1},  # one cache: no DP rank to miss
+                          "engine": {"name": "vllm", "version": "0.23.0"}})  # its cache keeps V4's window a block
+        run_scenario(scn, out_dir=tmp_path / str(seed))
+        runs.append(
+            pq.read_table(tmp_path / str(seed) / "deepseek-v4-flash" / "requests.parquet").to_pandas()
+        )
+    t = runs[0].sort_values(["session_id", "request_index"])
+    assert len(t) == 40 and (t["status"] == "completed").all()
+    assert sorted(t["input_tokens"]) == sorted(runs[1]["input_tokens"])
+    for _, sess in t.groupby("session_id"):
+        assert (np.diff(sess["input_tokens"].to_numpy()) >= 0).all()
+    later = t[t["request_index"] > 0]
+    assert later["hit_tokens"].sum() > 0.8 * later["prefix_tokens"].sum()
+
+
 def test_pool_in_instances_pays_per_gpu():
     one = scenario()
     two = scenario(**{"cluster.pools[name=worker]": {"instances": 2}})
@@ -125,7 +152,52 @@ def test_pool_in_instances_pays_per_gpu():
         ),
         (
             {"workload.benchmark": {"length_jitter_frac": 0.0, "lengths_drawn_by": {"client": "vllm_bench"}}},
-            "workload.benchmark.lengths_drawn_by.client",
+            "workload.benchmark.lengths_drawn_by: Input tag 'vllm_bench' found using 'client' does not match any of "
+            "the expected tags: 'sglang_bench_serving_random', 'trace_quantiles'",
+        ),
+        (
+            {
+                "workload.benchmark": {
+                    "length_jitter_frac": 0.0,
+                    "lengths_drawn_by": {
+                        "client": "trace_quantiles",
+                        "input_quantiles": [{"q": 0.1, "tokens": 10}, {"q": 1, "tokens": 20}],
+                        "output_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
+                    },
+                },
+                "workload.max_requests": 9,
+            },
+            "workload.benchmark.lengths_drawn_by.trace_quantiles.input_quantiles: quantiles run from 0.1 to 1",
+        ),
+        (
+            {
+                "workload.benchmark": {
+                    "length_jitter_frac": 0.0,
+                    "lengths_drawn_by": {
+                        "client": "trace_quantiles",
+                        "input_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
+                        "output_quantiles": [{"q": 0, "tokens": 30}, {"q": 1, "tokens": 20}],
+                    },
+                },
+                "workload.max_requests": 9,
+            },
+            "output_quantiles: q 1 (20 tokens) after q 0 (30 tokens)",
+        ),
+        (
+            {
+                "workload.benchmark": {
+                    "concurrency": None,
+                    "request_rate_per_s": 1.0,
+                    "length_jitter_frac": 0.0,
+                    "lengths_drawn_by": {
+                        "client": "trace_quantiles",
+                        "input_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
+                        "output_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
+                    },
+                },
+                "workload.max_requests": 9,
+            },
+            "lengths_drawn_by: a trace's rows are replayed by a closed loop here",
         ),
         (
             {"cluster.pools[name=worker]": {"instances": 1, "gpus_per_instance": 16, "dp": 16, "ep": 16}},
