@@ -103,15 +103,20 @@ def at_tpot(
 
 
 def floor_pick(
-    points: list[dict[str, Any]], target_s: float, percentile: str = "p50"
+    points: list[dict[str, Any]],
+    target_s: float,
+    percentile: str = "p50",
+    max_ttft_p50_s: float | None = None,
 ) -> dict[str, Any] | None:
     """The point with the most output tokens/s per GPU among those whose TPOT (`percentile`) meets
     `target_s` (the "floor-pick" of the NVIDIA Dynamo recipes: best tok/s/GPU at user p50 >= 1 /
-    target). It answers where TPOT never reaches the target (a prefill-bound cluster) and the
+    target), and whose TTFT p50 is under `max_ttft_p50_s` where given (their V4.1 recipes' second
+    gate). It answers where TPOT never reaches the target (a prefill-bound cluster) and the
     interpolation can't."""
     key_t = tpot_key(percentile)
     ok = [p for p in points if p.get(key_t) is not None and p[key_t] <= target_s
-          and p.get("output_tokens_per_s_per_gpu") is not None]  # fmt: skip
+          and p.get("output_tokens_per_s_per_gpu") is not None
+          and (max_ttft_p50_s is None or (p.get("ttft_p50_s") is not None and p["ttft_p50_s"] < max_ttft_p50_s))]  # fmt: skip
     return max(ok, key=lambda p: (p["output_tokens_per_s_per_gpu"], -p["concurrency"])) if ok else None
 
 

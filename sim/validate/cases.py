@@ -69,6 +69,9 @@ class FloorPick(StrictModel):
         gt=0, description="the floor on tokens/s per user (1 / TPOT p50)"
     )
     concurrencies: list[int] = Field(min_length=1, description="the concurrencies the publisher ran")
+    max_ttft_p50_s: float | None = Field(
+        None, gt=0, description="a second gate: TTFT p50 under this (Dynamo's V4.1 recipes: 5 s); null: none"
+    )
 
     @field_validator("concurrencies")
     @classmethod
@@ -104,7 +107,9 @@ class OperatingPoint(StrictModel):
         if self.concurrency is not None:
             return f"concurrency {self.concurrency}"
         if self.floor_pick is not None:
-            return f"floor pick >= {self.floor_pick.min_tokens_per_s_per_user:g} tok/s/user"
+            fp = self.floor_pick
+            gate = f", TTFT p50 < {fp.max_ttft_p50_s:g} s" if fp.max_ttft_p50_s is not None else ""
+            return f"floor pick >= {fp.min_tokens_per_s_per_user:g} tok/s/user{gate}"
         return f"TPOT p50 {self.tpot_p50_ms:g} ms"
 
 

@@ -75,10 +75,11 @@ def _read(loaded: LoadedCase, run: Callable[..., Any]) -> tuple[dict[str, Any] |
         fp = at.floor_pick
         target_s = 1.0 / fp.min_tokens_per_s_per_user
         points = _records(run(fp.concurrencies, target_s), case.model, metrics)
-        best = floor_pick(points, target_s)
+        best = floor_pick(points, target_s, max_ttft_p50_s=fp.max_ttft_p50_s)
         if best is None:
+            gate = f" and TTFT p50 < {fp.max_ttft_p50_s:g} s" if fp.max_ttft_p50_s is not None else ""
             return None, points, (f"no concurrency of {fp.concurrencies} clears {fp.min_tokens_per_s_per_user:g} "
-                                  f"tok/s/user (TPOT p50 <= {target_s * 1e3:.3g} ms)")  # fmt: skip
+                                  f"tok/s/user (TPOT p50 <= {target_s * 1e3:.3g} ms){gate}")  # fmt: skip
         return best, points, None
     target_s = (at.tpot_p50_ms or 0.0) / 1e3
     points = _records(run(None, target_s), case.model, metrics)

@@ -89,6 +89,11 @@ def test_floor_pick_is_the_best_point_meeting_the_target():
     ]
     assert floor_pick(points, 0.020)["concurrency"] == 16
     assert floor_pick(points, 0.005) is None
+    # Dynamo's V4.1 recipes gate TTFT p50 too (< 5 s): a point over it, or without a TTFT, does not count
+    gated = [{**p, "ttft_p50_s": t} for p, t in zip(points, (1.0, 6.0, 4.9, None), strict=True)]
+    assert floor_pick(gated, 0.020, max_ttft_p50_s=5.0)["concurrency"] == 32
+    assert floor_pick(gated, 0.020)["concurrency"] == 16
+    assert floor_pick(gated, 0.011, max_ttft_p50_s=0.5) is None
 
 
 def test_a_tail_target_reads_tpot_p90_and_interpolates_what_a_user_sees_there():
