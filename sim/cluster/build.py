@@ -38,6 +38,7 @@ from sim.config.engine_rules import (
     decode_layer_term,
     deepep_expert_alignment_rows,
     eager_prefill_launches,
+    reindex_full_range,
     spec_decode_host_chain_s,
     swa_checkpoints,
     swa_token_pool,
@@ -368,8 +369,11 @@ def _link(links: LinkSet, direction: str, path, lay: Layout, *, i: int = -1, n: 
     return make(path.link, owner, idx, bw, latency)
 
 
-def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
-    """The model's tables in the prefill mode the pool's engine runs (sim.timing.decoder_tail)."""
+def _pool_arith(
+    arith: ModelArith, pool, kv_layout: str | None, reindex_full_range: bool = False
+) -> ModelArith:
+    """The model's tables in the prefill mode the pool's engine runs (sim.timing.decoder_tail) and with the
+    Reindex scoring it runs (sim.config.engine_rules reindex_full_range)."""
     mode = pool_prefill_mode(
         arith.spec,
         arith.prefill_mode,
@@ -377,11 +381,10 @@ def _pool_arith(arith: ModelArith, pool, kv_layout: str | None) -> ModelArith:
         dp=pool.dp,
         prefill_cp=pool.prefill_context_parallel,
     )
-    return (
-        arith
-        if mode == arith.prefill_mode
-        else build_arith(arith.name, prefill_mode=mode, kv_layout=kv_layout)
-    )
+    full = reindex_full_range and any(layer.selection == "reindex" for layer in arith.spec.layers)
+    if mode == arith.prefill_mode and full == arith.reindex_full_range:
+        return arith
+    return build_arith(arith.name, prefill_mode=mode, kv_layout=kv_layout, reindex_full_range=full)
 
 
 class EagerFloor(NamedTuple):
@@ -443,9 +446,11 @@ def pool_timing(
 ):
     """The timing model of one instance of `pool` on its hardware (sim.timing.factory)."""
     engine = scn.pool_engine(pool)
+    cc = hw.accelerator.compute_capability
+    full_range = reindex_full_range(engine, cc.value if cc is not None else None, pool.reindex_scoring)
     ctx = TimingContext.of_instance(
         arith.name,
-        _pool_arith(arith, pool, model_ref.kv_layout),
+        _pool_arith(arith, pool, model_ref.kv_layout, full_range),
         hw,
         Parallelism(
             gpus=pool.gpus_per_instance,
@@ -476,7 +481,6 @@ def pool_timing(
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
-    cc = hw.accelerator.compute_capability
     fast_max_bytes = custom_allreduce_max_bytes(engine, cc.value if cc is not None else None, pool.tp)
     ctx = replace(ctx, hw=replace(ctx.hw, allreduce_custom_max_bytes=fast_max_bytes))
     return make_timing(scn.timing.model, ctx)

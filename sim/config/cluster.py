@@ -85,6 +85,15 @@ class Pool(StrictModel):
         "without a decoder tail (sim/timing/decoder_tail.py)",
     )
 
+    reindex_scoring: Literal["auto", "candidates", "full_range"] = Field(
+        "auto",
+        description="how the pool's engine scores V4.1's Reindex layers (24/28/32/36) in decode and prefill: "
+        "candidates = only the ≤ 16,384 positions layer 20 publishes (the model's design; vLLM --attention-config "
+        "indexer_sparse_logits: true), full_range = every compressed position, then masked (the engines' dense "
+        "path: a Reindex layer costs a Full one); auto = the engine's rule (sim.config.engine_rules "
+        "reindex_scoring; no engine named: candidates); no effect on models without Reindex layers",
+    )
+
     @field_validator("hardware")
     @classmethod
     def _known_hardware(cls, name: str | None) -> str | None:

@@ -515,6 +515,28 @@ RULES: tuple[Rule, ...] = (
         "no DSpark-with-disaggregation rule found in vLLM; the V4.1 disaggregated recipes reported to run DSpark on "
         "vLLM were not re-read [D]",
     ),
+    Rule(
+        "vllm",
+        VERSIONS["vllm"],
+        "reindex_scoring",
+        "full_range unless --attention-config indexer_sparse_logits: true",
+        "vllm PR #56254 (merged 2026-09-10): V4.1's consumer (Reindex) layers score the whole context with dense MQA "
+        "logits and mask outside layer 20's candidates; AttentionConfig.indexer_sparse_logits opts in to DeepGEMM's "
+        "sparse MQA logits over the candidate blocks (its tests call it 'the sparse-logits (compact consumer) "
+        "opt-in'); the 0909 preview image 0.1.dev20904 has no such option (a third party's check); sim: "
+        "cluster.pools[].reindex_scoring candidates where a recipe sets the flag",
+    ),
+    Rule(
+        "sglang",
+        ("main@006cbb66",),
+        "reindex_scoring",
+        "full_range on Hopper, candidates on Blackwell",
+        "sglang PR #39671 (merged 2026-09-15, the dsv4.1 candidate indexer library): the Hopper decode and prefill "
+        "paths select through mask helpers (dense scores, masked); Blackwell runs DeepGemmCandidateIndexer on "
+        "DeepGEMM's paged sparse MQA logits, which has no SM90 kernel (DeepGEMM #432; kernels.md §3: Hopper servers "
+        "'scored the whole history and masked out non-candidates, so Reindex cost as much as Full'); #38848's Hopper "
+        "compact scoring was closed unmerged; that main@006cbb66 holds #39671 is assumed [D]",
+    ),
 )
 
 
@@ -590,6 +612,20 @@ def eager_prefill_launches(
         return None
     inv = SGLANG_V4_EXTEND_LAUNCHES
     return inv.per_step, sum(inv.layer(shape, moe_a2a, attention_tp) for shape in layers)
+
+
+def reindex_full_range(engine: Engine | None, compute_capability: str | None, setting: str = "auto") -> bool:
+    """Whether a pool scores V4.1's Reindex layers over every compressed position (then masks) rather than over
+    layer 20's candidates only: `setting` (cluster.pools[].reindex_scoring) unless auto, else the engine's rule
+    on a GPU of `compute_capability` (Hopper is 9.x); no engine named or no rule: candidates."""
+    if setting != "auto":
+        return setting == "full_range"
+    value = _engine_value(engine, "reindex_scoring")
+    if value is None:
+        return False
+    if value.startswith("full_range on Hopper"):
+        return compute_capability is not None and compute_capability.startswith("9.")
+    return value.startswith("full_range")
 
 
 def decode_layer_term(engine: Engine | None) -> bool:

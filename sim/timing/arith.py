@@ -76,6 +76,9 @@ class ModelArith:
     prefill_tail: QuadraticTable = field(repr=False)  # end -> T(end): same components
     spec: object = field(repr=False, compare=False)
     prefill_mode: str = ""  # the prefill mode the tables were built for (sim.model.modes)
+    # V4.1's Reindex layers scored over every compressed position, then masked (an engine's dense path,
+    # sim.config.engine_rules reindex_scoring), not over layer 20's candidates only
+    reindex_full_range: bool = False
 
     def decode_terms(self, context_tokens: float) -> tuple[float, float]:
         return self.decode_table.at(context_tokens)
@@ -106,27 +109,44 @@ class ModelArith:
 
 
 def build_arith(
-    model_name: str, *, prefill_mode: str | None = None, kv_layout: str | None = None
+    model_name: str,
+    *,
+    prefill_mode: str | None = None,
+    kv_layout: str | None = None,
+    reindex_full_range: bool = False,
 ) -> ModelArith:
     """The tables of a model spec file, memoised (the planner builds the same model many times):
     `build_arith(name)` and `build_arith(name, prefill_mode=None, kv_layout=None)` are one entry."""
-    return _build_arith(model_name, prefill_mode, kv_layout)
+    return _build_arith(model_name, prefill_mode, kv_layout, reindex_full_range)
 
 
 @functools.cache  # a pure function of the spec files, keyed positionally (above)
-def _build_arith(model_name: str, prefill_mode: str | None, kv_layout: str | None) -> ModelArith:
-    return arith_of(m.load_model(model_name), prefill_mode=prefill_mode, kv_layout=kv_layout)
+def _build_arith(
+    model_name: str, prefill_mode: str | None, kv_layout: str | None, reindex_full_range: bool
+) -> ModelArith:
+    return arith_of(
+        m.load_model(model_name),
+        prefill_mode=prefill_mode,
+        kv_layout=kv_layout,
+        reindex_full_range=reindex_full_range,
+    )
 
 
-def arith_of(spec, *, prefill_mode: str | None = None, kv_layout: str | None = None) -> ModelArith:
+def arith_of(
+    spec, *, prefill_mode: str | None = None, kv_layout: str | None = None, reindex_full_range: bool = False
+) -> ModelArith:
     """The tables of one model spec (a spec file's, or a variant such as a reduced-depth stack)."""
     mode = m.resolve_prefill_mode(spec, prefill_mode)
+    full = reindex_full_range
     xs = _decode_grid()
-    dc = m.decode_cost(spec, xs, layout=kv_layout)
+    dc = m.decode_cost(spec, xs, layout=kv_layout, reindex_full_range=full)
     decode_table = LinearTable(xs, [dc.attention_flops + dc.index_flops, dc.kv_read_bytes])
     xs = _prefill_grid()
 
-    every = [m.prefill_cost(spec, int(p), 0, mode, last_chunk=False, layout=kv_layout) for p in xs]
+    every = [
+        m.prefill_cost(spec, int(p), 0, mode, last_chunk=False, layout=kv_layout, reindex_full_range=full)
+        for p in xs
+    ]
     g = [
         np.array([getattr(c, f) for c in every])
         for f in ("dense_flops", "attention_flops", "index_flops", "kv_write_bytes")
@@ -138,8 +158,12 @@ def arith_of(spec, *, prefill_mode: str | None = None, kv_layout: str | None = N
         if p == 0:
             tails.append((0.0, 0.0, 0.0))
             continue
-        last = m.prefill_cost(spec, 1, p - 1, mode, last_chunk=True, layout=kv_layout)
-        body = m.prefill_cost(spec, 1, p - 1, mode, last_chunk=False, layout=kv_layout)
+        last = m.prefill_cost(
+            spec, 1, p - 1, mode, last_chunk=True, layout=kv_layout, reindex_full_range=full
+        )
+        body = m.prefill_cost(
+            spec, 1, p - 1, mode, last_chunk=False, layout=kv_layout, reindex_full_range=full
+        )
         tails.append(
             (
                 last.dense_flops - body.dense_flops,
@@ -177,4 +201,5 @@ def arith_of(spec, *, prefill_mode: str | None = None, kv_layout: str | None = N
         prefill_tail=prefill_tail,
         spec=spec,
         prefill_mode=mode,
+        reindex_full_range=full,
     )

@@ -163,13 +163,16 @@ MHC_KERNELS = ("mhc_fused", "mhc_unfused")  # the eager chain is a strawman (ker
 MHC_BOUNDARIES_PER_LAYER = 2  # kernels.md §2: mHC pre / post around each of the two sublayers
 
 
-def pipeline_kind(layer) -> str:
-    """The `decode_layer` pipeline (table `layer_kind`) that times one layer's attention side."""
+def pipeline_kind(layer, reindex_full_range: bool = False) -> str:
+    """The `decode_layer` pipeline (table `layer_kind`) that times one layer's attention side. A Reindex layer
+    whose engine scores every compressed position before masking (`reindex_full_range`) runs layer 20's work:
+    scoring all L positions, a top-k over them and the same sparse attention, so the Full-L20 pipeline times it
+    (kernels.md §3: 'Reindex cost as much as Full')."""
     kind = layer.attention
     if kind in ("swa", "csa", "hca"):
         return kind.upper()
     if kind == "csa2":
-        if layer.selection == "full":
+        if layer.selection == "full" or (layer.selection == "reindex" and reindex_full_range):
             return "Full-enc" if layer.ratio == 2 else "Full-L20"
         return {"reindex": "Reindex", "reuse": "Reuse"}[layer.selection]
     raise InputError(
@@ -252,9 +255,9 @@ class ModelTables:
     prefill_index_layers: int  # layers scoring on every prompt token
 
 
-def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
-    """Select and interpolate the rows one model needs in prefill `mode` (sim.model.modes); an
-    InputError when a kernel is missing."""
+def model_tables(tables: KernelTables, spec, mode: str, reindex_full_range: bool = False) -> ModelTables:
+    """Select and interpolate the rows one model needs in prefill `mode` (sim.model.modes), its Reindex layers
+    timed as `pipeline_kind` says; an InputError when a kernel is missing."""
     key = MODEL_KEYS.get(spec.name)
     if key is None:
         raise InputError(
@@ -264,7 +267,7 @@ def model_tables(tables: KernelTables, spec, mode: str) -> ModelTables:
             allowed=sorted(MODEL_KEYS),
         )
     path = tables.path
-    kinds = Counter(pipeline_kind(layer) for layer in spec.layers)
+    kinds = Counter(pipeline_kind(layer, reindex_full_range) for layer in spec.layers)
     pipelines = {}
     by_s_q: dict[int, dict[str, tuple[Grid, int]]] = {}
     for kind, count in sorted(kinds.items()):
@@ -488,8 +491,9 @@ class CalibratedTiming(RooflineTiming):
             tuple((x.attention, x.mlp, x.ratio) for x in spec.layers),
         )
         mode = arith.prefill_mode or spec.default_prefill_mode
+        full = arith.reindex_full_range
         self.mt: ModelTables = tables.derived(
-            ("model_tables", shape, mode), lambda: model_tables(tables, spec, mode)
+            ("model_tables", shape, mode, full), lambda: model_tables(tables, spec, mode, full)
         )
         # a decode step without the term's per-layer part where the engine's graphed decode runs none of its glue
         # (timing.decode_layer_term): the part is the same at every row count, so the pass sheds it whole
