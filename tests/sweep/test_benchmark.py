@@ -96,10 +96,17 @@ def test_trace_quantile_sessions_reuse_their_growing_context(tmp_path):
     bench = {"length_jitter_frac": 0.0, "turns_per_session": 5, "lengths_drawn_by": draw}
     runs = []
     for seed in (3, 4):
-        scn = scenario(**{"workload.benchmark": bench, "workload.max_requests": 40, "workload.horizon_s": None,
-                          "workload.warmup_s": 0, "seed": seed,
-                          "cluster.pools[name=worker]": {"tp": 4, "ep": 1, "dp": 1},  # one cache: no DP rank to miss
-                          "engine": {"name": "vllm", "version": "0.23.0"}})  # its cache keeps V4's window a block
+        scn = scenario(
+            **{
+                "workload.benchmark": bench,
+                "workload.max_requests": 40,
+                "workload.horizon_s": None,
+                "workload.warmup_s": 0,
+                "seed": seed,
+                "cluster.pools[name=worker]": {"tp": 4, "ep": 1, "dp": 1},  # one cache: no DP rank to miss
+                "engine": {"name": "vllm", "version": "0.23.0"},
+            }
+        )  # its cache keeps V4's window a block
         run_scenario(scn, out_dir=tmp_path / str(seed))
         runs.append(
             pq.read_table(tmp_path / str(seed) / "deepseek-v4-flash" / "requests.parquet").to_pandas()
@@ -124,6 +131,18 @@ def test_pool_in_instances_pays_per_gpu():
     assert one.pool_usd_per_hour(pool(one)) == pytest.approx(whole.pool_usd_per_hour(pool(whole)) / 2)
     three = scenario(**{"cluster.pools[name=worker]": {"instances": 3}})
     assert three.pool_layout(pool(three)).nodes == 2  # 12 GPUs on 8-GPU nodes
+
+
+def _trace_quantiles(input_q, output_q, trace=None, **bench) -> dict:
+    """Overrides giving the benchmark a `trace_quantiles` draw of these (quantile, tokens) points."""
+    draw = {"client": "trace_quantiles"}
+    if trace is not None:
+        draw["trace"] = trace
+    for key, points in (("input_quantiles", input_q), ("output_quantiles", output_q)):
+        if points is not None:
+            draw[key] = [{"q": q, "tokens": t} for q, t in points]
+    return {"workload.benchmark": {"length_jitter_frac": 0.0, "lengths_drawn_by": draw, **bench},
+            "workload.max_requests": 9}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -156,48 +175,22 @@ def test_pool_in_instances_pays_per_gpu():
             "the expected tags: 'sglang_bench_serving_random', 'trace_quantiles'",
         ),
         (
-            {
-                "workload.benchmark": {
-                    "length_jitter_frac": 0.0,
-                    "lengths_drawn_by": {
-                        "client": "trace_quantiles",
-                        "input_quantiles": [{"q": 0.1, "tokens": 10}, {"q": 1, "tokens": 20}],
-                        "output_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
-                    },
-                },
-                "workload.max_requests": 9,
-            },
+            _trace_quantiles([(0.1, 10), (1, 20)], [(0, 10), (1, 20)]),
             "workload.benchmark.lengths_drawn_by.trace_quantiles.input_quantiles: quantiles run from 0.1 to 1",
         ),
         (
-            {
-                "workload.benchmark": {
-                    "length_jitter_frac": 0.0,
-                    "lengths_drawn_by": {
-                        "client": "trace_quantiles",
-                        "input_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
-                        "output_quantiles": [{"q": 0, "tokens": 30}, {"q": 1, "tokens": 20}],
-                    },
-                },
-                "workload.max_requests": 9,
-            },
+            _trace_quantiles([(0, 10), (1, 20)], [(0, 30), (1, 20)]),
             "output_quantiles: q 1 (20 tokens) after q 0 (30 tokens)",
         ),
         (
-            {
-                "workload.benchmark": {
-                    "concurrency": None,
-                    "request_rate_per_s": 1.0,
-                    "length_jitter_frac": 0.0,
-                    "lengths_drawn_by": {
-                        "client": "trace_quantiles",
-                        "input_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
-                        "output_quantiles": [{"q": 0, "tokens": 10}, {"q": 1, "tokens": 20}],
-                    },
-                },
-                "workload.max_requests": 9,
-            },
+            _trace_quantiles(
+                [(0, 10), (1, 20)], [(0, 10), (1, 20)], concurrency=None, request_rate_per_s=1.0
+            ),
             "lengths_drawn_by: a trace's rows are replayed by a closed loop here",
+        ),
+        (
+            _trace_quantiles(None, None, trace="nope"),
+            "lengths_drawn_by.trace_quantiles.trace: no published trace 'nope'",
         ),
         (
             {"cluster.pools[name=worker]": {"instances": 1, "gpus_per_instance": 16, "dp": 16, "ep": 16}},
