@@ -25,7 +25,7 @@ def test_command_mirrors_the_case_setup():
     assert "--prefix 58982" in b200 and "--ctx-tokens 16384" in b200 and "--nextn" not in b200
     h200 = " ".join(command("aic", cases["v4-flash-4xh200-agg"], 16))
     assert "--tp 1 --attention-dp-size 4 --moe-ep-size 4 --moe-tp-size 1 --bs 4" in h200
-    assert "--nextn 1 --nextn-accepted 0.79" in h200  # V4 MTP 1.79 (sim/model/acceptance.yaml)
+    assert "--nextn 1 --nextn-accepted 0.85" in h200  # V4 MTP on prose (AIPerf's text) 1.85 (sim/model/acceptance.yaml)
 
 
 def test_cookbook_cells_run_sglang_at_its_running_cap_and_chunk_per_rank():
