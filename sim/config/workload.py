@@ -8,6 +8,7 @@ as validation context (`base_dir`), and the validated model holds absolute paths
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,8 +45,10 @@ class QuantilePoint(StrictModel):
     src: str | None = Field(None, description="where the point comes from (or [D] and why it was chosen)")
 
 
-# Published traces whose quantiles sim holds, by name (published_traces.yaml beside this module).
-PUBLISHED_TRACES: dict[str, dict] = read_yaml_mapping(Path(__file__).with_name("published_traces.yaml"))
+@cache
+def published_traces() -> dict[str, dict]:
+    """Published traces whose quantiles sim holds, by name (published_traces.yaml beside this module)."""
+    return read_yaml_mapping(Path(__file__).with_name("published_traces.yaml"))
 
 
 class TraceQuantileDraw(StrictModel):
@@ -73,8 +76,8 @@ class TraceQuantileDraw(StrictModel):
     @field_validator("trace")
     @classmethod
     def _known_trace(cls, name: str | None) -> str | None:
-        if name is not None and name not in PUBLISHED_TRACES:
-            raise field_error(f"no published trace {name!r}", sorted(PUBLISHED_TRACES))
+        if name is not None and name not in published_traces():
+            raise field_error(f"no published trace {name!r}", sorted(published_traces()))
         return name
 
     @field_validator("input_quantiles", "output_quantiles")
@@ -98,7 +101,7 @@ class TraceQuantileDraw(StrictModel):
     def _from_the_trace(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        published = PUBLISHED_TRACES.get(data.get("trace") or "", {})
+        published = published_traces().get(data.get("trace") or "", {})
         missing = [name for name in ("input_quantiles", "output_quantiles") if data.get(name) is None]
         if missing and not published and data.get("trace") is None:
             raise_problems([Problem(name, "no quantiles and no published trace named",

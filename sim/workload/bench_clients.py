@@ -54,7 +54,9 @@ def sglang_random_lengths(
 
 
 def _inverse_cdf(points: Sequence[tuple[float, int]], u: np.ndarray) -> np.ndarray:
-    """Lengths at uniform draws `u`, log-linear between the (quantile, tokens) points, rounded (>= 1)."""
+    """Lengths at uniform draws `u`, log-linear between the (quantile, tokens) points, rounded (>= 1). Not
+    sim.workload.dists.Dist's `quantiles`: those sit at evenly spaced probabilities, where a publisher gives a
+    median, a p90 and shares under round thresholds."""
     qs = np.array([q for q, _ in points], dtype=float)
     log_tokens = np.log(np.array([t for _, t in points], dtype=float))
     return np.maximum(1, np.rint(np.exp(np.interp(u, qs, log_tokens)))).astype(np.int64)
