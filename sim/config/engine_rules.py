@@ -535,7 +535,10 @@ RULES: tuple[Rule, ...] = (
         "paths select through mask helpers (dense scores, masked); Blackwell runs DeepGemmCandidateIndexer on "
         "DeepGEMM's paged sparse MQA logits, which has no SM90 kernel (DeepGEMM #432; kernels.md §3: Hopper servers "
         "'scored the whole history and masked out non-candidates, so Reindex cost as much as Full'); #38848's Hopper "
-        "compact scoring was closed unmerged; that main@006cbb66 holds #39671 is assumed [D]",
+        "compact scoring (#38848, #39057) was closed unmerged and no Hopper candidate path has merged since (tracking "
+        "issue #40574, opened 2026-09-21, lists Hopper decode / verify and prefill as not done); main@006cbb66 "
+        "carries the V4.1 hook, which reached main with the dsv4.1 stack (maintainer, issue #40152, 2026-09-19), so "
+        "it holds #39671 [inferred: the commit's date is not in the stored material]",
     ),
 )
 
