@@ -69,7 +69,8 @@ def validate(
     from sim.outputs import probe_output_dir, staged_output_dir
     from sim.validate.cases import load_cases
     from sim.validate.page import validate_page
-    from sim.validate.runner import SPEED_METRICS, run_cases, within_counts
+    from sim.validate.runner import run_cases
+    from sim.validate.summary import SPEED_METRICS, group_errors, within_counts
 
     folder = cases if cases is not None else project_root() / "scenarios" / "validation"
     target = probe_output_dir(out, force=force) if out is not None else None
@@ -84,17 +85,19 @@ def validate(
 
         results = run_cases(loaded, workers=workers, ray=ray, progress=on_progress)
     counts = within_counts(results, within)
+    groups = group_errors(results, within)
     document = {
         "format": "sim.validate/v2",
         "cases": [r.to_json() for r in results],
         "within": {"tolerance_frac": within, **counts},
+        "groups": [g.to_json() for g in groups],
     }
     if target is not None:
         text = json.dumps(document, indent=2) + "\n"
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         with staged_output_dir(target, run_id=digest, command="sim validate") as stage:
             (stage / VALIDATE_JSON).write_text(text)
-            (stage / VALIDATE_HTML).write_text(validate_page(results))
+            (stage / VALIDATE_HTML).write_text(validate_page(results, groups, within))
     if json_output:
         typer.echo(json.dumps(document, indent=2))
         return
@@ -118,9 +121,25 @@ def validate(
         f"within +-{within:.0%}: {speed['within']} of {speed['scored']} cases on both {' and '.join(SPEED_METRICS)}; "
         f"by metric: {per_metric}"
     )
+    console.print(_groups_table(groups, within))
     for r in results:
         if r.note:
             console.print(f"{r.name}: {r.note}")
         console.print(f"{r.name}: source: {r.source}")
     if out is not None:
         console.print(f"outputs: {out / VALIDATE_JSON}, {out / VALIDATE_HTML}")
+
+
+def _groups_table(groups, within: float) -> Table:
+    """The speed errors by deployment (sim.validate.summary): median signed error (sim fast: +) and median |error|."""
+    table = Table(title="error by deployment (cases publishing both speeds): median (median |error|)")
+    for column in ("GPU, engine", "cases", f"within +-{within:.0%}", "tok/s/GPU", "tok/s/user"):
+        table.add_column(column, justify="left" if column == "GPU, engine" else "right")
+    for g in groups:
+        cells = [
+            f"{g.median_error_frac[m]:+.0%} ({g.median_abs_error_frac[m]:.0%})"
+            if g.median_error_frac[m] is not None else "n/a"
+            for m in ("output_tokens_per_s_per_gpu", "tokens_per_s_per_user")
+        ]  # fmt: skip
+        table.add_row(g.group, str(g.cases), str(g.within), *cells)
+    return table

@@ -138,12 +138,23 @@ class Case(StrictModel):
 
 
 class LoadedCase:
-    """A validated case with its scenario document resolved (paths absolute) and validated."""
+    """A validated case with its scenario document resolved (paths absolute) and validated; `group` names the
+    deployment it runs (`deployment_group`)."""
 
-    def __init__(self, case: Case, path: Path, scenario: dict[str, Any]) -> None:
+    def __init__(self, case: Case, path: Path, scenario: dict[str, Any], group: str = "") -> None:
         self.case = case
         self.path = path
         self.scenario = scenario
+        self.group = group
+
+
+def deployment_group(scn: Scenario, model: str) -> str:
+    """The GPUs and engines `model`'s pools run on, e.g. 'B200, sglang 0.5.15' (several: joined by ' + '): the
+    group `sim validate` summarises the case's error in (sim.validate.summary)."""
+    pools = scn.for_model(model).cluster.pools
+    gpus = sorted({scn.pool_profile(p).gpu for p in pools})
+    engines = sorted({e.label if (e := scn.pool_engine(p)) is not None else "no engine" for p in pools})
+    return f"{' + '.join(gpus)}, {' + '.join(engines)}"
 
 
 def load_case(path: Path) -> LoadedCase:
@@ -167,7 +178,7 @@ def load_case(path: Path) -> LoadedCase:
     for name in ("trace", "generator"):  # absolute, so the points can run from any folder
         if getattr(scn.workload, name) is not None:
             document = {**document, "workload": {**document["workload"], name: getattr(scn.workload, name)}}
-    return LoadedCase(case, path, document)
+    return LoadedCase(case, path, document, deployment_group(scn, case.model))
 
 
 def load_cases(folder: Path) -> list[LoadedCase]:

@@ -70,8 +70,28 @@ def _setup(r) -> str:
     return f"<ul>{items}</ul>"
 
 
-def validate_page(results) -> str:
+def _groups(groups, within: float) -> str:
+    """The speed errors by deployment (sim.validate.summary): median signed (sim fast: +) and median |error|."""
+    head = (f"<tr><th>GPU, engine</th><th>cases</th><th>within +-{within:.0%}</th>"
+            "<th>tok/s/GPU: median (median |error|)</th><th>tok/s/user: median (median |error|)</th></tr>")  # fmt: skip
+    rows = []
+    for g in groups:
+        cells = "".join(
+            f'<td class="num">{g.median_error_frac[m]:+.1%} ({g.median_abs_error_frac[m]:.1%})</td>'
+            if g.median_error_frac[m] is not None else '<td class="num">n/a</td>'
+            for m in ("output_tokens_per_s_per_gpu", "tokens_per_s_per_user")
+        )  # fmt: skip
+        rows.append(f'<tr><td>{html.escape(g.group)}</td><td class="num">{g.cases}</td>'
+                    f'<td class="num">{g.within}</td>{cells}</tr>')  # fmt: skip
+    return f'<table class="data">{head}{"".join(rows)}</table>'
+
+
+def validate_page(results, groups=(), within: float = 0.15) -> str:
+    """The page of `results`, with `groups` (sim.validate.summary.group_errors at tolerance `within`) first."""
     sections = [
+        Section("By deployment", [Panel("", html=_groups(groups, within), wide=True)],
+                intro="The speed errors of the cases by the GPUs and engines they run: where sim runs fast (+) "
+                      "or slow (-)."),
         Section("Cases", [Panel("", html=_table(results), wide=True), Panel("Error per case and metric", _errors(results))],
                 intro="A measurement of the simulator's error, not a test: nothing is tuned to these numbers."),
     ]  # fmt: skip

@@ -37,6 +37,7 @@ class CaseResult:
     points: list[dict[str, Any]] = field(default_factory=list)
     setup: list[str] = field(default_factory=list)
     file: str = ""
+    group: str = ""  # the deployment the case runs (LoadedCase.group): its GPUs and engines
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,7 @@ class CaseResult:
             "source": self.source,
             "note": self.note,
             "file": self.file,
+            "group": self.group,
             "setup": self.setup,
             "points": self.points,
         }
@@ -131,6 +133,7 @@ def run_case(
         points=points,
         setup=list(case.setup),
         file=str(loaded.path),
+        group=loaded.group,
     )
 
 
@@ -138,30 +141,3 @@ def run_cases(
     cases: list[LoadedCase], *, workers: int, ray: str | None = None, progress: Progress | None = None
 ) -> list[CaseResult]:
     return [run_case(c, workers=workers, ray=ray, progress=progress) for c in cases]
-
-
-SPEED_METRICS = (
-    "output_tokens_per_s_per_gpu",
-    "tokens_per_s_per_user",
-)  # the two axes serving benchmarks publish
-
-
-def within_counts(results: list[CaseResult], tolerance_frac: float) -> dict[str, dict[str, int]]:
-    """How many cases read each metric within +-`tolerance_frac` of the published value, of those that give it
-    a number; and (`speed`) how many cases publish both SPEED_METRICS and read both within it."""
-    out: dict[str, dict[str, int]] = {}
-    for r in results:
-        for metric, error in r.error_frac.items():
-            counts = out.setdefault(metric, {"within": 0, "scored": 0})
-            if error is not None:
-                counts["scored"] += 1
-                counts["within"] += abs(error) <= tolerance_frac
-    speed = [r for r in results if all(m in r.published for m in SPEED_METRICS)]
-    out["speed"] = {
-        "within": sum(
-            all(r.error_frac[m] is not None and abs(r.error_frac[m]) <= tolerance_frac for m in SPEED_METRICS)
-            for r in speed
-        ),
-        "scored": len(speed),
-    }
-    return out

@@ -166,7 +166,8 @@ def test_a_fixed_prompt_count_is_timed_over_the_whole_run(tmp_path):
 
 
 def test_within_counts_cases_per_metric_and_on_both_speed_axes():
-    from sim.validate.runner import CaseResult, within_counts
+    from sim.validate.runner import CaseResult
+    from sim.validate.summary import within_counts
 
     def case(name, **errors):
         published = dict.fromkeys(errors, 1.0)
@@ -184,3 +185,56 @@ def test_within_counts_cases_per_metric_and_on_both_speed_axes():
     assert counts["ttft_p50_s"] == {"within": 0, "scored": 1}
     assert counts["speed"] == {"within": 1, "scored": 3}
     assert within_counts(results, 0.5)["speed"] == {"within": 2, "scored": 3}
+
+
+def test_group_errors_give_each_deployments_signed_and_absolute_medians():
+    from sim.validate.runner import CaseResult
+    from sim.validate.summary import ALL_CASES, group_errors
+
+    def case(name, group, gpu, user):
+        errors = {"output_tokens_per_s_per_gpu": gpu, "tokens_per_s_per_user": user}
+        published = dict.fromkeys(errors, 1.0)
+        return CaseResult(name, "src", "m", {}, "", published, dict(errors), errors, None, None, group=group)
+
+    results = [
+        case("a", "B200, sglang 0.5.15", 0.30, 0.40),
+        case("b", "B200, sglang 0.5.15", 0.10, -0.20),
+        case("c", "B200, sglang 0.5.15", -0.05, 0.02),
+        case("d", "H200, vllm 0.28.1", None, -0.10),  # no throughput number: left out of that median only
+        CaseResult("e", "src", "m", {}, "", {"ttft_p50_s": 1.0}, {"ttft_p50_s": 2.0}, {"ttft_p50_s": 1.0}, None,
+                   None, group="H100, sglang 0.5.15"),  # publishes no speed: in no group
+    ]  # fmt: skip
+    b200, h200, every = group_errors(results, 0.15)
+    assert (b200.group, b200.cases, b200.within) == ("B200, sglang 0.5.15", 3, 1)
+    assert b200.median_error_frac["output_tokens_per_s_per_gpu"] == pytest.approx(0.10)
+    assert b200.median_abs_error_frac["tokens_per_s_per_user"] == pytest.approx(0.20)
+    assert b200.median_error_frac["tokens_per_s_per_user"] == pytest.approx(0.02)
+    assert h200.median_error_frac["output_tokens_per_s_per_gpu"] is None and h200.within == 0
+    assert (every.group, every.cases, every.within) == (ALL_CASES, 4, 1)
+    assert every.median_abs_error_frac["output_tokens_per_s_per_gpu"] == pytest.approx(0.10)
+    assert group_errors(results[4:], 0.15) == []
+    assert every.to_json()["median_error_frac"] == every.median_error_frac
+
+
+def test_each_shipped_case_names_the_gpus_and_engines_it_runs():
+    cases = {c.case.name: c for c in load_cases(project_root() / "scenarios" / "validation")}
+    assert cases["sglang-v4-flash-4xb200-balanced-c64"].group == "B200, sglang 0.5.15"
+    assert cases["dynamo-v41-flash-8xh200-disagg"].group == "H200, vllm 0.28.1"
+    assert cases["dynamo-v41-flash-8xgb200-agg"].group.startswith("GB200, vllm")
+    assert all(c.group and ", " in c.group for c in cases.values())
+
+
+def test_the_report_prints_the_error_by_deployment(tmp_path):
+    published = {"output_tokens_per_s_per_gpu": 100.0, "tokens_per_s_per_user": 50.0}
+    write_case(tmp_path / "cases", at={"concurrency": 4}, published=published)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app, ["validate", "--cases", str(tmp_path / "cases"), "--workers", "2", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    group = load_cases(tmp_path / "cases")[0].group
+    assert "error by deployment" in result.output and group in result.output
+    data = json.loads((out / "validate.json").read_text())
+    assert [g["group"] for g in data["groups"]] == [group, "all"]
+    assert data["groups"][1]["cases"] == 1 and data["cases"][0]["group"] == group
+    assert "By deployment" in (out / "validate.html").read_text()
