@@ -132,6 +132,8 @@ def validate(
 
 def _groups_table(groups, within: float) -> Table:
     """The speed errors by deployment (sim.validate.summary): median signed error (sim fast: +) and median |error|."""
+    from sim.validate.summary import SPEED_METRICS
+
     table = Table(title="error by deployment (cases publishing both speeds): median (median |error|)")
     for column in ("GPU, engine", "cases", f"within +-{within:.0%}", "tok/s/GPU", "tok/s/user"):
         table.add_column(column, justify="left" if column == "GPU, engine" else "right")
@@ -139,7 +141,7 @@ def _groups_table(groups, within: float) -> Table:
         cells = [
             f"{g.median_error_frac[m]:+.0%} ({g.median_abs_error_frac[m]:.0%})"
             if g.median_error_frac[m] is not None else "n/a"
-            for m in ("output_tokens_per_s_per_gpu", "tokens_per_s_per_user")
+            for m in SPEED_METRICS
         ]  # fmt: skip
         table.add_row(g.group, str(g.cases), str(g.within), *cells)
     return table

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from sim.report.page import Panel, Section, render_page
 from sim.report.theme import layout, new_figure
+from sim.validate.summary import SPEED_METRICS
 
 PUBLISHED, SIMULATED = "#4c72b0", "#dd8452"
 
@@ -79,14 +80,14 @@ def _groups(groups, within: float) -> str:
         cells = "".join(
             f'<td class="num">{g.median_error_frac[m]:+.1%} ({g.median_abs_error_frac[m]:.1%})</td>'
             if g.median_error_frac[m] is not None else '<td class="num">n/a</td>'
-            for m in ("output_tokens_per_s_per_gpu", "tokens_per_s_per_user")
+            for m in SPEED_METRICS
         )  # fmt: skip
         rows.append(f'<tr><td>{html.escape(g.group)}</td><td class="num">{g.cases}</td>'
                     f'<td class="num">{g.within}</td>{cells}</tr>')  # fmt: skip
     return f'<table class="data">{head}{"".join(rows)}</table>'
 
 
-def validate_page(results, groups=(), within: float = 0.15) -> str:
+def validate_page(results, groups, within: float) -> str:
     """The page of `results`, with `groups` (sim.validate.summary.group_errors at tolerance `within`) first."""
     sections = [
         Section("By deployment", [Panel("", html=_groups(groups, within), wide=True)],
