@@ -5,7 +5,7 @@ reader sees where sim runs fast or slow before reading any case (`sim validate`'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any
 
@@ -48,13 +48,7 @@ class GroupError:
     median_abs_error_frac: dict[str, float | None]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "cases": self.cases,
-            "within": self.within,
-            "median_error_frac": self.median_error_frac,
-            "median_abs_error_frac": self.median_abs_error_frac,
-        }
+        return asdict(self)
 
 
 def _group_error(group: str, results: list, tolerance_frac: float) -> GroupError:
