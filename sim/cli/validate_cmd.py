@@ -115,17 +115,18 @@ def validate(
                 f"{r.concurrency:.1f}" if r.concurrency is not None else "n/a",
             )  # fmt: skip
     console.print(table)
-    speed = counts.pop("speed")
-    per_metric = ", ".join(f"{m} {c['within']} of {c['scored']}" for m, c in counts.items())
-    console.print(
-        f"within +-{within:.0%}: {speed['within']} of {speed['scored']} cases on both {' and '.join(SPEED_METRICS)}; "
-        f"by metric: {per_metric}"
-    )
-    console.print(_groups_table(groups, within))
     for r in results:
         if r.note:
             console.print(f"{r.name}: {r.note}")
         console.print(f"{r.name}: source: {r.source}")
+    # the summary last, where a terminal leaves the reader
+    speed = counts.pop("speed")
+    per_metric = ", ".join(f"{m} {c['within']} of {c['scored']}" for m, c in counts.items())
+    console.print(_groups_table(groups, within))
+    console.print(
+        f"within +-{within:.0%}: {speed['within']} of {speed['scored']} cases on both {' and '.join(SPEED_METRICS)}; "
+        f"by metric: {per_metric}"
+    )
     if out is not None:
         console.print(f"outputs: {out / VALIDATE_JSON}, {out / VALIDATE_HTML}")
 
