@@ -141,7 +141,7 @@ class LoadedCase:
     """A validated case with its scenario document resolved (paths absolute) and validated; `group` names the
     deployment it runs (`deployment_group`)."""
 
-    def __init__(self, case: Case, path: Path, scenario: dict[str, Any], group: str = "") -> None:
+    def __init__(self, case: Case, path: Path, scenario: dict[str, Any], group: str) -> None:
         self.case = case
         self.path = path
         self.scenario = scenario
