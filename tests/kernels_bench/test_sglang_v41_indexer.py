@@ -1,0 +1,71 @@
+"""The re-implemented SGLang V4.1 Hopper prefill indexer (kernels_bench.production.sglang_v41_indexer) at small
+shapes on the CPU: it selects what an FP32 reference selects, chunks rows without changing the result, keeps the
+source's candidate blocks, and confines a consumer to them."""
+
+import pytest
+import torch
+
+from kernels_bench.production import sglang_v41_indexer as ix
+
+SMALL = ix.Geometry(heads=4, topk=16, topk_blocks=4)
+
+
+def _case(rows=8, lc=256, seed=0, g=SMALL):
+    gen = torch.Generator().manual_seed(seed)
+    return ix.make_pool(lc + 64, "cpu", gen), ix.make_request(rows, lc, g, "cpu", gen)
+
+
+def test_dequant_reads_the_fp4_table_and_the_scales():
+    gen = torch.Generator().manual_seed(1)
+    pool = ix.make_pool(64, "cpu", gen)
+    pool.pages.zero_()
+    pool.pages[0, 0] = 0x71  # slot 0: value 0 = code 1 (0.5), value 1 = code 7 (6.0)
+    pool.pages[0, ix.PAGE_SLOTS * ix.PAYLOAD_BYTES] = 128  # slot 0, first 32 values: scale 2^1
+    keys = ix.dequant_keys(pool, torch.tensor([0]), 128).float()
+    assert keys[0, :2].tolist() == [1.0, 12.0]
+    assert keys[0, 32:].abs().sum() == 0  # code 0 is 0.0 whatever the scale (2^-127)
+
+
+@pytest.mark.parametrize("role", ix.ROLES)
+def test_selects_what_fp32_selects(role):
+    pool, req = _case()
+    src = ix.index_layer(pool, req, "source", SMALL)
+    consume = src.mask if role == "consumer" else None
+    out = ix.index_layer(pool, req, role, SMALL, consume)
+    assert ix.check(pool, req, role, SMALL, out, consume) == 1.0
+    picks = out.raw_indices.long()
+    assert (picks < req.lens[:, None]).all()  # never a position past a row's reach
+    valid = picks >= 0
+    slots = torch.where(valid, req.slots[picks.clamp_min(0)].to(torch.int32), -1)
+    assert torch.equal(out.page_indices, slots)  # page indices are the picked positions' pool slots
+
+
+def test_row_chunks_do_not_change_the_result():
+    pool, req = _case(rows=12, lc=200)
+    whole = ix.index_layer(pool, req, "source", SMALL)
+    tiny = SMALL._replace(score_budget_bytes=SMALL.heads * 200 * 2 * 5)  # 5 rows a chunk
+    chunked = ix.index_layer(pool, req, "source", tiny)
+    assert torch.equal(whole.raw_indices, chunked.raw_indices)
+    assert torch.equal(whole.mask, chunked.mask)
+
+
+def test_source_keeps_blocks_and_consumer_stays_inside_them():
+    pool, req = _case(lc=256)
+    src = ix.index_layer(pool, req, "source", SMALL)
+    blocks = src.mask.reshape(src.mask.shape[0], -1, SMALL.block)
+    assert (blocks.all(-1) == blocks.any(-1)).all()  # whole blocks
+    assert (blocks.any(-1).sum(-1) == SMALL.topk_blocks).all()
+    newest = (req.lens - 1) // SMALL.block
+    assert blocks.any(-1)[torch.arange(len(newest)), newest].all()  # the newest block always kept
+    out = ix.index_layer(pool, req, "consumer", SMALL, src.mask)
+    picks = out.raw_indices.long()
+    inside = torch.gather(src.mask, 1, picks.clamp_min(0)) | (picks < 0)
+    assert inside.all()
+    # 4 blocks of 8 hold 32 positions, more than top-16: every row fills its picks
+    assert ((picks >= 0).sum(1) == SMALL.topk).all()
+
+
+def test_main_refuses_without_cuda(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ix.main(["--out", str(tmp_path)]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
