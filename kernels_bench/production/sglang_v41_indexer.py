@@ -49,7 +49,7 @@ PAYLOAD_BYTES = 64  # 128 FP4 values
 SCALE_BYTES = 4  # one UE8M0 exponent per 32 values
 FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 ROLES = ("plain", "source", "consumer")  # layers 2/8/14 (ratio 2); layer 20; layers 24/28/32/36 (Reindex)
-COLUMNS = ("role", "rows", "lc", "chunks", "time_us", "dequant_us", "samples", "check", "note")
+COLUMNS = ("role", "rows", "lc", "chunks", "time_us", "dequant_us", "model_us", "samples", "check", "note")
 # the measured grid: rows of one request on one GPU in a step (a chunk, or a prefill-CP rank's share of it) and
 # the visible compressed keys of its newest row (ratio 1: the context; ratio 2: half of it)
 ROWS = (16, 128, 512, 2048, 4096, 8192)
@@ -65,6 +65,9 @@ class Geometry(NamedTuple):
     block: int = 8  # candidate block size
     topk_blocks: int = 2048  # candidate blocks the source layer keeps
     score_budget_bytes: int = SCORE_BUDGET_BYTES
+
+
+V41 = Geometry()
 
 
 class Request(NamedTuple):
@@ -215,6 +218,29 @@ def check(pool: Pool, req: Request, role: str, g: Geometry, out: LayerOut, consu
     return float(ok.sum()) / max(1, int(valid.sum()))
 
 
+# The path's HBM traffic, an estimate from its op list (each op its own kernel; bytes per row and visible position):
+# the BF16 score write (2 x heads), relu and the weight product (read + write each), the head sum (read, BF16
+# write), the FP32 cast, the causal mask (a bool compare and the fill), the top-512 (a radix select: several reads)
+SCORE_BYTES_PER_HEAD = 2 + 4 + 4 + 2  # einsum write, relu read+write, weights read+write, head-sum read
+ROW_POSITION_BYTES = 2 + 6 + 10 + 20  # head-sum write, FP32 cast, mask, top-k
+ROLE_BYTES = {"plain": 0, "source": 16, "consumer": 11}  # the block mask; the candidate mask's fill
+DEQUANT_BYTES_PER_POSITION = (
+    6144  # int64 gather indices, nibble split, int64 codes, FP32 values and scales, BF16
+)
+LAUNCHES_PER_CHUNK = 16
+LAUNCH_S = 10e-6  # eager issue per op (docs/carry/eager: about 5-12 us an op on the VMs measured)
+REQUEST_SYNC_S = 100e-6  # the .item() / .nonzero() synchronisations and the dequantisation's launches
+
+
+def model_us(role: str, rows: int, lc: int, bw_Bps: float, g: Geometry = V41) -> float:
+    """The path's time (us) from its HBM traffic at `bw_Bps` plus its launches: the estimate sim's prediction
+    used before the measurement (docs/engines_and_validation.md section 52)."""
+    chunks = -(-rows // max(1, g.score_budget_bytes // (g.heads * lc * 2)))
+    per_position = g.heads * SCORE_BYTES_PER_HEAD + ROW_POSITION_BYTES + ROLE_BYTES[role]
+    traffic = rows * lc * per_position + lc * DEQUANT_BYTES_PER_POSITION
+    return (traffic / bw_Bps + chunks * LAUNCHES_PER_CHUNK * LAUNCH_S + REQUEST_SYNC_S) * 1e6
+
+
 def time_layer_us(fn, samples: int, max_s: float) -> tuple[float, int]:
     """Median wall time (us) of `fn` between two device synchronisations."""
     out = []
@@ -228,7 +254,9 @@ def time_layer_us(fn, samples: int, max_s: float) -> tuple[float, int]:
     return statistics.median(out), len(out)
 
 
-def measure(rows: int, lc: int, g: Geometry, device: str, gen: torch.Generator, verify: bool) -> list[dict]:
+def measure(
+    rows: int, lc: int, g: Geometry, device: str, gen: torch.Generator, verify: bool, bw_Bps: float
+) -> list[dict]:
     """The three roles at one (rows, lc): plain, source, and a consumer of that source's mask."""
     pool = make_pool(lc, device, gen)
     req = make_request(rows, lc, g, device, gen)
@@ -244,9 +272,18 @@ def measure(rows: int, lc: int, g: Geometry, device: str, gen: torch.Generator, 
             lambda r=role, c=consume: index_layer(pool, req, r, g, c), samples=7, max_s=4.0
         )
         out.append(dict(role=role, rows=rows, lc=lc, chunks=chunks, time_us=round(t_us, 1),
-                        dequant_us=round(dequant_us, 1), samples=n,
+                        dequant_us=round(dequant_us, 1), model_us=round(model_us(role, rows, lc, bw_Bps, g), 1),
+                        samples=n,
                         check=round(ok, 4), note=""))  # fmt: skip
     return out
+
+
+def copy_bandwidth_Bps(gib: int = 2) -> float:
+    """HBM bandwidth of a device-to-device copy of `gib` GiB, read and write counted (the estimate's rate)."""
+    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t_us, _ = time_layer_us(lambda: dst.copy_(src), samples=9, max_s=2.0)
+    return 2 * src.numel() / (t_us * 1e-6)
 
 
 def provenance(commit: str | None) -> dict:
@@ -278,6 +315,8 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     prov = provenance(args.commit)
+    bw = copy_bandwidth_Bps()
+    prov["copy_GBps"] = round(bw / 1e9, 1)
     g = Geometry()
     gen = torch.Generator().manual_seed(0)
     rows_out: list[dict] = []
@@ -290,7 +329,7 @@ def main(argv=None) -> int:
                 break
             verify = rows * lc <= 2048 * 131072  # the FP32 reference needs [rows, heads, lc] in FP32
             try:
-                new = measure(rows, lc, g, "cuda", gen, verify)
+                new = measure(rows, lc, g, "cuda", gen, verify, bw)
             except Exception as e:  # noqa: BLE001 - a point that fails is reported, never silent
                 new = [dict(role="", rows=rows, lc=lc, note=f"{type(e).__name__}: {e}"[:200])]
             torch.cuda.empty_cache()

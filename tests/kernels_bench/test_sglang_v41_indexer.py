@@ -69,3 +69,15 @@ def test_main_refuses_without_cuda(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert ix.main(["--out", str(tmp_path)]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_the_traffic_estimate_grows_with_rows_and_width():
+    """The estimate the prediction used: about 420 B per row and visible position at the copy bandwidth, plus the
+    keys' dequantisation and the launches; the roles add their mask passes."""
+    bw = 4.0e12
+    big = ix.model_us("plain", 4096, 1 << 16, bw)
+    launches_us = 16 * 16 * 10 + 100  # 16 row chunks of 16 ops, the request's synchronisations
+    assert 4096 * 65536 * 400 / bw * 1e6 < big < 4096 * 65536 * 440 / bw * 1e6 + launches_us
+    assert ix.model_us("plain", 8192, 1 << 16, bw) > 1.9 * big
+    assert ix.model_us("plain", 4096, 1 << 16, bw) < ix.model_us("consumer", 4096, 1 << 16, bw)
+    assert ix.model_us("consumer", 4096, 1 << 16, bw) < ix.model_us("source", 4096, 1 << 16, bw)
