@@ -38,6 +38,7 @@ from sim.config.engine_rules import (
     decode_layer_term,
     deepep_expert_alignment_rows,
     eager_prefill_launches,
+    prefill_indexer,
     reindex_full_range,
     spec_decode_host_chain_s,
     swa_checkpoints,
@@ -448,6 +449,7 @@ def pool_timing(
     engine = scn.pool_engine(pool)
     cc = hw.accelerator.compute_capability
     full_range = reindex_full_range(engine, cc.value if cc is not None else None, pool.reindex_scoring)
+    indexer = prefill_indexer(engine, cc.value if cc is not None else None, arith.name, pool.prefill_indexer)
     ctx = TimingContext.of_instance(
         arith.name,
         _pool_arith(arith, pool, model_ref.kv_layout, full_range),
@@ -479,6 +481,7 @@ def pool_timing(
         power_limit=scn.timing.power_limit == "measured",
         expert_activations=model_ref.expert_activations or "fp8",
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
+        prefill_indexer=indexer,
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
     fast_max_bytes = custom_allreduce_max_bytes(engine, cc.value if cc is not None else None, pool.tp)

@@ -94,6 +94,16 @@ class Pool(StrictModel):
         "reindex_scoring; no engine named: candidates); no effect on models without Reindex layers",
     )
 
+    prefill_indexer: Literal["auto", "kernel", "torch"] = Field(
+        "auto",
+        description="what runs V4.1's prefill index layers: kernel = a fused MQA-logits kernel (sim's measured "
+        "DeepGEMM indexer tables, at the chunk's index FLOPs), torch = SGLang's eager torch path on Hopper "
+        "(BF16 scores materialised over every visible position, per request and layer; tables for the H200 and "
+        "the H100, derived from the path's HBM traffic until measured, sim/timing/torch_indexer.py; calibrated "
+        "timing only); auto = the engine's rule (sim.config.engine_rules "
+        "v41_prefill_indexer; no engine named: kernel); no effect on models other than V4.1",
+    )
+
     @field_validator("hardware")
     @classmethod
     def _known_hardware(cls, name: str | None) -> str | None:

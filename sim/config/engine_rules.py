@@ -540,6 +540,22 @@ RULES: tuple[Rule, ...] = (
         "carries the V4.1 hook, which reached main with the dsv4.1 stack (maintainer, issue #40152, 2026-09-19), so "
         "it holds #39671 [inferred: the commit's date is not in the stored material]",
     ),
+    Rule(
+        "sglang",
+        ("main@006cbb66",),
+        "v41_prefill_indexer",
+        "torch on Hopper, kernel on Blackwell",
+        "sglang srt/layers/attention/deepseek_v4_backend.py `_low_ratio_index_topk` (the dsv4.1 stack, before "
+        "#40217 of 2026-09-20): extend batches take DeepGEMM's fp8_fp4_mqa_logits only on SM100 or newer "
+        "('DeepGEMM's fp8_fp4 mqa-logits kernels need SM100+; Hopper takes the torch indexer'), else "
+        "`_low_ratio_index_topk_torch`: per request and layer the index keys dequantised to BF16 and the scores "
+        "materialised as BF16 [rows, 32, lc] in 1 GiB row chunks, a top-512 over every visible position; tracking "
+        "issue #40574 (2026-09-21): 'is Hopper's prefill indexer'; the Triton replacement #39086 closed unmerged; "
+        "#41251 ('Optimize DeepSeek V4.1 Flash Hopper paths', merged 2026-10-03) was not read and whether "
+        "main@006cbb66 holds it is not known [D]; the InferenceX dev-dsv41 images of 2026-09-18 ran this path "
+        "(docs/engines_and_validation.md section 52); sim: cluster.pools[].prefill_indexer kernel for an engine "
+        "with a fused Hopper path",
+    ),
 )
 
 
@@ -629,6 +645,22 @@ def reindex_full_range(engine: Engine | None, compute_capability: str | None, se
     if value.startswith("full_range on Hopper"):
         return compute_capability is not None and compute_capability.startswith("9.")
     return value.startswith("full_range")
+
+
+def prefill_indexer(
+    engine: Engine | None, compute_capability: str | None, model: str, setting: str = "auto"
+) -> str:
+    """What runs `model`'s prefill index layers on a pool: `setting` (cluster.pools[].prefill_indexer) unless
+    auto, else the engine's rule on a GPU of `compute_capability` (Hopper is 9.x): "torch" (SGLang's eager path,
+    sim.timing.torch_indexer) or "kernel" (a fused kernel, sim's DeepGEMM tables). Only V4.1 has the torch path;
+    no engine named or no rule: kernel."""
+    if model not in family("v41").models:
+        return "kernel"
+    if setting != "auto":
+        return setting
+    value = _engine_value(engine, "v41_prefill_indexer")
+    hopper = compute_capability is not None and compute_capability.startswith("9.")
+    return "torch" if value is not None and value.startswith("torch on Hopper") and hopper else "kernel"
 
 
 def decode_layer_term(engine: Engine | None) -> bool:

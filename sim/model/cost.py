@@ -120,7 +120,8 @@ def _prefix_sum(n: int, ratio: int, cap: int | None) -> int:
     return below + (0 if cap is None else (n - m) * cap)
 
 
-def _range_sum(a: int, b: int, ratio: int, cap: int | None) -> int:
+def reached_positions(a: int, b: int, ratio: int, cap: int | None) -> int:
+    """Keys or positions rows a .. b-1 reach in one layer: sum of min(cap, floor(p / ratio)), exact."""
     return _prefix_sum(b, ratio, cap) - _prefix_sum(a, ratio, cap)
 
 
@@ -236,7 +237,7 @@ def prefill_cost(
     attention = index = 0.0
     for t in _terms(spec, mode, reindex_full_range):
         a, b = span(t.every_token)
-        n = t.layers * _range_sum(a, b, t.ratio, t.cap)
+        n = t.layers * reached_positions(a, b, t.ratio, t.cap)
         if t.category == "index":
             index += n * _unit_flops(spec, "index")
         else:

@@ -71,7 +71,10 @@ context (sparse MLA prefill and indexer prefill, weighted by the layers that run
 prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; attention-TP GPUs
 split the sparse MLA by heads but pad their share to the kernel's 64 heads (all of it for V4 / V4.1),
 and each runs the whole indexer (it is replicated in vLLM and SGLang, sim.timing.context_parallel);
-the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline. Where the
+the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline. Where the engine
+runs V4.1's prefill index layers in eager torch (SGLang on Hopper, `prefill_indexer: torch`), their index
+FLOPs leave that rate and each layer is timed as the measured path over the request's rows and visible
+positions (sim.timing.torch_indexer); the sparse MLA keeps its own rate. Where the
 engine pads each expert's rows for DeepGEMM's contiguous layout (SGLang's DeepEP normal mode), the
 routed experts of a step holding prefill run at the padded rows (sim.timing.experts).
 
@@ -149,6 +152,7 @@ from sim.timing.tables import (
     curve_of,
     grid_of,
 )
+from sim.timing.torch_indexer import IndexLayer, TorchIndexer, chunk_index_flops, index_layers
 
 # Table `model` column per model spec: its family's label (sim.config.families; kernels_bench/shapes.py MODELS).
 MODEL_KEYS: dict[str, str] = model_labels()
@@ -447,6 +451,7 @@ class CalibratedTiming(RooflineTiming):
         power_limit: PowerLimit | None = None,
         decode_layer_term: bool = True,
         expert_alignment_rows: int = 1,
+        torch_indexer: TorchIndexer | None = None,
     ) -> None:
         # RooflineTiming's keywords are spelled out, not forwarded as **kwargs: mypyc (2.4.1)
         # passes a forwarded **kwargs to the compiled base constructor as one positional dict
@@ -495,6 +500,13 @@ class CalibratedTiming(RooflineTiming):
         self.mt: ModelTables = tables.derived(
             ("model_tables", shape, mode, full), lambda: model_tables(tables, spec, mode, full)
         )
+        # V4.1's prefill index layers as SGLang's torch path on Hopper runs them, in place of their index FLOPs at
+        # the indexer tables' rate (sim.timing.torch_indexer)
+        self.torch_indexer = torch_indexer
+        self._torch_layers: tuple[IndexLayer, ...] = (
+            index_layers(spec, mode, full) if torch_indexer is not None else ()
+        )
+        self._index_unit_flops: int = spec.index.flops_per_position if spec.index is not None else 0
         # a decode step without the term's per-layer part where the engine's graphed decode runs none of its glue
         # (timing.decode_layer_term): the part is the same at every row count, so the pass sheds it whole
         self._decode_cut_s: float = (
@@ -815,6 +827,29 @@ class CalibratedTiming(RooflineTiming):
         flops = mla_flops + ni * index_flops
         return attn_flops * heads_split_attention_s(mla_s, ni * index_s, share) / flops
 
+    def _chunk_attention_s(self, new_tokens: int, context_tokens: int, last_chunk: bool) -> float:
+        """Seconds of a chunk's attention + indexer on a GPU of its attention group (`_heads_attention_s`); where
+        the engine runs V4.1's prefill indexer in torch, its index FLOPs are timed as that path instead."""
+        attn_flops = chunk_attention_flops(
+            self._prefill_every, self._prefill_tail, new_tokens, context_tokens, last_chunk
+        )
+        path = self.torch_indexer
+        if path is None:
+            return self._heads_attention_s(attn_flops, new_tokens, context_tokens)
+        tail = self._tail_rows(new_tokens, context_tokens, last_chunk)
+        layers = self._torch_layers
+        rest = attn_flops - chunk_index_flops(
+            layers, self._index_unit_flops, new_tokens, context_tokens, tail
+        )
+        mla_s, mla_flops = self._mla_prefill(new_tokens)
+        mla = rest * heads_split_attention_s(mla_s, 0.0, self._head_share) / mla_flops
+        return mla + path.chunk_s(layers, new_tokens, tail, context_tokens + new_tokens)
+
+    def _tail_rows(self, new_tokens: int, context_tokens: int, last_chunk: bool) -> int:
+        """Rows of a chunk the decoder tail runs on (the request's last rows, in its last chunk; model.md §6.2)."""
+        tail_tokens = self.mt.tail_tokens
+        return min(context_tokens + new_tokens, tail_tokens) if last_chunk and tail_tokens else 0
+
     def _host_s(self, decode_sequences: int, chunks: int, rows: int) -> float:
         """The engine's host time around a step (`timing.host`): the rows its busiest DP rank's graph runs."""
         return self.host.step_total_s(decode_sequences, chunks, -(-self.padded_rows(rows) // self.par.dp))
@@ -902,8 +937,7 @@ class CalibratedTiming(RooflineTiming):
             if through_decode:
                 row_context += new * (ctx + (new + 1) / 2.0)
             else:
-                attn_flops = chunk_attention_flops(self._prefill_every, self._prefill_tail, new, ctx, last)
-                attn += self._heads_attention_s(attn_flops, new, ctx)
+                attn += self._chunk_attention_s(new, ctx, last)
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
@@ -970,7 +1004,16 @@ class CalibratedTiming(RooflineTiming):
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
             _dense, attn_flops, kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
             share = rank_rows(new, g)
-            attn += attn_flops / g * self.prefill_attention_s_per_flop(share, ctx + new - share)
+            path = self.torch_indexer
+            if path is None:
+                attn += attn_flops / g * self.prefill_attention_s_per_flop(share, ctx + new - share)
+            else:  # the GPU's rows of every index layer against the whole context (sim.timing.torch_indexer)
+                tail = self._tail_rows(new, ctx, last)
+                layers = self._torch_layers
+                rest = attn_flops - chunk_index_flops(layers, self._index_unit_flops, new, ctx, tail)
+                mla_s, mla_flops = self._mla_prefill(share)
+                attn += rest / g * mla_s / mla_flops
+                attn += path.chunk_s(layers, share, rank_rows(tail, g), ctx + new)
             kv_bytes += kv
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
@@ -1093,8 +1136,7 @@ class CalibratedTiming(RooflineTiming):
             if through_decode:
                 load.row_context += new * (ctx + (new + 1) / 2.0)
             else:
-                attn_flops = chunk_attention_flops(self._prefill_every, self._prefill_tail, new, ctx, last)
-                load.attn += self._heads_attention_s(attn_flops, new, ctx)  # on the rank's TP GPUs
+                load.attn += self._chunk_attention_s(new, ctx, last)  # on the rank's TP GPUs
             load.attn += self._glue_s(new, min(ctx + new, tail_tokens) if last and tail_tokens else 0)
             if chunk.image_tokens and self.vision_on_instance:  # on the rank's GPUs: 1 / dp of the rate
                 load.attn += (
@@ -1253,6 +1295,11 @@ def build_calibrated(ctx) -> CalibratedTiming:
         from sim.timing.marlin import for_gpu
 
         marlin = for_gpu(ctx.hw_profile)
+    torch_indexer = None
+    if ctx.prefill_indexer == "torch":
+        from sim.timing import torch_indexer as ti
+
+        torch_indexer = ti.for_gpu(ctx.hw_profile)
     glue = None
     if ctx.engine and ctx.engine_glue == "modules" and MODEL_KEYS.get(ctx.model_name) in GLUE_MODELS:
         glue = tables.derived(("engine_glue", ctx.engine), lambda: _fit_engine_glue(ctx, tables))
@@ -1279,6 +1326,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         power_limit=power_limit_of(ctx.hw_profile) if ctx.power_limit else None,
         decode_layer_term=ctx.decode_layer_term,
         expert_alignment_rows=ctx.expert_alignment_rows,
+        torch_indexer=torch_indexer,
     )
 
 

@@ -1,0 +1,174 @@
+"""V4.1's prefill indexer as SGLang runs it on Hopper: eager torch, timed as that path (issue 29,
+docs/engines_and_validation.md section 52).
+
+SGLang has no fused kernel for V4.1's prefill index layers on SM90 (DeepGEMM's `fp8_fp4_mqa_logits` needs SM100):
+each of them runs its torch path (sglang#40574: "`_low_ratio_index_topk_torch` ... is Hopper's prefill indexer";
+the Triton replacement #39086 closed unmerged). Per index layer and per request of the step it dequantises the
+request's visible index keys to BF16, materialises the BF16 scores [rows, 32 heads, lc] in row chunks of 1 GiB,
+reduces the heads, masks, and takes a top-512 over all `lc` columns; layer 20 also builds its candidate-block
+mask; the Reindex layers score the full width before applying it. So its time is O(rows x lc), bound by HBM, and
+unlike the DeepGEMM kernel sim's tables time (`indexer_prefill`) it is not a FLOP rate: sim charges these layers
+the path's own time instead of their index FLOPs.
+
+**Derived, to be measured** [D] (hwprofiles/engine_modules/sglang_v41_torch_indexer_<gpu>.csv): one index layer
+over one request's rows on one GPU by role (plain: layers 2/8/14; source: layer 20; consumer: the Reindex layers
+24-36), rows (16-8,192) and `lc`, the visible compressed keys of the newest row (2,048-1M). Until the path is timed
+on the GPU the points are the traffic estimate of `kernels_bench.production.sglang_v41_indexer --derive-TBps`: each
+op of the path its own kernel streaming its tensors through HBM, about 420 B per row and visible position a layer
+(the BF16 [rows, 32, lc] scores written, relu and the weight product read and written, the head sum, the FP32 cast,
+the mask, the top-k's passes), 6 KB per position for the keys' dequantisation, 10 us an op launched and 0.1 ms a
+request's synchronisations, at the GPU's device-to-device copy bandwidth (H200: 4.23 TB/s, measured, its profile's
+K1; H100: 3.0 TB/s, its profile's achievable fraction). The same module times the re-implemented path on the GPU
+(`python3 -m kernels_bench.production.sglang_v41_indexer --out DIR`, checked against an FP32 reference first) and
+writes the same columns; that file replaces the derived one. Between points the time is interpolated
+geometrically in both; beyond the most rows it grows proportionally (the row chunks are independent).
+
+Which rows a layer runs on: every prompt row of the chunk for the layers on every prompt token; the decoder tail's
+rows for the decoder layers where the pool runs the tail (sim.timing.decoder_tail); under prefill context
+parallelism a GPU's share of the rows against the whole context. Every attention-TP GPU runs the whole indexer
+(SGLang replicates it). `lc` = the chunk's end over the layer's index-key ratio.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from sim.errors import InputError
+from sim.model.cost import reached_positions
+from sim.model.modes import on_every_prompt_token
+from sim.paths import project_root
+from sim.timing.interp import LOGLOG, Curve, Grid
+from sim.timing.tables import gpu_key, read_table
+
+TABLE_GPUS = ("h200", "h100")  # gpu_key of the GPUs the path has a table for
+POINTS_FILES: dict[str, tuple[str, ...]] = {
+    gpu: ("hwprofiles", "engine_modules", f"sglang_v41_torch_indexer_{gpu}.csv") for gpu in TABLE_GPUS
+}
+ROLES = ("plain", "source", "consumer")
+
+
+class IndexLayer(NamedTuple):
+    """One prefill index layer as the torch path runs it."""
+
+    role: str  # plain | source (the candidate source) | consumer (a Reindex layer)
+    ratio: int  # compression ratio of the index keys it scores
+    every_token: bool  # on every prompt row (else on the decoder tail only)
+    cap: int | None  # positions a row scores in sim's FLOP arithmetic (None: the full range)
+
+
+def index_layers(spec, mode: str, reindex_full_range: bool) -> tuple[IndexLayer, ...]:
+    """The prefill index layers of `spec` in prefill `mode`, with the cap its FLOP arithmetic gives each
+    (sim.model.cost: a Reindex layer scores at most the candidates unless `reindex_full_range`)."""
+    cands = spec.index.candidates if spec.index is not None else None
+    source = cands.source_layer if cands is not None else None
+    out = []
+    for layer in spec.layers:
+        if not layer.has_index_query:
+            continue
+        reindex = layer.selection == "reindex"
+        role = "consumer" if reindex else "source" if layer.index == source else "plain"
+        cap = cands.max_tokens if reindex and cands is not None and not reindex_full_range else None
+        every = on_every_prompt_token(spec, layer.index, "attention", mode)
+        out.append(IndexLayer(role, spec.layers[layer.index_source].ratio, every, cap))
+    return tuple(out)
+
+
+def chunk_index_flops(
+    layers: tuple[IndexLayer, ...],
+    flops_per_position: int,
+    new_tokens: int,
+    context_tokens: int,
+    tail_rows: int,
+) -> float:
+    """The index FLOPs sim's arithmetic gives a chunk of `new_tokens` after `context_tokens` through `layers`
+    (the every-token layers on the chunk's rows, the others on its last `tail_rows` rows), the part the torch
+    path's own time replaces (sim.model.cost.prefill_cost, the same sums)."""
+    end = context_tokens + new_tokens
+    total = 0
+    for layer in layers:
+        start = context_tokens if layer.every_token else end - tail_rows
+        if start < end:
+            total += reached_positions(start, end, layer.ratio, layer.cap)
+    return float(total * flops_per_position)
+
+
+@dataclass(frozen=True)
+class TorchIndexer:
+    """The path's table (derived until measured, module doc): seconds of one index layer over one request's
+    rows, by role."""
+
+    by_role: dict[str, Grid]  # role -> (outer: lc, inner: rows), both geometric
+
+    def layer_s(self, role: str, rows: float, lc: float) -> float:
+        if rows <= 0.0:
+            return 0.0
+        return self.by_role[role].at(max(lc, 1.0), rows)
+
+    def chunk_s(
+        self, layers: tuple[IndexLayer, ...], rows: float, tail_rows: float, end_tokens: int
+    ) -> float:
+        """Seconds of one request's index layers on a GPU holding `rows` of its chunk's rows (and `tail_rows`
+        of its decoder tail) whose newest row sees `end_tokens` tokens."""
+        total = 0.0
+        for layer in layers:
+            n = rows if layer.every_token else tail_rows
+            if n > 0.0:
+                total += self.layer_s(layer.role, n, end_tokens // layer.ratio)
+        return total
+
+
+class IndexerPoint(NamedTuple):
+    role: str
+    rows: int
+    lc: int
+    seconds: float
+
+
+def build(points: list[IndexerPoint]) -> TorchIndexer:
+    """The path of its points: per role, a grid over lc of curves over rows."""
+    by_role: dict[str, Grid] = {}
+    for role in ROLES:
+        mine = [p for p in points if p.role == role]
+        if not mine:
+            raise ValueError(f"no point of role {role!r}")
+        lcs = sorted({p.lc for p in mine})
+        curves = []
+        for lc in lcs:
+            col = sorted((p for p in mine if p.lc == lc), key=lambda p: p.rows)
+            curves.append(Curve(tuple(float(p.rows) for p in col), tuple(p.seconds for p in col), LOGLOG))
+        by_role[role] = Grid(tuple(float(x) for x in lcs), tuple(curves), LOGLOG)
+    return TorchIndexer(by_role)
+
+
+def load_points(path: Path | None = None, gpu: str = "h200") -> list[IndexerPoint]:
+    """The rows of `path`, else of `gpu`'s committed file (rows that failed carry no time)."""
+    path = path or project_root().joinpath(*POINTS_FILES[gpu])
+    rows = read_table(path, "SGLang's V4.1 prefill indexer table")[2]
+    return [
+        IndexerPoint(r["role"], int(r["rows"]), int(r["lc"]), float(r["time_us"]) * 1e-6)
+        for r in rows
+        if r["role"] and r["time_us"]
+    ]
+
+
+@functools.cache
+def committed(gpu: str) -> TorchIndexer:
+    """The path of `gpu`'s committed table, built once per GPU."""
+    return build(load_points(gpu=gpu))
+
+
+REFUSAL = "SGLang's V4.1 torch prefill indexer has a table for the H200 and the H100 only"
+ALLOWED = "kernel (sim's DeepGEMM indexer tables), or torch on an H200 or an H100"
+
+
+def for_gpu(profile) -> TorchIndexer:
+    """The path's table for `profile`'s GPU; an InputError for a GPU it has none for."""
+    key = gpu_key(profile)
+    if key not in POINTS_FILES:
+        raise InputError(
+            REFUSAL, where="cluster.pools[].prefill_indexer", value=f"torch on {profile.gpu}", allowed=ALLOWED
+        )
+    return committed(key)
