@@ -73,7 +73,7 @@ split the sparse MLA by heads but pad their share to the kernel's 64 heads (all 
 and each runs the whole indexer (it is replicated in vLLM and SGLang, sim.timing.context_parallel);
 the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline. Where the engine
 runs V4.1's prefill index layers in eager torch (SGLang on Hopper, `prefill_indexer: torch`), their index
-FLOPs leave that rate and each layer is timed as the measured path over the request's rows and visible
+FLOPs leave that rate and each layer is timed as that path's table over the request's rows and visible
 positions (sim.timing.torch_indexer); the sparse MLA keeps its own rate. Where the
 engine pads each expert's rows for DeepGEMM's contiguous layout (SGLang's DeepEP normal mode), the
 routed experts of a step holding prefill run at the padded rows (sim.timing.experts).
