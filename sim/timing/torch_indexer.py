@@ -51,20 +51,22 @@ ROLES = ("plain", "source", "consumer")
 
 
 class IndexLayer(NamedTuple):
-    """One prefill index layer as the torch path runs it."""
+    """`layers` prefill index layers alike as the torch path runs them."""
 
     role: str  # plain | source (the candidate source) | consumer (a Reindex layer)
     ratio: int  # compression ratio of the index keys it scores
     every_token: bool  # on every prompt row (else on the decoder tail only)
     cap: int | None  # positions a row scores in sim's FLOP arithmetic (None: the full range)
+    layers: int = 1
 
 
 def index_layers(spec, mode: str, reindex_full_range: bool) -> tuple[IndexLayer, ...]:
-    """The prefill index layers of `spec` in prefill `mode`, with the cap its FLOP arithmetic gives each
-    (sim.model.cost: a Reindex layer scores at most the candidates unless `reindex_full_range`)."""
+    """The prefill index layers of `spec` in prefill `mode`, alike ones counted together (a step times each kind
+    once), with the cap its FLOP arithmetic gives each (sim.model.cost: a Reindex layer scores at most the
+    candidates unless `reindex_full_range`)."""
     cands = spec.index.candidates if spec.index is not None else None
     source = cands.source_layer if cands is not None else None
-    out = []
+    counts: dict[IndexLayer, int] = {}
     for layer in spec.layers:
         if not layer.has_index_query:
             continue
@@ -72,8 +74,9 @@ def index_layers(spec, mode: str, reindex_full_range: bool) -> tuple[IndexLayer,
         role = "consumer" if reindex else "source" if layer.index == source else "plain"
         cap = cands.max_tokens if reindex and cands is not None and not reindex_full_range else None
         every = on_every_prompt_token(spec, layer.index, "attention", mode)
-        out.append(IndexLayer(role, spec.layers[layer.index_source].ratio, every, cap))
-    return tuple(out)
+        kind = IndexLayer(role, spec.layers[layer.index_source].ratio, every, cap)
+        counts[kind] = counts.get(kind, 0) + 1
+    return tuple(kind._replace(layers=n) for kind, n in counts.items())
 
 
 def chunk_index_flops(
@@ -91,7 +94,7 @@ def chunk_index_flops(
     for layer in layers:
         start = context_tokens if layer.every_token else end - tail_rows
         if start < end:
-            total += reached_positions(start, end, layer.ratio, layer.cap)
+            total += layer.layers * reached_positions(start, end, layer.ratio, layer.cap)
     return float(total * flops_per_position)
 
 
@@ -116,7 +119,7 @@ class TorchIndexer:
         for layer in layers:
             n = rows if layer.every_token else tail_rows
             if n > 0.0:
-                total += self.layer_s(layer.role, n, end_tokens // layer.ratio)
+                total += layer.layers * self.layer_s(layer.role, n, end_tokens // layer.ratio)
         return total
 
 
