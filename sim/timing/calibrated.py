@@ -827,7 +827,9 @@ class CalibratedTiming(RooflineTiming):
         flops = mla_flops + ni * index_flops
         return attn_flops * heads_split_attention_s(mla_s, ni * index_s, share) / flops
 
-    def _chunk_attention_s(self, new_tokens: int, context_tokens: int, last_chunk: bool) -> float:
+    def _chunk_attention_s(
+        self, new_tokens: int, context_tokens: int, last_chunk: bool, tail_rows: int
+    ) -> float:
         """Seconds of a chunk's attention + indexer on a GPU of its attention group (`_heads_attention_s`); where
         the engine runs V4.1's prefill indexer in torch, its index FLOPs are timed as that path instead."""
         attn_flops = chunk_attention_flops(
@@ -836,14 +838,19 @@ class CalibratedTiming(RooflineTiming):
         path = self.torch_indexer
         if path is None:
             return self._heads_attention_s(attn_flops, new_tokens, context_tokens)
-        tail = self._tail_rows(new_tokens, context_tokens, last_chunk)
-        layers = self._torch_layers
-        rest = attn_flops - chunk_index_flops(
-            layers, self._index_unit_flops, new_tokens, context_tokens, tail
-        )
+        rest = self._without_index_flops(attn_flops, new_tokens, context_tokens, tail_rows)
         mla_s, mla_flops = self._mla_prefill(new_tokens)
         mla = rest * heads_split_attention_s(mla_s, 0.0, self._head_share) / mla_flops
-        return mla + path.chunk_s(layers, new_tokens, tail, context_tokens + new_tokens)
+        return mla + path.chunk_s(self._torch_layers, new_tokens, tail_rows, context_tokens + new_tokens)
+
+    def _without_index_flops(
+        self, attn_flops: float, new_tokens: int, context_tokens: int, tail_rows: int
+    ) -> float:
+        """A chunk's attention FLOPs less its index FLOPs, which the torch path's table times instead."""
+        index = chunk_index_flops(
+            self._torch_layers, self._index_unit_flops, new_tokens, context_tokens, tail_rows
+        )
+        return attn_flops - index
 
     def _tail_rows(self, new_tokens: int, context_tokens: int, last_chunk: bool) -> int:
         """Rows of a chunk the decoder tail runs on (the request's last rows, in its last chunk; model.md §6.2)."""
@@ -934,15 +941,15 @@ class CalibratedTiming(RooflineTiming):
         row_context = terms.context_tokens * self.verified_tokens_per_step
         for chunk in prefill:
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
+            tail = self._tail_rows(new, ctx, last)
             if through_decode:
                 row_context += new * (ctx + (new + 1) / 2.0)
             else:
-                attn += self._chunk_attention_s(new, ctx, last)
+                attn += self._chunk_attention_s(new, ctx, last, tail)
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
-            tail = min(ctx + new, tail_tokens) if last and tail_tokens else 0
-            tail_rows += tail  # the decoder tail runs on the request's last rows (model.md §6.2)
+            tail_rows += tail
             attn += self._glue_s(new, tail)
         if every_rows == 0:
             return 0.0
@@ -1004,22 +1011,19 @@ class CalibratedTiming(RooflineTiming):
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
             _dense, attn_flops, kv = chunk_parts(self._prefill_every, self._prefill_tail, new, ctx, last)
             share = rank_rows(new, g)
+            tail = self._tail_rows(new, ctx, last)
             path = self.torch_indexer
             if path is None:
                 attn += attn_flops / g * self.prefill_attention_s_per_flop(share, ctx + new - share)
             else:  # the GPU's rows of every index layer against the whole context (sim.timing.torch_indexer)
-                tail = self._tail_rows(new, ctx, last)
-                layers = self._torch_layers
-                rest = attn_flops - chunk_index_flops(layers, self._index_unit_flops, new, ctx, tail)
                 mla_s, mla_flops = self._mla_prefill(share)
-                attn += rest / g * mla_s / mla_flops
-                attn += path.chunk_s(layers, share, rank_rows(tail, g), ctx + new)
+                attn += self._without_index_flops(attn_flops, new, ctx, tail) / g * mla_s / mla_flops
+                attn += path.chunk_s(self._torch_layers, share, rank_rows(tail, g), ctx + new)
             kv_bytes += kv
             if chunk.image_tokens and self.vision_on_instance:
                 attn += a.vision_flops(chunk.image_tokens, chunk.image_count) / self._attn_rate_prefill
             every_rows += new
-            tail = min(ctx + new, tail_tokens) if last and tail_tokens else 0
-            tail_rows += tail  # the decoder tail runs on the request's last rows (model.md §6.2)
+            tail_rows += tail
             # the glue of the GPU's share of the rows, with whole weights
             attn += share * self._glue_cp_every_s + rank_rows(tail, g) * self._glue_cp_tail_s
         if not tail_tokens:
@@ -1133,11 +1137,12 @@ class CalibratedTiming(RooflineTiming):
                 load.start(stamp, chunk_share, context0)
                 loaded += 1
             new, ctx, last = chunk.new_tokens, chunk.context_tokens, chunk.last_chunk
+            tail = self._tail_rows(new, ctx, last)
             if through_decode:
                 load.row_context += new * (ctx + (new + 1) / 2.0)
             else:
-                load.attn += self._chunk_attention_s(new, ctx, last)  # on the rank's TP GPUs
-            load.attn += self._glue_s(new, min(ctx + new, tail_tokens) if last and tail_tokens else 0)
+                load.attn += self._chunk_attention_s(new, ctx, last, tail)  # on the rank's TP GPUs
+            load.attn += self._glue_s(new, tail)
             if chunk.image_tokens and self.vision_on_instance:  # on the rank's GPUs: 1 / dp of the rate
                 load.attn += (
                     a.vision_flops(chunk.image_tokens, chunk.image_count) * dp / self._attn_rate_prefill
@@ -1150,8 +1155,7 @@ class CalibratedTiming(RooflineTiming):
                 most_new = rows - chunk_share
             load.logits += 1
             every_rows += new
-            if last and tail_tokens:  # the decoder tail runs on the request's last rows (model.md §6.2)
-                tail = min(ctx + new, tail_tokens)
+            if tail:
                 rows = load.tail + tail
                 load.tail = rows
                 if rows > most_tail:
