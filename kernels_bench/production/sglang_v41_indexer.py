@@ -49,7 +49,9 @@ PAYLOAD_BYTES = 64  # 128 FP4 values
 SCALE_BYTES = 4  # one UE8M0 exponent per 32 values
 FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 ROLES = ("plain", "source", "consumer")  # layers 2/8/14 (ratio 2); layer 20; layers 24/28/32/36 (Reindex)
-COLUMNS = ("role", "rows", "lc", "chunks", "time_us", "dequant_us", "model_us", "samples", "check", "note")
+COLUMNS = (
+    "role", "rows", "lc", "chunks", "time_us", "dequant_us", "scores_us", "model_us", "samples", "check", "note",
+)  # fmt: skip
 # the measured grid: rows of one request on one GPU in a step (a chunk, or a prefill-CP rank's share of it) and
 # the visible compressed keys of its newest row (ratio 1: the context; ratio 2: half of it)
 ROWS = (16, 128, 512, 2048, 4096, 8192)
@@ -190,6 +192,24 @@ def index_layer(
     return LayerOut(page_idx, raw_idx, torch.cat(masks) if masks else None)
 
 
+def score_chunks(pool: Pool, req: Request, g: Geometry, keep: bool = False) -> torch.Tensor | None:
+    """The scoring alone of one layer over one request's rows (the keys' dequantisation, then per row chunk the
+    einsum, relu, weights, head sum, cast and causal mask): the part of the layer that a fused score kernel
+    replaces, timed so that the rest (top-k, sort, index writes, the candidate masks) is known by difference.
+    `keep`: return the FP32 [rows, lc] scores (for the check; timing keeps none, as the layer keeps one chunk)."""
+    lc = int(req.lens.max().item())
+    keys = dequant_keys(pool, req.slots[:lc], g.head_dim)
+    j = torch.arange(lc, device=keys.device)
+    step = max(1, g.score_budget_bytes // (g.heads * lc * 2))
+    kept = []
+    for start in range(0, req.q.shape[0], step):
+        sl = slice(start, min(req.q.shape[0], start + step))
+        s = scores(req.q[sl], keys, req.weights[sl]).masked_fill(j[None, :] >= req.lens[sl, None], -torch.inf)
+        if keep:
+            kept.append(s)
+    return torch.cat(kept) if keep else None
+
+
 def reference_scores(pool: Pool, req: Request, g: Geometry) -> torch.Tensor:
     """FP32 [rows, lc] scores of the same keys and queries, for the check (causal positions -inf)."""
     lc = int(req.lens.max().item())
@@ -264,6 +284,7 @@ def measure(
     out = []
     src = index_layer(pool, req, "source", g)  # warm-up and the consumers' mask
     dequant_us, _ = time_layer_us(lambda: dequant_keys(pool, req.slots, g.head_dim), samples=5, max_s=1.0)
+    scores_us, _ = time_layer_us(lambda: score_chunks(pool, req, g), samples=5, max_s=2.0)
     for role in ROLES:
         consume = src.mask if role == "consumer" else None
         res = index_layer(pool, req, role, g, consume)
@@ -272,7 +293,8 @@ def measure(
             lambda r=role, c=consume: index_layer(pool, req, r, g, c), samples=7, max_s=4.0
         )
         out.append(dict(role=role, rows=rows, lc=lc, chunks=chunks, time_us=round(t_us, 1),
-                        dequant_us=round(dequant_us, 1), model_us=round(model_us(role, rows, lc, bw_Bps, g), 1),
+                        dequant_us=round(dequant_us, 1), scores_us=round(scores_us, 1),
+                        model_us=round(model_us(role, rows, lc, bw_Bps, g), 1),
                         samples=n,
                         check=round(ok, 4), note=""))  # fmt: skip
     return out

@@ -81,3 +81,19 @@ def test_the_traffic_estimate_grows_with_rows_and_width():
     assert ix.model_us("plain", 8192, 1 << 16, bw) > 1.9 * big
     assert ix.model_us("plain", 4096, 1 << 16, bw) < ix.model_us("consumer", 4096, 1 << 16, bw)
     assert ix.model_us("consumer", 4096, 1 << 16, bw) < ix.model_us("source", 4096, 1 << 16, bw)
+
+
+def test_score_chunks_are_the_layers_scores_in_any_chunking():
+    """The timed scoring part (the share a fused score kernel replaces) computes the FP32 reference's scores up to
+    BF16 rounding, with the causal positions removed, whether the rows fit one chunk or many."""
+    pool, req = _case(rows=8, lc=256)
+    ref = ix.reference_scores(pool, req, SMALL)
+    whole = ix.score_chunks(pool, req, SMALL, keep=True)
+    tiny = SMALL._replace(score_budget_bytes=SMALL.heads * 256 * 2 * 3)  # 3 rows a chunk
+    chunked = ix.score_chunks(pool, req, tiny, keep=True)
+    assert torch.equal(torch.isinf(whole), torch.isinf(ref))
+    finite = torch.isfinite(ref)
+    tol = 2e-2 * ref[finite].abs().max()
+    assert (whole[finite] - ref[finite]).abs().max() <= tol
+    assert torch.equal(whole, chunked)
+    assert ix.score_chunks(pool, req, SMALL) is None
