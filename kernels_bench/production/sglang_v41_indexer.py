@@ -322,25 +322,51 @@ def provenance(commit: str | None) -> dict:
     return prov
 
 
-def derive(out: Path, tbps: float, commit: str | None) -> int:
+def read_points(path: Path) -> dict[tuple[str, int, int], dict]:
+    """The rows of a table this module wrote, by (role, rows, lc); rows that failed (no role or time) left out."""
+    import csv
+
+    with path.open() as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        return {(r["role"], int(r["rows"]), int(r["lc"])): r for r in rows if r["role"] and r["time_us"]}
+
+
+def derive(out: Path, tbps: float, commit: str | None, scale_by: Path | None = None) -> int:
     """The measured grid's points from the traffic estimate (`model_us`) at `tbps` TB/s, marked derived: what sim
-    reads for a GPU until the path is measured there."""
+    reads for a GPU until the path is measured there. `scale_by`: a table measured on another Hopper GPU; each
+    point's estimate is then multiplied by that GPU's measured / estimated time at the same point (its own
+    `model_us`, at its own copy bandwidth), carrying what the estimate misses (the kernels' distance from copy
+    bandwidth, the launches, the host) on the assumption that it is the same fraction on both GPUs."""
     from kernels_bench import report
     from kernels_bench.production.host_issue import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     prov = report.provenance(commit)
+    measured = read_points(scale_by) if scale_by is not None else {}
+    carried = (
+        f", scaled point by point by the measured / estimated time of {scale_by.name}" if scale_by else ""
+    )
     prov["what"] = (
         f"DERIVED, not measured: the traffic estimate of SGLang's V4.1 Hopper prefill indexer (model_us) at {tbps} "
-        "TB/s, one index layer over one request's rows"
+        f"TB/s{carried}, one index layer over one request's rows"
     )
-    note = f"derived at {tbps} TB/s"
-    rows = [
-        dict(role=role, rows=r, lc=lc, chunks=-(-r // max(1, V41.score_budget_bytes // (V41.heads * lc * 2))),
-             time_us=round(model_us(role, r, lc, tbps * 1e12), 1), model_us=round(model_us(role, r, lc, tbps * 1e12), 1),
-             samples=0, note=note)
-        for lc in LCS for r in ROWS for role in ROLES
-    ]  # fmt: skip
+    rows = []
+    for lc in LCS:
+        for r in ROWS:
+            for role in ROLES:
+                est = model_us(role, r, lc, tbps * 1e12)
+                row = dict(role=role, rows=r, lc=lc, chunks=-(-r // max(1, V41.score_budget_bytes // (V41.heads * lc * 2))),
+                           time_us=round(est, 1), model_us=round(est, 1), samples=0, note=f"derived at {tbps} TB/s")  # fmt: skip
+                m = measured.get((role, r, lc))
+                if scale_by is not None and m is None:
+                    row.update(time_us="", note=f"no point in {scale_by.name} to scale by")
+                elif m is not None:
+                    scale = est / float(m["model_us"])
+                    row.update(time_us=round(float(m["time_us"]) * scale, 1), note=f"carried x{scale:.3f}")
+                    for col in ("dequant_us", "scores_us"):
+                        if m.get(col):
+                            row[col] = round(float(m[col]) * scale, 1)
+                rows.append(row)
     write_csv(out / "sglang_v41_indexer.csv", COLUMNS, rows, prov)
     return 0
 
@@ -358,9 +384,15 @@ def main(argv=None) -> int:
         default=None,
         help="write the traffic estimate at this HBM bandwidth instead of measuring (no GPU; marked derived)",
     )
+    ap.add_argument(
+        "--scale-by",
+        type=Path,
+        default=None,
+        help="with --derive-TBps: scale each estimate by this measured table's measured / estimated time there",
+    )
     args = ap.parse_args(argv)
     if args.derive_TBps is not None:
-        return derive(args.out, args.derive_TBps, args.commit)
+        return derive(args.out, args.derive_TBps, args.commit, args.scale_by)
     if not torch.cuda.is_available():
         print("error: CUDA is not available (the indexer timing runs on the GPU machine)", file=sys.stderr)
         return 2

@@ -97,3 +97,31 @@ def test_score_chunks_are_the_layers_scores_in_any_chunking():
     assert (whole[finite] - ref[finite]).abs().max() <= tol
     assert torch.equal(whole, chunked)
     assert ix.score_chunks(pool, req, SMALL) is None
+
+
+def test_derive_carries_a_measured_tables_excess_point_by_point(tmp_path):
+    """`--derive-TBps X --scale-by T`: each point is the estimate at X times T's measured / estimated time at the
+    same point (what the estimate misses, carried from the GPU T was measured on); a point T lacks has no time."""
+    measured = tmp_path / "measured"
+    ix.derive(measured, 3.0, "abc")  # stands in for a measured table: model_us at 3 TB/s ...
+    path = measured / "sglang_v41_indexer.csv"
+    lines = path.read_text().splitlines()
+    head = [i for i, line in enumerate(lines) if line.startswith("role,")][0]
+    cols = lines[head].split(",")
+    body = []
+    for line in lines[head + 1 :]:
+        r = dict(zip(cols, line.split(","), strict=True))
+        if (r["role"], r["rows"], r["lc"]) == ("plain", "16", "2048"):
+            continue  # ... lacking one point
+        r["time_us"] = str(round(1.5 * float(r["model_us"]), 1))  # ... measured 1.5x its estimate
+        r["scores_us"] = str(round(1.2 * float(r["model_us"]), 1))
+        body.append(",".join(r[c] for c in cols))
+    path.write_text("\n".join(lines[: head + 1] + body) + "\n")
+    ix.derive(tmp_path / "carried", 4.5, "abc", scale_by=path)
+    got = ix.read_points(tmp_path / "carried" / "sglang_v41_indexer.csv")
+    r = got[("source", 4096, 262144)]
+    est = ix.model_us("source", 4096, 262144, 4.5e12)
+    assert float(r["time_us"]) == pytest.approx(1.5 * est, rel=1e-3)
+    assert float(r["scores_us"]) == pytest.approx(1.2 * est, rel=1e-3)
+    assert ("plain", 16, 2048) not in got  # no time where the measured table has no point
+    assert "DERIVED" in (tmp_path / "carried" / "sglang_v41_indexer.csv").read_text()
