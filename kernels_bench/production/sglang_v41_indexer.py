@@ -139,6 +139,29 @@ def scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (s.relu() * w.unsqueeze(-1)).sum(dim=1).float()
 
 
+def fused_scores_torch(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """What the fused score kernel computes (FP32 accumulation, causal positions at -inf), in torch: its stand-in
+    where Triton is absent, and its check."""
+    s = torch.einsum("rhd,nd->rhn", q.float(), k.float()).relu()
+    s = (s * w.float().unsqueeze(-1)).sum(dim=1)
+    return s.masked_fill(torch.arange(k.shape[0], device=s.device)[None, :] >= lens[:, None], -torch.inf)
+
+
+def fused_scorer():
+    """The fused score kernel on the GPU (Triton), its torch stand-in elsewhere."""
+    if torch.cuda.is_available():
+        from kernels_bench.production.fused_index_scores import fused_scores
+
+        return fused_scores
+    return fused_scores_torch
+
+
+def rows_per_chunk(g: Geometry, lc: int, fused: bool) -> int:
+    """Rows a score chunk holds under the engine's budget: BF16 [rows, heads, lc] on the torch path; FP32
+    [rows, lc] at a quarter of the budget with the fused kernel (16 B a row and position, its source's rule)."""
+    return max(1, g.score_budget_bytes // (lc * 16 if fused else g.heads * lc * 2))
+
+
 def block_mask(s: torch.Tensor, lens: torch.Tensor, g: Geometry) -> torch.Tensor:
     """The candidate source's bool [rows, lc] mask: per row the `topk_blocks` blocks of `block` positions with the
     highest block max (the newest block always kept), spread back to positions."""
@@ -159,9 +182,10 @@ class LayerOut(NamedTuple):
 
 
 def index_layer(
-    pool: Pool, req: Request, role: str, g: Geometry, consume: torch.Tensor | None = None
+    pool: Pool, req: Request, role: str, g: Geometry, consume: torch.Tensor | None = None, fused: bool = False
 ) -> LayerOut:
-    """One index layer over one request's rows, as the engine's torch path runs it (module doc)."""
+    """One index layer over one request's rows, as the engine's torch path runs it (module doc); `fused`: its
+    scores from the fused score kernel (the engine's opt-in flag), the rest unchanged."""
     rows = req.q.shape[0]
     lc = int(req.lens.max().item())  # the engine's host synchronisation per request and layer
     keys = dequant_keys(pool, req.slots[:lc], g.head_dim)
@@ -170,12 +194,16 @@ def index_layer(
     page_idx = torch.full((rows, g.topk), -1, dtype=torch.int32, device=keys.device)
     raw_idx = torch.full_like(page_idx, -1)
     masks = []
-    step = max(1, g.score_budget_bytes // (g.heads * lc * 2))
+    step = rows_per_chunk(g, lc, fused)
+    scorer = fused_scorer() if fused else None
     for start in range(0, rows, step):
         sl = slice(start, min(rows, start + step))
         lens = req.lens[sl]
-        s = scores(req.q[sl], keys, req.weights[sl])
-        s = s.masked_fill(j[None, :] >= lens[:, None], -torch.inf)
+        if scorer is not None:
+            s = scorer(req.q[sl], keys, req.weights[sl], lens)
+        else:
+            s = scores(req.q[sl], keys, req.weights[sl])
+            s = s.masked_fill(j[None, :] >= lens[:, None], -torch.inf)
         if role == "source":
             masks.append(block_mask(s, lens, g))
         elif role == "consumer":
@@ -192,7 +220,9 @@ def index_layer(
     return LayerOut(page_idx, raw_idx, torch.cat(masks) if masks else None)
 
 
-def score_chunks(pool: Pool, req: Request, g: Geometry, keep: bool = False) -> torch.Tensor | None:
+def score_chunks(
+    pool: Pool, req: Request, g: Geometry, keep: bool = False, fused: bool = False
+) -> torch.Tensor | None:
     """The scoring alone of one layer over one request's rows (the keys' dequantisation, then per row chunk the
     einsum, relu, weights, head sum, cast and causal mask): the part of the layer that a fused score kernel
     replaces, timed so that the rest (top-k, sort, index writes, the candidate masks) is known by difference.
@@ -200,11 +230,17 @@ def score_chunks(pool: Pool, req: Request, g: Geometry, keep: bool = False) -> t
     lc = int(req.lens.max().item())
     keys = dequant_keys(pool, req.slots[:lc], g.head_dim)
     j = torch.arange(lc, device=keys.device)
-    step = max(1, g.score_budget_bytes // (g.heads * lc * 2))
+    step = rows_per_chunk(g, lc, fused)
+    scorer = fused_scorer() if fused else None
     kept = []
     for start in range(0, req.q.shape[0], step):
         sl = slice(start, min(req.q.shape[0], start + step))
-        s = scores(req.q[sl], keys, req.weights[sl]).masked_fill(j[None, :] >= req.lens[sl, None], -torch.inf)
+        if scorer is not None:
+            s = scorer(req.q[sl], keys, req.weights[sl], req.lens[sl])
+        else:
+            s = scores(req.q[sl], keys, req.weights[sl]).masked_fill(
+                j[None, :] >= req.lens[sl, None], -torch.inf
+            )
         if keep:
             kept.append(s)
     return torch.cat(kept) if keep else None
@@ -255,7 +291,7 @@ REQUEST_SYNC_S = 100e-6  # the .item() / .nonzero() synchronisations and the deq
 def model_us(role: str, rows: int, lc: int, bw_Bps: float, g: Geometry = V41) -> float:
     """The path's time (us) from its HBM traffic at `bw_Bps` plus its launches: the estimate sim's prediction
     used before the measurement (docs/engines_and_validation.md section 52)."""
-    chunks = -(-rows // max(1, g.score_budget_bytes // (g.heads * lc * 2)))
+    chunks = -(-rows // rows_per_chunk(g, lc, fused=False))
     per_position = g.heads * SCORE_BYTES_PER_HEAD + ROW_POSITION_BYTES + ROLE_BYTES[role]
     traffic = rows * lc * per_position + lc * DEQUANT_BYTES_PER_POSITION
     return (traffic / bw_Bps + chunks * LAUNCHES_PER_CHUNK * LAUNCH_S + REQUEST_SYNC_S) * 1e6
@@ -275,28 +311,48 @@ def time_layer_us(fn, samples: int, max_s: float) -> tuple[float, int]:
 
 
 def measure(
-    rows: int, lc: int, g: Geometry, device: str, gen: torch.Generator, verify: bool, bw_Bps: float
+    rows: int,
+    lc: int,
+    g: Geometry,
+    device: str,
+    gen: torch.Generator,
+    verify: bool,
+    bw_Bps: float,
+    fused: bool = False,
 ) -> list[dict]:
-    """The three roles at one (rows, lc): plain, source, and a consumer of that source's mask."""
+    """The three roles at one (rows, lc): plain, source, and a consumer of that source's mask; `fused`: with the
+    fused score kernel (its scores checked against their FP32 stand-in first)."""
     pool = make_pool(lc, device, gen)
     req = make_request(rows, lc, g, device, gen)
-    chunks = -(-rows // max(1, g.score_budget_bytes // (g.heads * lc * 2)))
+    chunks = -(-rows // rows_per_chunk(g, lc, fused))
     out = []
-    src = index_layer(pool, req, "source", g)  # warm-up and the consumers' mask
+    note = ""
+    if fused and verify:
+        got = score_chunks(pool, req, g, keep=True, fused=True)
+        keys = dequant_keys(pool, req.slots, g.head_dim)
+        want = fused_scores_torch(req.q, keys, req.weights, req.lens)
+        finite = torch.isfinite(want)
+        err = float((got[finite] - want[finite]).abs().max() / want[finite].abs().max().clamp_min(1e-30))
+        if not torch.equal(finite, torch.isfinite(got)) or err > 1e-2:
+            raise AssertionError(f"fused scores differ from their FP32 stand-in (relative {err:.2e})")
+        note = f"fused scores within {err:.1e} of FP32"
+        del got, want
+    src = index_layer(pool, req, "source", g, fused=fused)  # warm-up and the consumers' mask
     dequant_us, _ = time_layer_us(lambda: dequant_keys(pool, req.slots, g.head_dim), samples=5, max_s=1.0)
-    scores_us, _ = time_layer_us(lambda: score_chunks(pool, req, g), samples=5, max_s=2.0)
+    scores_us, _ = time_layer_us(lambda: score_chunks(pool, req, g, fused=fused), samples=5, max_s=2.0)
     for role in ROLES:
         consume = src.mask if role == "consumer" else None
-        res = index_layer(pool, req, role, g, consume)
+        res = index_layer(pool, req, role, g, consume, fused=fused)
         ok = check(pool, req, role, g, res, consume) if verify else float("nan")
         t_us, n = time_layer_us(
-            lambda r=role, c=consume: index_layer(pool, req, r, g, c), samples=7, max_s=4.0
+            lambda r=role, c=consume: index_layer(pool, req, r, g, c, fused=fused), samples=7, max_s=4.0
         )
+        est = (
+            "" if fused else round(model_us(role, rows, lc, bw_Bps, g), 1)
+        )  # the estimate is the torch path's
         out.append(dict(role=role, rows=rows, lc=lc, chunks=chunks, time_us=round(t_us, 1),
-                        dequant_us=round(dequant_us, 1), scores_us=round(scores_us, 1),
-                        model_us=round(model_us(role, rows, lc, bw_Bps, g), 1),
-                        samples=n,
-                        check=round(ok, 4), note=""))  # fmt: skip
+                        dequant_us=round(dequant_us, 1), scores_us=round(scores_us, 1), model_us=est,
+                        samples=n, check=round(ok, 4), note=note))  # fmt: skip
     return out
 
 
@@ -355,7 +411,7 @@ def derive(out: Path, tbps: float, commit: str | None, scale_by: Path | None = N
         for r in ROWS:
             for role in ROLES:
                 est = model_us(role, r, lc, tbps * 1e12)
-                row = dict(role=role, rows=r, lc=lc, chunks=-(-r // max(1, V41.score_budget_bytes // (V41.heads * lc * 2))),
+                row = dict(role=role, rows=r, lc=lc, chunks=-(-r // rows_per_chunk(V41, lc, fused=False)),
                            time_us=round(est, 1), model_us=round(est, 1), samples=0, note=f"derived at {tbps} TB/s")  # fmt: skip
                 m = measured.get((role, r, lc))
                 if scale_by is not None and m is None:
@@ -390,6 +446,12 @@ def main(argv=None) -> int:
         default=None,
         help="with --derive-TBps: scale each estimate by this measured table's measured / estimated time there",
     )
+    ap.add_argument(
+        "--variant",
+        choices=("torch", "fused"),
+        default="torch",
+        help="torch: the engine's default path; fused: its scores from the fused score kernel (the opt-in flag)",
+    )
     args = ap.parse_args(argv)
     if args.derive_TBps is not None:
         return derive(args.out, args.derive_TBps, args.commit, args.scale_by)
@@ -406,7 +468,10 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     rows_out: list[dict] = []
     t0 = time.monotonic()
-    path = args.out / "sglang_v41_indexer.csv"
+    fused = args.variant == "fused"
+    path = args.out / ("sglang_v41_indexer_fused.csv" if fused else "sglang_v41_indexer.csv")
+    if fused:
+        prov["what"] += "; scores from the fused score kernel (kernels_bench.production.fused_index_scores)"
     for lc in LCS:
         for rows in ROWS:
             if time.monotonic() - t0 > args.budget_s:
@@ -416,7 +481,7 @@ def main(argv=None) -> int:
                 rows * lc <= 512 * 131072
             )  # the FP32 reference holds [rows, heads, lc] in FP32 (8.6 GB here)
             try:
-                new = measure(rows, lc, g, "cuda", gen, verify, bw)
+                new = measure(rows, lc, g, "cuda", gen, verify, bw, fused)
             except Exception as e:  # noqa: BLE001 - a point that fails is reported, never silent
                 new = [dict(role="", rows=rows, lc=lc, note=f"{type(e).__name__}: {e}"[:200])]
             torch.cuda.empty_cache()

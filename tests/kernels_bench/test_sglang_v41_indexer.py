@@ -125,3 +125,35 @@ def test_derive_carries_a_measured_tables_excess_point_by_point(tmp_path):
     assert float(r["scores_us"]) == pytest.approx(1.2 * est, rel=1e-3)
     assert ("plain", 16, 2048) not in got  # no time where the measured table has no point
     assert "DERIVED" in (tmp_path / "carried" / "sglang_v41_indexer.csv").read_text()
+
+
+@pytest.mark.parametrize("role", ix.ROLES)
+def test_the_fused_scorer_selects_what_fp32_selects(role):
+    """With the fused score kernel (its torch stand-in on the CPU) each role still selects what FP32 would, in
+    the fused path's own row chunks (FP32 [rows, lc], a quarter of the budget)."""
+    pool, req = _case(rows=12, lc=256)
+    tiny = SMALL._replace(score_budget_bytes=256 * 16 * 5)  # 5 rows a fused chunk; 10 a torch one (4 heads)
+    assert ix.rows_per_chunk(tiny, 256, fused=True) == 5
+    assert ix.rows_per_chunk(tiny, 256, fused=False) == 10
+    assert ix.rows_per_chunk(ix.V41, 65536, fused=True) == 4 * ix.rows_per_chunk(ix.V41, 65536, fused=False)
+    src = ix.index_layer(pool, req, "source", tiny, fused=True)
+    consume = src.mask if role == "consumer" else None
+    out = ix.index_layer(pool, req, role, tiny, consume, fused=True)
+    assert ix.check(pool, req, role, tiny, out, consume) == 1.0
+    if role == "source":  # the same candidate blocks as the torch path keeps
+        assert torch.equal(src.mask, ix.index_layer(pool, req, "source", SMALL).mask)
+
+
+@pytest.mark.gpu
+def test_the_triton_fused_scores_match_their_fp32_stand_in():
+    from kernels_bench.production.fused_index_scores import fused_scores
+
+    gen = torch.Generator().manual_seed(3)
+    pool = ix.make_pool(1000 + 64, "cuda", gen)
+    req = ix.make_request(70, 1000, ix.V41, "cuda", gen)  # tiles cut on both edges
+    keys = ix.dequant_keys(pool, req.slots, 128)
+    got = fused_scores(req.q, keys, req.weights, req.lens)
+    want = ix.fused_scores_torch(req.q, keys, req.weights, req.lens)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    assert (got[finite] - want[finite]).abs().max() <= 1e-2 * want[finite].abs().max()
