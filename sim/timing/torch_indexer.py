@@ -10,18 +10,17 @@ mask; the Reindex layers score the full width before applying it. So its time is
 unlike the DeepGEMM kernel sim's tables time (`indexer_prefill`) it is not a FLOP rate: sim charges these layers
 the path's own time instead of their index FLOPs.
 
-**Derived, to be measured** [D] (hwprofiles/engine_modules/sglang_v41_torch_indexer_<gpu>.csv): one index layer
-over one request's rows on one GPU by role (plain: layers 2/8/14; source: layer 20; consumer: the Reindex layers
-24-36), rows (16-8,192) and `lc`, the visible compressed keys of the newest row (2,048-1M). Until the path is timed
-on the GPU the points are the traffic estimate of `kernels_bench.production.sglang_v41_indexer --derive-TBps`: each
-op of the path its own kernel streaming its tensors through HBM, about 420 B per row and visible position a layer
-(the BF16 [rows, 32, lc] scores written, relu and the weight product read and written, the head sum, the FP32 cast,
-the mask, the top-k's passes), 6 KB per position for the keys' dequantisation, 10 us an op launched and 0.1 ms a
-request's synchronisations, at the GPU's device-to-device copy bandwidth (H200: 4.23 TB/s, measured, its profile's
-K1; H100: 3.0 TB/s, its profile's achievable fraction). The same module times the re-implemented path on the GPU
-(`python3 -m kernels_bench.production.sglang_v41_indexer --out DIR`, checked against an FP32 reference first) and
-writes the same columns; that file replaces the derived one. Between points the time is interpolated
-geometrically in both; beyond the most rows it grows proportionally (the row chunks are independent).
+**Measured on the H100, carried to the H200** (hwprofiles/engine_modules/sglang_v41_torch_indexer_<gpu>.csv): one
+index layer over one request's rows on one GPU by role (plain: layers 2/8/14; source: layer 20; consumer: the
+Reindex layers 24-36), rows (16-8,192) and `lc`, the visible compressed keys of the newest row (2,048-1M). The
+path is re-implemented and timed eagerly by `python3 -m kernels_bench.production.sglang_v41_indexer --out DIR`
+(checked against an FP32 reference first). The H100's table is that measurement (1.36-1.47x its HBM-traffic
+estimate at 128K positions and more, up to 4.6x where launches and host synchronisations dominate). No H200 was to
+be had, so the H200's is the traffic estimate at its measured copy bandwidth (4.23 TB/s, its profile's K1) times
+the H100's measured / estimated ratio at each point (`--derive-TBps 4.23 --scale-by` the H100 table), marked
+DERIVED [D]: what the estimate misses is taken to be the same share on both Hopper GPUs. Between points the time
+is interpolated geometrically in both; beyond the most rows it grows proportionally (the row chunks are
+independent).
 
 Which rows a layer runs on: every prompt row of the chunk for the layers on every prompt token; the decoder tail's
 rows for the decoder layers where the pool runs the tail (sim.timing.decoder_tail); under prefill context
@@ -100,8 +99,7 @@ def chunk_index_flops(
 
 @dataclass(frozen=True)
 class TorchIndexer:
-    """The path's table (derived until measured, module doc): seconds of one index layer over one request's
-    rows, by role."""
+    """The path's table (module doc): seconds of one index layer over one request's rows, by role."""
 
     by_role: dict[str, Grid]  # role -> (outer: lc, inner: rows), both geometric
 
