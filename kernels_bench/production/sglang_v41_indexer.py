@@ -147,9 +147,9 @@ def fused_scores_torch(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, lens: 
     return s.masked_fill(torch.arange(k.shape[0], device=s.device)[None, :] >= lens[:, None], -torch.inf)
 
 
-def fused_scorer():
-    """The fused score kernel on the GPU (Triton), its torch stand-in elsewhere."""
-    if torch.cuda.is_available():
+def fused_scorer(device: torch.device):
+    """The fused score kernel for tensors on the GPU (Triton), its torch stand-in for tensors elsewhere."""
+    if device.type == "cuda":
         from kernels_bench.production.fused_index_scores import fused_scores
 
         return fused_scores
@@ -195,7 +195,7 @@ def index_layer(
     raw_idx = torch.full_like(page_idx, -1)
     masks = []
     step = rows_per_chunk(g, lc, fused)
-    scorer = fused_scorer() if fused else None
+    scorer = fused_scorer(req.q.device) if fused else None
     for start in range(0, rows, step):
         sl = slice(start, min(rows, start + step))
         lens = req.lens[sl]
@@ -231,7 +231,7 @@ def score_chunks(
     keys = dequant_keys(pool, req.slots[:lc], g.head_dim)
     j = torch.arange(lc, device=keys.device)
     step = rows_per_chunk(g, lc, fused)
-    scorer = fused_scorer() if fused else None
+    scorer = fused_scorer(req.q.device) if fused else None
     kept = []
     for start in range(0, req.q.shape[0], step):
         sl = slice(start, min(req.q.shape[0], start + step))
