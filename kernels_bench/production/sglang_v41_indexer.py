@@ -427,6 +427,41 @@ def derive(out: Path, tbps: float, commit: str | None, scale_by: Path | None = N
     return 0
 
 
+def read_copy_GBps(path: Path) -> float:
+    """The copy bandwidth a measured table's provenance records (`# copy_GBps: ...`)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# copy_GBps:"):
+            return float(line.partition(":")[2])
+    raise ValueError(f"{path} records no copy_GBps")
+
+
+def carry_fused(out: Path, tbps: float, commit: str | None, measured_path: Path) -> int:
+    """The fused variant's table for another Hopper GPU from one measured on a first, marked derived: each point's
+    fused scoring (`scores_us`: tensor-core bound, the same SMs and clocks) kept, the rest of the layer (the keys'
+    dequantisation, top-k, sort, writes, masks: memory-bound) scaled by the two GPUs' copy bandwidths."""
+    from kernels_bench import report
+    from kernels_bench.production.host_issue import write_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    ratio = read_copy_GBps(measured_path) / (tbps * 1e3)
+    prov = report.provenance(commit)
+    prov["what"] = (
+        f"DERIVED, not measured: {measured_path.name} carried to a GPU of {tbps} TB/s, its fused scoring kept and "
+        f"the rest scaled by the copy bandwidths (x{ratio:.3f}), one index layer over one request's rows"
+    )
+    rows = []
+    for (role, r, lc), m in read_points(measured_path).items():
+        score_us = min(
+            float(m["scores_us"]), float(m["time_us"])
+        )  # two timings: the part never exceeds the whole
+        rest_us = float(m["time_us"]) - score_us
+        rows.append(dict(role=role, rows=r, lc=lc, chunks=m["chunks"], time_us=round(score_us + rest_us * ratio, 1),
+                         dequant_us=round(float(m["dequant_us"]) * ratio, 1), scores_us=round(score_us, 1),
+                         samples=0, note=f"carried: scoring kept, rest x{ratio:.3f}"))  # fmt: skip
+    write_csv(out / "sglang_v41_indexer_fused.csv", COLUMNS, rows, prov)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="kernels_bench.production.sglang_v41_indexer", description=__doc__.splitlines()[0]
@@ -444,7 +479,8 @@ def main(argv=None) -> int:
         "--scale-by",
         type=Path,
         default=None,
-        help="with --derive-TBps: scale each estimate by this measured table's measured / estimated time there",
+        help="with --derive-TBps: scale each estimate by this measured table's measured / estimated time there "
+        "(--variant fused: carry this measured fused table, its scoring kept, the rest scaled by bandwidth)",
     )
     ap.add_argument(
         "--variant",
@@ -453,6 +489,14 @@ def main(argv=None) -> int:
         help="torch: the engine's default path; fused: its scores from the fused score kernel (the opt-in flag)",
     )
     args = ap.parse_args(argv)
+    if args.derive_TBps is not None and args.variant == "fused":
+        if args.scale_by is None:
+            print(
+                "error: --variant fused --derive-TBps needs --scale-by, a measured fused table",
+                file=sys.stderr,
+            )
+            return 2
+        return carry_fused(args.out, args.derive_TBps, args.commit, args.scale_by)
     if args.derive_TBps is not None:
         return derive(args.out, args.derive_TBps, args.commit, args.scale_by)
     if not torch.cuda.is_available():

@@ -157,3 +157,16 @@ def test_the_triton_fused_scores_match_their_fp32_stand_in():
     assert torch.equal(torch.isinf(got), torch.isinf(want))
     finite = torch.isfinite(want)
     assert (got[finite] - want[finite]).abs().max() <= 1e-2 * want[finite].abs().max()
+
+
+def test_a_fused_table_carries_its_scoring_whole_and_its_rest_by_bandwidth(tmp_path):
+    src = tmp_path / "fused.csv"
+    lines = ["# copy_GBps: 3000.0", ",".join(ix.COLUMNS)]
+    lines.append("plain,4096,262144,16,100.0,2.0,40.0,,7,1.0,")  # 40 us scoring, 60 us the rest
+    lines.append("source,16,2048,1,10.0,1.0,12.0,,7,1.0,")  # scoring timed above the whole: capped at it
+    src.write_text("\n".join(lines) + "\n")
+    assert ix.carry_fused(tmp_path / "out", 4.5, "abc", src) == 0
+    got = ix.read_points(tmp_path / "out" / "sglang_v41_indexer_fused.csv")
+    assert float(got[("plain", 4096, 262144)]["time_us"]) == pytest.approx(40.0 + 60.0 * 3.0 / 4.5, abs=0.1)
+    assert float(got[("source", 16, 2048)]["time_us"]) == pytest.approx(10.0)
+    assert ix.main(["--out", str(tmp_path / "x"), "--variant", "fused", "--derive-TBps", "4.5"]) == 2
