@@ -94,13 +94,13 @@ class Pool(StrictModel):
         "reindex_scoring; no engine named: candidates); no effect on models without Reindex layers",
     )
 
-    prefill_indexer: Literal["auto", "kernel", "torch"] = Field(
+    prefill_indexer: Literal["auto", "kernel", "torch", "torch_fused_scores"] = Field(
         "auto",
         description="what runs V4.1's prefill index layers: kernel = a fused MQA-logits kernel (sim's measured "
         "DeepGEMM indexer tables, at the chunk's index FLOPs), torch = SGLang's eager torch path on Hopper "
-        "(BF16 scores materialised over every visible position, per request and layer; tables for the H200 and "
-        "the H100, derived from the path's HBM traffic until measured, sim/timing/torch_indexer.py; calibrated "
-        "timing only); auto = the engine's rule (sim.config.engine_rules "
+        "(BF16 scores materialised over every visible position, per request and layer; measured on the H100, "
+        "carried to the H200, sim/timing/torch_indexer.py; calibrated timing only), torch_fused_scores = the same "
+        "path with SGLang's opt-in fused score kernel (SGLANG_OPT_USE_FUSED_DSV41_INDEXER_SCORES=1); auto = the engine's rule (sim.config.engine_rules "
         "v41_prefill_indexer; no engine named: kernel); no effect on models other than V4.1",
     )
 

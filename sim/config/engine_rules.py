@@ -652,8 +652,9 @@ def prefill_indexer(
 ) -> str:
     """What runs `model`'s prefill index layers on a pool: `setting` (cluster.pools[].prefill_indexer) unless
     auto, else the engine's rule on a GPU of `compute_capability` (Hopper is 9.x): "torch" (SGLang's eager path,
-    sim.timing.torch_indexer) or "kernel" (a fused kernel, sim's DeepGEMM tables). Only V4.1 has the torch path;
-    no engine named or no rule: kernel."""
+    sim.timing.torch_indexer) or "kernel" (a fused kernel, sim's DeepGEMM tables). "torch_fused_scores" (the eager
+    path with SGLang's opt-in fused score kernel) only where the pool sets it: the flag's default is not known. Only
+    V4.1 has the torch path; no engine named or no rule: kernel."""
     if model not in family("v41").models:
         return "kernel"
     if setting != "auto":

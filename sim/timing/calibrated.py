@@ -1300,10 +1300,10 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
         marlin = for_gpu(ctx.hw_profile)
     torch_indexer = None
-    if ctx.prefill_indexer == "torch":
+    if ctx.prefill_indexer in ("torch", "torch_fused_scores"):
         from sim.timing import torch_indexer as ti
 
-        torch_indexer = ti.for_gpu(ctx.hw_profile)
+        torch_indexer = ti.for_gpu(ctx.hw_profile, ctx.prefill_indexer)
     glue = None
     if ctx.engine and ctx.engine_glue == "modules" and MODEL_KEYS.get(ctx.model_name) in GLUE_MODELS:
         glue = tables.derived(("engine_glue", ctx.engine), lambda: _fit_engine_glue(ctx, tables))

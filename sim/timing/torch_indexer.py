@@ -22,6 +22,12 @@ DERIVED [D]: what the estimate misses is taken to be the same share on both Hopp
 is interpolated geometrically in both; beyond the most rows it grows proportionally (the row chunks are
 independent).
 
+**With the fused score kernel** (`torch_fused_scores`: SGLang's opt-in `SGLANG_OPT_USE_FUSED_DSV41_INDEXER_SCORES`,
+whose default is not known; docs/engines_and_validation.md section 53): the same path with each row chunk's scores
+from one Triton kernel (relu, weights, head sum and mask in registers, FP32 [rows, lc] written), re-implemented and
+timed by the same benchmark (`--variant fused`) on the H100; on the H200 its scoring is kept (tensor-core bound)
+and the rest scaled by the copy bandwidths [D]. 5-8x faster than the default path at 32K positions and more.
+
 Which rows a layer runs on: every prompt row of the chunk for the layers on every prompt token; the decoder tail's
 rows for the decoder layers where the pool runs the tail (sim.timing.decoder_tail); under prefill context
 parallelism a GPU's share of the rows against the whole context. Every attention-TP GPU runs the whole indexer
@@ -43,8 +49,16 @@ from sim.timing.interp import LOGLOG, Curve, Grid
 from sim.timing.tables import gpu_key, read_table
 
 TABLE_GPUS = ("h200", "h100")  # gpu_key of the GPUs the path has a table for
-POINTS_FILES: dict[str, tuple[str, ...]] = {
-    gpu: ("hwprofiles", "engine_modules", f"sglang_v41_torch_indexer_{gpu}.csv") for gpu in TABLE_GPUS
+# the engine's default path, and the same path with SGLang's opt-in fused score kernel
+# (SGLANG_OPT_USE_FUSED_DSV41_INDEXER_SCORES; docs/engines_and_validation.md section 53)
+VARIANTS: dict[str, str] = {
+    "torch": "sglang_v41_torch_indexer",
+    "torch_fused_scores": "sglang_v41_torch_fused_indexer",
+}
+POINTS_FILES: dict[tuple[str, str], tuple[str, ...]] = {
+    (variant, gpu): ("hwprofiles", "engine_modules", f"{stem}_{gpu}.csv")
+    for variant, stem in VARIANTS.items()
+    for gpu in TABLE_GPUS
 }
 ROLES = ("plain", "source", "consumer")
 
@@ -144,9 +158,9 @@ def build(points: list[IndexerPoint]) -> TorchIndexer:
     return TorchIndexer(by_role)
 
 
-def load_points(path: Path | None = None, gpu: str = "h200") -> list[IndexerPoint]:
-    """The rows of `path`, else of `gpu`'s committed file (rows that failed carry no time)."""
-    path = path or project_root().joinpath(*POINTS_FILES[gpu])
+def load_points(path: Path | None = None, gpu: str = "h200", variant: str = "torch") -> list[IndexerPoint]:
+    """The rows of `path`, else of `gpu`'s committed file of `variant` (rows that failed carry no time)."""
+    path = path or project_root().joinpath(*POINTS_FILES[(variant, gpu)])
     rows = read_table(path, "SGLang's V4.1 prefill indexer table")[2]
     return [
         IndexerPoint(r["role"], int(r["rows"]), int(r["lc"]), float(r["time_us"]) * 1e-6)
@@ -156,20 +170,23 @@ def load_points(path: Path | None = None, gpu: str = "h200") -> list[IndexerPoin
 
 
 @functools.cache
-def committed(gpu: str) -> TorchIndexer:
-    """The path of `gpu`'s committed table, built once per GPU."""
-    return build(load_points(gpu=gpu))
+def committed(gpu: str, variant: str = "torch") -> TorchIndexer:
+    """The path of `gpu`'s committed table of `variant`, built once per GPU and variant."""
+    return build(load_points(gpu=gpu, variant=variant))
 
 
 REFUSAL = "SGLang's V4.1 torch prefill indexer has a table for the H200 and the H100 only"
-ALLOWED = "kernel (sim's DeepGEMM indexer tables), or torch on an H200 or an H100"
+ALLOWED = "kernel (sim's DeepGEMM indexer tables), or torch / torch_fused_scores on an H200 or an H100"
 
 
-def for_gpu(profile) -> TorchIndexer:
-    """The path's table for `profile`'s GPU; an InputError for a GPU it has none for."""
+def for_gpu(profile, variant: str = "torch") -> TorchIndexer:
+    """The path's table of `variant` for `profile`'s GPU; an InputError for a GPU it has none for."""
     key = gpu_key(profile)
-    if key not in POINTS_FILES:
+    if (variant, key) not in POINTS_FILES:
         raise InputError(
-            REFUSAL, where="cluster.pools[].prefill_indexer", value=f"torch on {profile.gpu}", allowed=ALLOWED
+            REFUSAL,
+            where="cluster.pools[].prefill_indexer",
+            value=f"{variant} on {profile.gpu}",
+            allowed=ALLOWED,
         )
-    return committed(key)
+    return committed(key, variant)

@@ -120,7 +120,7 @@ def timings(context, monkeypatch):
         ctx = replace(ctx, arith=build_arith(V41, prefill_mode=mode, reindex_full_range=True))
         out = [build_calibrated(ctx)]
         for seconds in (1e-12, 1e-3):
-            monkeypatch.setattr(ti, "for_gpu", lambda _profile, s=seconds: constant(s))
+            monkeypatch.setattr(ti, "for_gpu", lambda _profile, _variant, s=seconds: constant(s))
             out.append(build_calibrated(replace(ctx, prefill_indexer="torch")))
         return out
 
@@ -161,9 +161,10 @@ def test_the_committed_path_on_the_h200_is_far_slower_than_deepgemm_at_long_cont
     assert _chunk_s(path, chunk) > 2 * _chunk_s(kernel, chunk)
 
 
+@pytest.mark.parametrize("variant", ti.VARIANTS)
 @pytest.mark.parametrize("gpu", ti.TABLE_GPUS)
-def test_each_committed_table_covers_every_role_on_the_grid(gpu):
-    points = ti.load_points(gpu=gpu)
+def test_each_committed_table_covers_every_role_on_the_grid(gpu, variant):
+    points = ti.load_points(gpu=gpu, variant=variant)
     for role in ti.ROLES:
         mine = {(p.rows, p.lc) for p in points if p.role == role}
         assert {r for r, _ in mine} >= {16, 4096, 8192} and {lc for _, lc in mine} >= {2048, 1 << 20}
@@ -171,3 +172,29 @@ def test_each_committed_table_covers_every_role_on_the_grid(gpu):
     assert h100.layer_s("plain", 4096, 1 << 18) > h200.layer_s(
         "plain", 4096, 1 << 18
     )  # HBM-bound, 0.7x the bandwidth
+
+
+@pytest.mark.parametrize("gpu", ti.TABLE_GPUS)
+def test_the_fused_score_kernel_cuts_the_path_at_long_context_but_not_to_the_kernel(gpu):
+    """The measured fused variant (section 53): a layer of 4,096 rows at 256K positions 4-10x faster than the
+    default path, the top-k and the rest still over every position."""
+    default, fused = ti.committed(gpu), ti.committed(gpu, "torch_fused_scores")
+    for role in ti.ROLES:
+        ratio = default.layer_s(role, 4096, 1 << 18) / fused.layer_s(role, 4096, 1 << 18)
+        assert 4.0 < ratio < 10.0
+
+
+def test_a_pool_with_the_fused_scores_sits_between_the_kernel_and_the_default_path(context):
+    ctx = context(V41, tp=8, ep=8, dp=1)
+    ctx = replace(ctx, arith=build_arith(V41, reindex_full_range=True))
+    kernel = build_calibrated(ctx)
+    default = build_calibrated(replace(ctx, prefill_indexer="torch"))
+    fused = build_calibrated(replace(ctx, prefill_indexer="torch_fused_scores"))
+    chunk = PrefillChunk(4096, 256 * K, last_chunk=False)
+    assert _chunk_s(kernel, chunk) < _chunk_s(fused, chunk) < _chunk_s(default, chunk)
+
+
+def test_the_fused_variant_is_refused_off_its_gpus_with_the_field():
+    with pytest.raises(InputError) as err:
+        ti.for_gpu(load_hw("nvidia-b200-hgx8"), "torch_fused_scores")
+    assert "torch_fused_scores on" in str(err.value.value)
