@@ -48,6 +48,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(calibrate_app, name="calibrate")
 
 
+INDEXER_LCS = (32768, 262144, 1048576)  # the visible positions `calibrate show` reads the indexer path at
+
+
 def _console() -> Console:
     console = Console()
     return console if console.is_terminal else Console(width=200)
@@ -329,6 +332,7 @@ def show_cmd(
         engine_glue=_engine_glue(profile),
         experts=_experts(profile),
         power_limit=_power_limit(profile),
+        prefill_indexer=_prefill_indexer(profile),
     )
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -455,6 +459,38 @@ def _marlin(profile, text: list[str]) -> dict | None:
             "local_experts": list(m.per_weight.outer)}  # fmt: skip
 
 
+def _prefill_indexer(profile) -> dict | None:
+    """On a GPU SGLang's V4.1 torch prefill indexer has tables for, each variant's table (measured here or carried,
+    its provenance line) and one layer's time at a 4,096-row chunk (sim.timing.torch_indexer)."""
+    from sim.paths import project_root
+    from sim.timing import torch_indexer as ti
+    from sim.timing.tables import gpu_key, read_table
+
+    gpu = gpu_key(profile) if profile is not None else None
+    if gpu not in ti.TABLE_GPUS:
+        return None
+    variants, text = [], []
+    for variant in ti.VARIANTS:
+        rel = "/".join(ti.POINTS_FILES[(variant, gpu)])
+        provenance = dict(read_table(project_root() / rel, "SGLang's V4.1 prefill indexer table")[0])
+        path = ti.committed(gpu, variant)
+        layer_ms = {
+            f"{lc // 1024}K": {role: path.layer_s(role, 4096, lc) * 1e3 for role in ti.ROLES}
+            for lc in INDEXER_LCS
+        }
+        derived = provenance.get("what", "").startswith("DERIVED")
+        variants.append({"variant": variant, "file": rel, "derived": derived, "what": provenance.get("what"),
+                         "gpu_measured_on": provenance.get("gpu"), "layer_ms_at_4096_rows": layer_ms})  # fmt: skip
+        at = ", ".join(f"{k} {v['plain']:.1f}" for k, v in layer_ms.items())
+        text.append(
+            f"V4.1 prefill indexer as SGLang runs it on Hopper (cluster.pools[].prefill_indexer: {variant}): "
+            f"{'derived [D], ' if derived else 'measured, '}{rel}; one plain index layer over 4,096 rows at "
+            f"{at} ms by visible positions (sim/timing/torch_indexer.py; docs/engines_and_validation.md "
+            "sections 52-53)"
+        )
+    return {"variants": variants, "text": text}
+
+
 def _engine_glue(profile) -> list[dict]:
     """Per engine, the glue its measured attention modules add to this GPU's prefill attention side
     (sim.timing.engine_glue), or why none."""
@@ -566,6 +602,8 @@ def _print(data: dict) -> None:
     for line in data["experts"]["text"]:
         console.print(line)
     console.print(data["power_limit"]["text"])
+    for line in (data["prefill_indexer"] or {}).get("text", []):
+        console.print(line)
     _print_curves(console, data)
     _print_stacks(console, data)
     comp = data["composed"]

@@ -119,3 +119,24 @@ def test_broken_table_is_a_clean_input_error(tmp_path, monkeypatch, h200_tables)
     result = CliRunner().invoke(app, ["calibrate", "show", "h200"])
     assert isinstance(result.exception, InputError)
     assert str(path) in str(result.exception) and "column median_us" in str(result.exception)
+
+
+def test_show_prints_the_prefill_indexer_path_and_says_which_table_is_derived(h200_tables):
+    """On the H200 and the H100 `calibrate show` names SGLang's V4.1 torch prefill indexer tables (the default path
+    and the fused-scores variant), says which are carried rather than measured and reads one layer from each; a
+    GPU without tables has none."""
+    for gpu, derived in (("h200", True), ("h100", False)):
+        data = json.loads(CliRunner().invoke(app, ["calibrate", "show", gpu, "--json"]).stdout)
+        got = {v["variant"]: v for v in data["prefill_indexer"]["variants"]}
+        assert set(got) == {"torch", "torch_fused_scores"}
+        for v in got.values():
+            assert v["derived"] is derived and v["file"].endswith(f"_{gpu}.csv")
+            assert v["layer_ms_at_4096_rows"]["256K"]["plain"] > v["layer_ms_at_4096_rows"]["32K"]["plain"]
+        default, fused = (
+            got[k]["layer_ms_at_4096_rows"]["256K"]["plain"] for k in ("torch", "torch_fused_scores")
+        )
+        assert default > 4 * fused
+    text = CliRunner().invoke(app, ["calibrate", "show", "h200"]).stdout
+    assert "prefill_indexer: torch_fused_scores" in text and "derived [D]" in text
+    data = json.loads(CliRunner().invoke(app, ["calibrate", "show", "b200", "--json"]).stdout)
+    assert data["prefill_indexer"] is None
