@@ -99,9 +99,10 @@ class Pool(StrictModel):
         description="what runs V4.1's prefill index layers: kernel = a fused MQA-logits kernel (sim's measured "
         "DeepGEMM indexer tables, at the chunk's index FLOPs), torch = SGLang's eager torch path on Hopper "
         "(BF16 scores materialised over every visible position, per request and layer; measured on the H100, "
-        "carried to the H200, sim/timing/torch_indexer.py; calibrated timing only), torch_fused_scores = the same "
-        "path with SGLang's opt-in fused score kernel (SGLANG_OPT_USE_FUSED_DSV41_INDEXER_SCORES=1); auto = the engine's rule (sim.config.engine_rules "
-        "v41_prefill_indexer; no engine named: kernel); no effect on models other than V4.1",
+        "carried to the H200, sim/timing/torch_indexer.py; calibrated timing only), torch_fused_scores = the "
+        "same path with SGLang's opt-in fused score kernel (SGLANG_OPT_USE_FUSED_DSV41_INDEXER_SCORES=1; "
+        "measured likewise); auto = the engine's rule (sim.config.engine_rules v41_prefill_indexer, which never "
+        "picks torch_fused_scores; no engine named: kernel); no effect on models other than V4.1",
     )
 
     @field_validator("hardware")

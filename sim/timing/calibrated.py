@@ -1300,7 +1300,9 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
         marlin = for_gpu(ctx.hw_profile)
     torch_indexer = None
-    if ctx.prefill_indexer in ("torch", "torch_fused_scores"):
+    if (
+        ctx.prefill_indexer != "kernel"
+    ):  # one of the torch path's variants (sim.timing.torch_indexer.VARIANTS)
         from sim.timing import torch_indexer as ti
 
         torch_indexer = ti.for_gpu(ctx.hw_profile, ctx.prefill_indexer)

@@ -62,7 +62,8 @@ class TimingContext:
     # the rows each expert's segment is padded to a multiple of in steps with prefill (DeepEP normal into
     # DeepGEMM's contiguous layout, sim.config.engine_rules); 1: none
     expert_alignment_rows: int = 1
-    # what runs V4.1's prefill index layers: kernel (the indexer tables) | torch (sim.timing.torch_indexer)
+    # what runs V4.1's prefill index layers: kernel (the indexer tables) | torch | torch_fused_scores
+    # (sim.timing.torch_indexer.VARIANTS)
     prefill_indexer: str = "kernel"
 
     @classmethod
