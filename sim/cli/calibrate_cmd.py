@@ -462,9 +462,8 @@ def _marlin(profile, text: list[str]) -> dict | None:
 def _prefill_indexer(profile) -> dict | None:
     """On a GPU SGLang's V4.1 torch prefill indexer has tables for, each variant's table (measured here or carried,
     its provenance line) and one layer's time at a 4,096-row chunk (sim.timing.torch_indexer)."""
-    from sim.paths import project_root
     from sim.timing import torch_indexer as ti
-    from sim.timing.tables import gpu_key, read_table
+    from sim.timing.tables import gpu_key
 
     gpu = gpu_key(profile) if profile is not None else None
     if gpu not in ti.TABLE_GPUS:
@@ -472,15 +471,15 @@ def _prefill_indexer(profile) -> dict | None:
     variants, text = [], []
     for variant in ti.VARIANTS:
         rel = "/".join(ti.POINTS_FILES[(variant, gpu)])
-        provenance = dict(read_table(project_root() / rel, "SGLang's V4.1 prefill indexer table")[0])
         path = ti.committed(gpu, variant)
         layer_ms = {
             f"{lc // 1024}K": {role: path.layer_s(role, 4096, lc) * 1e3 for role in ti.ROLES}
             for lc in INDEXER_LCS
         }
-        derived = provenance.get("what", "").startswith("DERIVED")
-        variants.append({"variant": variant, "file": rel, "derived": derived, "what": provenance.get("what"),
-                         "gpu_measured_on": provenance.get("gpu"), "layer_ms_at_4096_rows": layer_ms})  # fmt: skip
+        derived = ti.table_is_derived(variant, gpu)
+        variants.append(
+            {"variant": variant, "file": rel, "derived": derived, "layer_ms_at_4096_rows": layer_ms}
+        )
         at = ", ".join(f"{k} {v['plain']:.1f}" for k, v in layer_ms.items())
         text.append(
             f"V4.1 prefill indexer as SGLang runs it on Hopper (cluster.pools[].prefill_indexer: {variant}): "

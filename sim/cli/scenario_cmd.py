@@ -14,12 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cluster.build import engine_eager_floor, pool_host_costs
+from sim.cluster.build import engine_eager_floor, pool_engine_paths, pool_host_costs
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
 from sim.errors import InputError
 from sim.extensions import load_extensions
+from sim.hardware import load_hw
 from sim.model import load_model
 from sim.preflight import preflight
 
@@ -76,6 +77,32 @@ def _eager_floors(scn: Scenario, model: str) -> list[dict]:
     return out
 
 
+def _index_paths(scn: Scenario, model: str) -> list[dict]:
+    """For a model with Reindex layers (V4.1), what each of its pools' engines runs for the index layers on its
+    GPU (sim.cluster.build.pool_engine_paths): the prefill indexer, and whether the Reindex layers score every
+    position; for the torch path, whether its table on that GPU is measured or carried [D]."""
+    from sim.timing import torch_indexer as ti
+    from sim.timing.tables import gpu_key
+
+    if not any(layer.selection == "reindex" for layer in load_model(model).layers):
+        return []
+    one = scn.for_model(model)
+    out = []
+    for pool in one.cluster.pools:
+        hw = load_hw(one.pool_hardware(pool))
+        paths = pool_engine_paths(one, pool, hw, model)
+        prefills = pool.role != "decode"  # a disaggregated decode pool runs no prefill step
+        table = ti.POINTS_FILES.get((paths.prefill_indexer, gpu_key(hw))) if prefills else None
+        out.append({
+            "pool": pool.name,
+            "prefill_indexer": paths.prefill_indexer if prefills else None,
+            "reindex_scoring": "full_range" if paths.reindex_full_range else "candidates",
+            "indexer_table": "/".join(table) if table else None,
+            "indexer_table_derived": ti.table_is_derived(paths.prefill_indexer, gpu_key(hw)) if table else None,
+        })  # fmt: skip
+    return out
+
+
 def _summary(scn: Scenario) -> dict:
     pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
     w = scn.workload
@@ -90,6 +117,7 @@ def _summary(scn: Scenario) -> dict:
                 "kv_layout": m.kv_layout,
                 "engine_refusal": scenario_refusal(scn.for_model(m.name), m.name),
                 "eager_prefill": _eager_floors(scn, m.name),
+                "index_paths": _index_paths(scn, m.name),
                 "pools": None if m.pools is None else [_pool_summary(scn, p) for p in m.pools],
             }
             for m in scn.models
@@ -170,6 +198,19 @@ def check_cmd(
             console.print(
                 f"  eager prefill: {m['name']} pool {f['pool']}: a prefill step lasts at least "
                 f"{f['floor_s'] * 1e3:.1f} ms, the host's time to issue it ({how}; sim.timing.host)",
+                markup=False,
+            )
+        for p in m["index_paths"]:
+            indexer = ""
+            if p["prefill_indexer"] is not None:
+                indexer = f"prefill indexer {p['prefill_indexer']}"
+                if p["indexer_table"]:
+                    how = "carried [D]" if p["indexer_table_derived"] else "measured"
+                    indexer += f", its table {how}: {p['indexer_table']}"
+                indexer += "; "
+            console.print(
+                f"  index layers: {m['name']} pool {p['pool']}: {indexer}Reindex scoring {p['reindex_scoring']} "
+                "(sim.config.engine_rules; cluster.pools[].prefill_indexer, reindex_scoring)",
                 markup=False,
             )
         if m["engine_refusal"]:

@@ -442,17 +442,34 @@ def pool_decode_layer_term(scn, pool: Pool) -> bool:
     return decode_layer_term(scn.pool_engine(pool)) if setting == "engine" else setting == "on"
 
 
+class EnginePaths(NamedTuple):
+    """Which kernels a pool's engine runs for V4.1's index layers on its GPU (sim.config.engine_rules)."""
+
+    prefill_indexer: str  # kernel | torch | torch_fused_scores (sim.timing.torch_indexer)
+    reindex_full_range: bool  # the Reindex layers score every position, then mask
+
+
+def pool_engine_paths(scn, pool: Pool, hw: HwProfile, model: str) -> EnginePaths:
+    """The pool's settings, or where they say auto its engine's rules on `hw`'s compute capability."""
+    engine = scn.pool_engine(pool)
+    cc = hw.accelerator.compute_capability
+    cap = cc.value if cc is not None else None
+    return EnginePaths(
+        prefill_indexer(engine, cap, model, pool.prefill_indexer),
+        reindex_full_range(engine, cap, pool.reindex_scoring),
+    )
+
+
 def pool_timing(
     scn, pool: Pool, hw: HwProfile, arith: ModelArith, model_ref, spec_step, engram_in_dram: bool
 ):
     """The timing model of one instance of `pool` on its hardware (sim.timing.factory)."""
     engine = scn.pool_engine(pool)
     cc = hw.accelerator.compute_capability
-    full_range = reindex_full_range(engine, cc.value if cc is not None else None, pool.reindex_scoring)
-    indexer = prefill_indexer(engine, cc.value if cc is not None else None, arith.name, pool.prefill_indexer)
+    paths = pool_engine_paths(scn, pool, hw, arith.name)
     ctx = TimingContext.of_instance(
         arith.name,
-        _pool_arith(arith, pool, model_ref.kv_layout, full_range),
+        _pool_arith(arith, pool, model_ref.kv_layout, paths.reindex_full_range),
         hw,
         Parallelism(
             gpus=pool.gpus_per_instance,
@@ -481,7 +498,7 @@ def pool_timing(
         power_limit=scn.timing.power_limit == "measured",
         expert_activations=model_ref.expert_activations or "fp8",
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
-        prefill_indexer=indexer,
+        prefill_indexer=paths.prefill_indexer,
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
     fast_max_bytes = custom_allreduce_max_bytes(engine, cc.value if cc is not None else None, pool.tp)

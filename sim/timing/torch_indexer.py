@@ -169,6 +169,15 @@ def load_points(path: Path | None = None, gpu: str = "h200", variant: str = "tor
     ]
 
 
+def table_is_derived(variant: str, gpu: str) -> bool:
+    """Whether `gpu`'s committed table of `variant` is carried or estimated (its provenance says DERIVED) rather
+    than measured on that GPU."""
+    provenance = dict(
+        read_table(project_root().joinpath(*POINTS_FILES[(variant, gpu)]), "an indexer table")[0]
+    )
+    return provenance.get("what", "").startswith("DERIVED")
+
+
 @functools.cache
 def committed(gpu: str, variant: str = "torch") -> TorchIndexer:
     """The path of `gpu`'s committed table of `variant`, built once per GPU and variant."""

@@ -301,7 +301,9 @@ def test_cli_fields_lists_every_leaf_with_defaults():
     rows = {r["field"]: r for r in json.loads(result.stdout)}
     assert rows["cache.v41.global_retention_s"]["default"] == "259200.0"
     assert rows["spec_decode.v41.draft_tokens"]["default"] == "5"
-    assert rows["spec_decode.v41.verify_rows"]["default"] == "None"  # 1 + draft_tokens: the whole block (engine rule dspark_verify)
+    assert (
+        rows["spec_decode.v41.verify_rows"]["default"] == "None"
+    )  # 1 + draft_tokens: the whole block (engine rule dspark_verify)
     assert rows["spec_decode.v4.verify_rows"]["default"] == "None"  # 1 + draft_tokens
     assert "verify step" in rows["spec_decode.v4.accepted_tokens_per_step"]["description"]
     assert rows["models[].accepted_tokens_per_step"]["type"] == "float | None"
@@ -327,3 +329,30 @@ def test_prefill_first_loads_where_the_engine_rule_is_known(folder):
     assert scn.pool_step_rules(scn.cluster.pools[0]).step_composition == "prefill_first"
     scn = load_scenario(write(folder, variant(engine={"name": "sglang"}, cluster__pools=dp)))
     assert scn.pool_step_rules(scn.cluster.pools[0]).step_composition == "rank_prefill_first"
+
+
+def test_cli_check_says_what_runs_v41s_index_layers_per_pool():
+    """The main job's V4.1 pools on H200 under SGLang main: the prefill pool's indexer is the torch path (its H200
+    table carried from the H100, so marked [D]), the decode pool runs no prefill step; both score the Reindex
+    layers over every position. V4 has no Reindex layers and no such lines."""
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "agent_1M.yaml"
+    data = json.loads(CliRunner().invoke(app, ["scenario", "check", str(path), "--json"]).stdout)
+    by_model = {m["name"]: m["index_paths"] for m in data["summary"]["models"]}
+    assert by_model["deepseek-v4-flash"] == []
+    prefill, decode = by_model["deepseek-v4.1-flash"]
+    assert (prefill["pool"], prefill["prefill_indexer"], prefill["reindex_scoring"]) == (
+        "prefill",
+        "torch",
+        "full_range",
+    )
+    assert (
+        prefill["indexer_table"].endswith("sglang_v41_torch_indexer_h200.csv")
+        and prefill["indexer_table_derived"]
+    )
+    assert (decode["prefill_indexer"], decode["indexer_table"], decode["reindex_scoring"]) == (
+        None,
+        None,
+        "full_range",
+    )
+    text = CliRunner().invoke(app, ["scenario", "check", str(path)]).output
+    assert "pool prefill: prefill indexer torch, its table carried [D]" in text
