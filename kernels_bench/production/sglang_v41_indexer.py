@@ -249,10 +249,7 @@ def score_chunks(
 def reference_scores(pool: Pool, req: Request, g: Geometry) -> torch.Tensor:
     """FP32 [rows, lc] scores of the same keys and queries, for the check (causal positions -inf)."""
     lc = int(req.lens.max().item())
-    keys = dequant_keys(pool, req.slots[:lc], g.head_dim).float()
-    s = torch.einsum("rhd,nd->rhn", req.q.float(), keys).relu()
-    s = (s * req.weights.float().unsqueeze(-1)).sum(dim=1)
-    return s.masked_fill(torch.arange(lc, device=s.device)[None, :] >= req.lens[:, None], -torch.inf)
+    return fused_scores_torch(req.q, dequant_keys(pool, req.slots[:lc], g.head_dim), req.weights, req.lens)
 
 
 def check(pool: Pool, req: Request, role: str, g: Geometry, out: LayerOut, consume=None) -> float:
@@ -329,8 +326,7 @@ def measure(
     note = ""
     if fused and verify:
         got = score_chunks(pool, req, g, keep=True, fused=True)
-        keys = dequant_keys(pool, req.slots, g.head_dim)
-        want = fused_scores_torch(req.q, keys, req.weights, req.lens)
+        want = reference_scores(pool, req, g)
         finite = torch.isfinite(want)
         err = float((got[finite] - want[finite]).abs().max() / want[finite].abs().max().clamp_min(1e-30))
         if not torch.equal(finite, torch.isfinite(got)) or err > 1e-2:

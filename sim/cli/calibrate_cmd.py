@@ -471,9 +471,9 @@ def _prefill_indexer(profile) -> dict | None:
     variants, text = [], []
     for variant in ti.VARIANTS:
         rel = "/".join(ti.POINTS_FILES[(variant, gpu)])
-        path = ti.committed(gpu, variant)
+        table = ti.committed(gpu, variant)
         layer_ms = {
-            f"{lc // 1024}K": {role: path.layer_s(role, 4096, lc) * 1e3 for role in ti.ROLES}
+            f"{lc // 1024}K": {role: table.layer_s(role, 4096, lc) * 1e3 for role in ti.ROLES}
             for lc in INDEXER_LCS
         }
         derived = ti.table_is_derived(variant, gpu)

@@ -551,8 +551,9 @@ RULES: tuple[Rule, ...] = (
         "`_low_ratio_index_topk_torch`: per request and layer the index keys dequantised to BF16 and the scores "
         "materialised as BF16 [rows, 32, lc] in 1 GiB row chunks, a top-512 over every visible position; tracking "
         "issue #40574 (2026-09-21): 'is Hopper's prefill indexer'; the Triton replacement #39086 closed unmerged; "
-        "#41251 ('Optimize DeepSeek V4.1 Flash Hopper paths', merged 2026-10-03) was not read and whether "
-        "main@006cbb66 holds it is not known [D]; the InferenceX dev-dsv41 images of 2026-09-18 ran this path "
+        "#41251 ('Optimize DeepSeek V4.1 Flash Hopper paths', merged 2026-10-03) changed Hopper's decode indexer, "
+        "not this path; a fused score kernel sits behind the opt-in SGLANG_OPT_USE_FUSED_DSV41_INDEXER_SCORES, "
+        "default not known (sim: prefill_indexer torch_fused_scores; section 53); the InferenceX dev-dsv41 images of 2026-09-18 ran this path "
         "(docs/engines_and_validation.md section 52); sim: cluster.pools[].prefill_indexer kernel for an engine "
         "with a fused Hopper path",
     ),

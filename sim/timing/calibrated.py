@@ -72,9 +72,9 @@ prompt token), i.e. roofline FLOPs x measured efficiency at the chunk's size; at
 split the sparse MLA by heads but pad their share to the kernel's 64 heads (all of it for V4 / V4.1),
 and each runs the whole indexer (it is replicated in vLLM and SGLang, sim.timing.context_parallel);
 the engine's glue on each prompt row (sim.timing.engine_glue); vision on the roofline. Where the engine
-runs V4.1's prefill index layers in eager torch (SGLang on Hopper, `prefill_indexer: torch`), their index
-FLOPs leave that rate and each layer is timed as that path's table over the request's rows and visible
-positions (sim.timing.torch_indexer); the sparse MLA keeps its own rate. Where the
+runs V4.1's prefill index layers in eager torch (SGLang on Hopper, `prefill_indexer: torch` or
+`torch_fused_scores`), their index FLOPs leave that rate and each layer is timed as that path's table over the
+request's rows and visible positions (sim.timing.torch_indexer); the sparse MLA keeps its own rate. Where the
 engine pads each expert's rows for DeepGEMM's contiguous layout (SGLang's DeepEP normal mode), the
 routed experts of a step holding prefill run at the padded rows (sim.timing.experts).
 
@@ -1300,9 +1300,8 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
         marlin = for_gpu(ctx.hw_profile)
     torch_indexer = None
-    if (
-        ctx.prefill_indexer != "kernel"
-    ):  # one of the torch path's variants (sim.timing.torch_indexer.VARIANTS)
+    # any but the kernel is one of the torch path's variants (sim.timing.torch_indexer.VARIANTS)
+    if ctx.prefill_indexer != "kernel":
         from sim.timing import torch_indexer as ti
 
         torch_indexer = ti.for_gpu(ctx.hw_profile, ctx.prefill_indexer)
