@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cluster.build import engine_eager_floor, pool_engine_paths, pool_host_costs
+from sim.cluster.build import engine_eager_floor, pool_host_costs, pool_index_record
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
@@ -79,27 +79,15 @@ def _eager_floors(scn: Scenario, model: str) -> list[dict]:
 
 def _index_paths(scn: Scenario, model: str) -> list[dict]:
     """For a model with Reindex layers (V4.1), what each of its pools' engines runs for the index layers on its
-    GPU (sim.cluster.build.pool_engine_paths): the prefill indexer, and whether the Reindex layers score every
-    position; for the torch path, whether its table on that GPU is measured or carried [D]."""
-    from sim.timing import torch_indexer as ti
-    from sim.timing.tables import gpu_key
-
-    if not any(layer.selection == "reindex" for layer in load_model(model).layers):
-        return []
+    GPU (sim.cluster.build.pool_index_record)."""
+    spec = load_model(model)
     one = scn.for_model(model)
     out = []
     for pool in one.cluster.pools:
-        hw = load_hw(one.pool_hardware(pool))
-        paths = pool_engine_paths(one, pool, hw, model)
-        prefills = pool.role != "decode"  # a disaggregated decode pool runs no prefill step
-        table = ti.POINTS_FILES.get((paths.prefill_indexer, gpu_key(hw))) if prefills else None
-        out.append({
-            "pool": pool.name,
-            "prefill_indexer": paths.prefill_indexer if prefills else None,
-            "reindex_scoring": "full_range" if paths.reindex_full_range else "candidates",
-            "indexer_table": "/".join(table) if table else None,
-            "indexer_table_derived": ti.table_is_derived(paths.prefill_indexer, gpu_key(hw)) if table else None,
-        })  # fmt: skip
+        record = pool_index_record(one, pool, load_hw(one.pool_hardware(pool)), spec)
+        if record is None:
+            return []
+        out.append({"pool": pool.name, **record})
     return out
 
 

@@ -94,6 +94,7 @@ class PoolInfo:
     kv_bytes_per_instance: float
     usd_per_hour: float
     timing: str
+    index_paths: dict | None = None  # V4.1: what runs its index layers here (`pool_index_record`)
 
 
 @dataclass(frozen=True)
@@ -460,6 +461,28 @@ def pool_engine_paths(scn, pool: Pool, hw: HwProfile, model: str) -> EnginePaths
     )
 
 
+def pool_index_record(scn, pool: Pool, hw: HwProfile, spec: ModelSpec) -> dict | None:
+    """For a model with Reindex layers (V4.1), what `pool`'s engine runs for its index layers on `hw`
+    (`pool_engine_paths`): the prefill indexer (none in a disaggregated decode pool, which runs no prefill
+    step), its table on that GPU and whether that table is measured or carried [D], and whether the Reindex
+    layers score every position. None for a model without Reindex layers. `sim scenario check` prints it;
+    a run's summary.json keeps it per pool."""
+    from sim.timing import torch_indexer as ti
+    from sim.timing.tables import gpu_key
+
+    if not any(layer.selection == "reindex" for layer in spec.layers):
+        return None
+    paths = pool_engine_paths(scn, pool, hw, spec.name)
+    prefills = pool.role != "decode"
+    table = ti.POINTS_FILES.get((paths.prefill_indexer, gpu_key(hw))) if prefills else None
+    return {
+        "prefill_indexer": paths.prefill_indexer if prefills else None,
+        "reindex_scoring": "full_range" if paths.reindex_full_range else "candidates",
+        "indexer_table": "/".join(table) if table else None,
+        "indexer_table_derived": ti.table_is_derived(paths.prefill_indexer, gpu_key(hw)) if table else None,
+    }
+
+
 def pool_timing(
     scn, pool: Pool, hw: HwProfile, arith: ModelArith, model_ref, spec_step, engram_in_dram: bool
 ):
@@ -574,6 +597,7 @@ def build_pool(
         kv_bytes_per_instance=kv_cap,
         usd_per_hour=scn.pool_usd_per_hour(pool),
         timing=resolve_timing_name(scn.timing.model, hw, arith.name),
+        index_paths=pool_index_record(scn, pool, hw, arith.spec),
     )
     return PoolBuild(
         pool=pool,

@@ -65,3 +65,33 @@ def test_sim_bench_reports_requests_per_second():
     assert out["requests"] == 300 and out["requests_per_s"] > 0
     assert out["core"].startswith(("compiled", "source"))
     assert out["runs"] == len(out["wall_s_runs"]) == 2 and out["requests_per_s_best"] >= out["requests_per_s"]
+
+
+def test_sim_run_records_what_ran_v41s_index_layers_per_pool(tmp_path):
+    """summary.json keeps, per pool, the index path the run timed (sim.cluster.build.pool_index_record): under
+    SGLang main on the H200 the prefill pool runs the torch indexer from its table, the decode pool runs no prefill
+    step, both score the Reindex layers over every position; a pool's `prefill_indexer` setting replaces the rule."""
+    smoke = yaml.safe_load((project_root() / "scenarios" / "smoke.yaml").read_text())
+    smoke["workload"] = {**smoke["workload"], "max_requests": 20,
+                         "trace": str(project_root() / "traces" / "agent_1M_sample.parquet")}  # fmt: skip
+    smoke["models"] = ["deepseek-v4.1-flash"]
+    smoke["cluster"]["pools"] = [
+        {"name": "p", "role": "prefill", "nodes": 1, "gpus_per_instance": 8, "tp": 8},
+        {"name": "d", "role": "decode", "nodes": 1, "gpus_per_instance": 8, "tp": 8},
+    ]
+    smoke["engine"] = {"name": "sglang", "version": "main@006cbb66"}
+    path = tmp_path / "v41_sglang.yaml"
+    path.write_text(yaml.safe_dump(smoke))
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    pools = {
+        p["name"]: p["index_paths"]
+        for p in json.loads((tmp_path / "out" / "summary.json").read_text())["models"]["deepseek-v4.1-flash"][
+            "pools"
+        ]
+    }
+    assert pools["p"]["prefill_indexer"] == "torch" and pools["p"]["reindex_scoring"] == "full_range"
+    assert pools["p"]["indexer_table"].endswith("sglang_v41_torch_indexer_h200.csv")
+    assert isinstance(pools["p"]["indexer_table_derived"], bool)
+    assert pools["d"] == {"prefill_indexer": None, "reindex_scoring": "full_range", "indexer_table": None,
+                          "indexer_table_derived": None}  # fmt: skip
