@@ -119,13 +119,23 @@ def validate(
         if r.note:
             console.print(f"{r.name}: {r.note}")
         console.print(f"{r.name}: source: {r.source}")
+    apart = [r for r in results if r.consistency is not None and abs(r.consistency.gap_frac) > within]
+    for r in apart:
+        c = r.consistency
+        console.print(
+            f"{r.name}: its published tok/s/GPU is {c.published_ratio:.2f}x what its own TTFT and TPOT medians imply, "
+            f"sim's run {c.simulated_ratio:.2f}x ({c.gap_frac:+.0%}): the published throughput holds time neither "
+            "median shows (sim.validate.consistency)"
+        )
     # the summary last, where a terminal leaves the reader
     speed = counts.pop("speed")
     per_metric = ", ".join(f"{m} {c['within']} of {c['scored']}" for m, c in counts.items())
     console.print(_groups_table(groups, within))
+    checked = sum(r.consistency is not None for r in results)
     console.print(
         f"within +-{within:.0%}: {speed['within']} of {speed['scored']} cases on both {' and '.join(SPEED_METRICS)}; "
-        f"by metric: {per_metric}"
+        f"by metric: {per_metric}; published throughput and own medians apart from sim's run by more than "
+        f"+-{within:.0%}: {len(apart)} of {checked} cases"
     )
     if out is not None:
         console.print(f"outputs: {out / VALIDATE_JSON}, {out / VALIDATE_HTML}")

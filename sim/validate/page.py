@@ -87,6 +87,22 @@ def _groups(groups, within: float) -> str:
     return f'<table class="data">{head}{"".join(rows)}</table>'
 
 
+def _consistency(results, within: float) -> str:
+    """Each case's published and simulated tok/s/GPU over what its own medians imply (sim.validate.consistency)."""
+    head = (
+        "<tr><th>case</th><th>published / own medians</th><th>sim's run / own medians</th><th>apart</th></tr>"
+    )
+    rows = []
+    for r in results:
+        c = r.consistency
+        if c is None:
+            continue
+        flag = " (beyond the tolerance)" if abs(c.gap_frac) > within else ""
+        rows.append(f'<tr><td>{html.escape(r.name)}</td><td class="num">{c.published_ratio:.2f}</td>'
+                    f'<td class="num">{c.simulated_ratio:.2f}</td><td class="num">{c.gap_frac:+.0%}{flag}</td></tr>')  # fmt: skip
+    return f'<table class="data">{head}{"".join(rows)}</table>'
+
+
 def validate_page(results, groups, within: float) -> str:
     """The page of `results`, with `groups` (sim.validate.summary.group_errors at tolerance `within`) first."""
     sections = [
@@ -95,6 +111,10 @@ def validate_page(results, groups, within: float) -> str:
                       "or slow (-)."),
         Section("Cases", [Panel("", html=_table(results), wide=True), Panel("Error per case and metric", _errors(results))],
                 intro="A measurement of the simulator's error, not a test: nothing is tuned to these numbers."),
+        Section("Published points against their own medians", [Panel("", html=_consistency(results, within), wide=True)],
+                intro="Output tok/s/GPU over N x mean output tokens / (TTFT p50 + (mean output - 1) x TPOT p50), "
+                      "published and in sim's run of the case: where the two ratios part, the published throughput "
+                      "holds time neither published median shows (a stall, a tail), which no steady run matches."),
     ]  # fmt: skip
     for r in results:
         sections.append(

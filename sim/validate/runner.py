@@ -18,6 +18,7 @@ from typing import Any
 from sim.sweep.points import at_tpot, floor_pick, point_record, unbracketed_reason
 from sim.sweep.runner import run_sweep
 from sim.validate.cases import LoadedCase
+from sim.validate.consistency import Consistency, consistency
 
 Progress = Callable[[str, int, int], None]  # (case name, points finished, points planned)
 
@@ -38,6 +39,7 @@ class CaseResult:
     setup: list[str] = field(default_factory=list)
     file: str = ""
     group: str = ""  # the deployment the case runs (LoadedCase.group): its GPUs and engines
+    consistency: Consistency | None = None  # the published point against its own medians, beside sim's run
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +54,7 @@ class CaseResult:
             "note": self.note,
             "file": self.file,
             "group": self.group,
+            "consistency": self.consistency.to_json() if self.consistency is not None else None,
             "setup": self.setup,
             "points": self.points,
         }
@@ -61,7 +64,12 @@ def _records(result, model: str, metrics: tuple[str, ...]) -> list[dict[str, Any
     out = []
     for c, summary in sorted(result.summaries[model].items()):
         wall = next(p["wall_s"] for p in result.models[model]["points"] if p["concurrency"] == c)
-        out.append({**point_record(c, summary, wall), **{m: summary.get(m) for m in metrics}})
+        done = summary.get("requests_completed") or 0
+        mean_out = (
+            summary["output_tokens"] / done if done and summary.get("output_tokens") is not None else None
+        )
+        out.append({**point_record(c, summary, wall), **{m: summary.get(m) for m in metrics},
+                    "mean_output_tokens": mean_out})  # fmt: skip
     return out
 
 
@@ -134,7 +142,11 @@ def run_case(
         setup=list(case.setup),
         file=str(loaded.path),
         group=loaded.group,
-    )
+        consistency=consistency(
+            point.get("concurrency"), point.get("gpus"), point.get("mean_output_tokens"),
+            case.published, point,
+        ) if point is not None else None,
+    )  # fmt: skip
 
 
 def run_cases(

@@ -238,3 +238,37 @@ def test_the_report_prints_the_error_by_deployment(tmp_path):
     assert [g["group"] for g in data["groups"]] == [group, "all"]
     assert data["groups"][1]["cases"] == 1 and data["cases"][0]["group"] == group
     assert "By deployment" in (out / "validate.html").read_text()
+
+
+def test_implied_throughput_is_the_closed_loops_from_the_medians():
+    from sim.validate.consistency import consistency, implied_output_tokens_per_s_per_gpu
+
+    # 16 clients, 4 GPUs, 513 output tokens: 0.5 s to the first token, 512 more at 128 tok/s = 4.5 s a request
+    assert implied_output_tokens_per_s_per_gpu(16, 4, 513.0, 0.5, 128.0) == pytest.approx(16 * 513 / 4.5 / 4)
+    assert implied_output_tokens_per_s_per_gpu(16, 4, 513.0, 0.5, 0.0) is None
+    sim_side = {"output_tokens_per_s_per_gpu": 400.0, "tokens_per_s_per_user": 128.0, "ttft_p50_s": 0.5}
+    # the same medians with 0.6 of the throughput: a stall neither median sees
+    stalled = {**sim_side, "output_tokens_per_s_per_gpu": 240.0}
+    c = consistency(16, 4, 513.0, stalled, sim_side)
+    assert c.published_ratio == pytest.approx(0.6 * c.simulated_ratio) and c.gap_frac == pytest.approx(-0.4)
+    assert consistency(16, 4, 513.0, {"output_tokens_per_s_per_gpu": 1.0}, sim_side) is None  # no medians
+
+
+def test_validate_sets_each_published_point_beside_its_own_medians(tmp_path):
+    """A case publishing sim's own figures reads no gap; the same medians at half the throughput read -50 % and
+    the report names the case."""
+    first = _run(tmp_path / "a", at={"concurrency": 4},
+                 published={"output_tokens_per_s_per_gpu": 1.0, "tokens_per_s_per_user": 1.0, "ttft_p50_s": 1.0})  # fmt: skip
+    (point,) = first["points"]
+    assert point["mean_output_tokens"] > 1
+    own = {k: point[k] for k in ("output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_p50_s")}
+    same = _run(tmp_path / "b", at={"concurrency": 4}, published=own)
+    assert same["consistency"]["gap_frac"] == pytest.approx(0.0, abs=1e-9)
+    half = {**own, "output_tokens_per_s_per_gpu": own["output_tokens_per_s_per_gpu"] / 2}
+    write_case(tmp_path / "c", at={"concurrency": 4}, published=half)
+    result = CliRunner().invoke(app, ["validate", "--cases", str(tmp_path / "c"), "--workers", "2"],
+                                env={"COLUMNS": "300"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.output.split())
+    assert "tiny: its published tok/s/GPU is" in words and "(-50%)" in words
+    assert "apart from sim's run by more than +-15%: 1 of 1 cases" in words
