@@ -4,7 +4,8 @@ instances, router, cluster wiring, recorder and sampler. Pure construction, no r
 Resolution rules (each a stated choice):
 - HBM per instance = GPUs x usable HBM x (1 - activation_reserve_frac); weights take one copy of
   the routed experts (drafter's included: EP splits the experts, expert TP = GPUs / EP splits each
-  one, as sim/config/cluster.py defines it and the timing models charge), DP copies of everything else
+  one, as sim/config/cluster.py defines it and the timing models charge; in FP8 where they run at the
+  FP8 rate on a GPU without FP4, `experts_held_in_fp8`), DP copies of everything else
   (attention-TP shards it), and V4.1's Engram tables once (row-sharded) when they live in HBM;
   the rest holds KV. The latent KV is replicated on every attention-TP rank (model.md §9).
 - The tiers below HBM are the enabled entries of `cache.tiers` (sim.config.cache), fastest first, each
@@ -168,12 +169,24 @@ def _swa_checkpoints(scn, rules) -> str:
     return swa_checkpoints(scn.pool_engine(prefilling)) or "sequence_ends"
 
 
-def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool) -> float:
-    """HBM the weights take in one instance (see the module doc)."""
+def experts_held_in_fp8(hw: HwProfile, expert_activations: str | None) -> bool:
+    """Whether an engine holds the MXFP4 routed experts in FP8 on `hw`: on a GPU without FP4 MMAs, experts run at
+    the FP8 rate (`expert_activations` fp8, the default) are the GPU's FP8 grouped GEMMs over FP8 weights, an FP8
+    checkpoint (V4's sgl-project/DeepSeek-V4-Flash-FP8) or a conversion; W4A16 (bf16) dequantises MXFP4 in the
+    kernel, and a GPU with native FP4 runs MXFP4 (docs/engines_and_validation.md section 56)."""
+    return not hw.peak_tflops("fp4") and (expert_activations or "fp8") != "bf16"
+
+
+def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool, experts_fp8: bool = False) -> float:
+    """HBM the weights take in one instance (see the module doc); `experts_fp8`: the routed experts held in the
+    model's FP8 format (that of its shared experts) instead of MXFP4 (`experts_held_in_fp8`)."""
     groups = weights_bytes_by_group(spec)
     experts = groups.get("routed_experts", 0.0) + groups.get("drafter_routed_experts", 0.0)
     engram = groups.get("engram_tables", 0.0)
     rest = sum(groups.values()) - experts - engram
+    if experts_fp8 and spec.moe is not None:
+        fmt = spec.weight_formats
+        experts *= fmt[spec.moe.shared_dtype].bytes_per_element / fmt[spec.moe.expert_dtype].bytes_per_element
     return experts + dp * rest + (engram if engram_in_hbm else 0.0)
 
 
@@ -197,8 +210,11 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     hw = scn.pool_profile(pool)
     gpi = pool.gpus_per_instance
     cap_gb = scn.cache.tier("hbm").capacity_gb_per_node
+    activations = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
     return HbmBudget(
-        weights_bytes=instance_weight_bytes(spec, pool.dp, engram_in_hbm),
+        weights_bytes=instance_weight_bytes(
+            spec, pool.dp, engram_in_hbm, experts_held_in_fp8(hw, activations)
+        ),
         usable_bytes=gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac),
         kv_limit_bytes=None if cap_gb is None else cap_gb * units.GB * gpi / hw.gpus_per_node,
     )

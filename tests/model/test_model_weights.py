@@ -115,3 +115,38 @@ def test_instance_holds_one_copy_of_the_experts_whatever_the_expert_split():
     rest = sum(g.values()) - experts - g.get("engram_tables", 0.0)
     assert instance_weight_bytes(spec, 1, True) == pytest.approx(weights_bytes(spec))
     assert instance_weight_bytes(spec, 8, True) == pytest.approx(experts + 8 * rest)
+
+
+def test_experts_run_at_the_fp8_rate_on_a_gpu_without_fp4_are_held_in_fp8(tmp_path):
+    """An H200 runs W4A8 experts as FP8 grouped GEMMs over FP8 weights (V4's FP8 checkpoint): the budget holds them
+    in the model's FP8 format, 1.88x their MXFP4 bytes; W4A16 (bf16) and a GPU with FP4 MMAs hold MXFP4."""
+    import yaml
+
+    from sim.cluster.build import experts_held_in_fp8, hbm_budget, instance_weight_bytes
+    from sim.config.scenario import load_scenario
+    from sim.hardware import load_hw
+
+    h200, b200 = load_hw("nvidia-h200-hgx8"), load_hw("nvidia-b200-hgx8")
+    assert experts_held_in_fp8(h200, None) and experts_held_in_fp8(h200, "fp8")
+    assert not experts_held_in_fp8(h200, "bf16") and not experts_held_in_fp8(b200, None)
+    spec = load_model(V4)
+    g = weights_bytes_by_group(spec)
+    experts = g["routed_experts"] + g.get("drafter_routed_experts", 0.0)
+    extra = experts * (1.00006103515625 / 0.53125 - 1.0)  # model.md §7.1: FP8 128x128 blocks against MXFP4
+    assert extra == pytest.approx(132.7e9, rel=0.01)
+    assert instance_weight_bytes(spec, 4, True, experts_fp8=True) == pytest.approx(
+        instance_weight_bytes(spec, 4, True) + extra
+    )
+
+    def weights(model) -> float:
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "fp8", "models": [model], "hardware": "nvidia-h200-hgx8",
+            "cluster": {"pools": [{"name": "p", "role": "colocated", "nodes": 1, "gpus_per_instance": 4, "tp": 4,
+                                   "ep": 4}]},
+            "workload": {"benchmark": {"isl_tokens": 10, "osl_tokens": 10, "concurrency": 1}, "horizon_s": 10},
+        }))  # fmt: skip
+        scn = load_scenario(path)
+        return hbm_budget(scn, scn.cluster.pools[0], spec, engram_in_hbm=True).weights_bytes
+
+    assert weights(V4) - weights({"name": V4, "expert_activations": "bf16"}) == pytest.approx(extra)

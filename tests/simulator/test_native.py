@@ -41,19 +41,19 @@ FILES = {
 
 
 # memory pressure: instances of the fewest GPUs that hold the weights, left with this much HBM for KV
-PRESSED_GPUS = {"deepseek-v4-flash": 2, "deepseek-v4.1-flash": 4}
+PRESSED_GPUS = {"deepseek-v4-flash": 4, "deepseek-v4.1-flash": 8}  # with FP8-held experts (the H200)
 PRESSED_KV_BYTES = 0.6e9
 
 
 def reserve_leaving(model: str, gpus: int, kv_bytes: float) -> float:
     """The activation reserve that leaves `kv_bytes` of HBM for KV in an instance of `gpus` H200s (DP = EP =
-    gpus), by the build's own rule (sim.cluster.build.hbm_budget)."""
+    gpus), by the build's own rule (sim.cluster.build.hbm_budget: the H200 holds FP8-run experts in FP8)."""
     from sim.cluster.build import instance_weight_bytes
     from sim.hardware import load_hw
     from sim.model import load_model
 
     hbm = gpus * load_hw("nvidia-h200-hgx8").hbm_capacity_bytes
-    weights = instance_weight_bytes(load_model(model), gpus, engram_in_hbm=True)
+    weights = instance_weight_bytes(load_model(model), gpus, engram_in_hbm=True, experts_fp8=True)
     return round(1 - (weights + kv_bytes) / hbm, 6)
 
 
