@@ -76,7 +76,7 @@ class ModelRef(StrictModel):
         None,
         description="the format the engine gives the MXFP4 routed experts' activations: fp8 = W4A8 (SGLang's and "
         "vLLM's MXFP4 runners on GPUs with native FP4, at the FP8 MMA rate; elsewhere the GPU's measured FP8 "
-        "experts); fp4 = W4A4, an NVFP4 checkpoint on vLLM, at the FP4 rate; bf16 = W4A16, the weights "
+        "experts, held in FP8 in HBM: an FP8 checkpoint or a conversion, sim.cluster.build.experts_held_in_fp8); fp4 = W4A4, an NVFP4 checkpoint on vLLM, at the FP4 rate; bf16 = W4A16, the weights "
         "dequantised in the kernel: Marlin (vLLM's --moe-backend marlin, SGLang's --moe-runner-backend marlin) "
         "on the H200 or the H100, timed as AIConfigurator measured Marlin's module there (sim.timing.marlin), "
         "at the BF16 rate on GPUs with native FP4 (sim.timing.carry "
