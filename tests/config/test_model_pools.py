@@ -13,13 +13,27 @@ MAIN = project_root() / "scenarios" / "agent_1M.yaml"
 
 
 def _doc() -> dict:
+    """The main job with V4 on pools of its own: the same prefill pool as the cluster's, two TP4 decode instances."""
     doc = yaml.safe_load(MAIN.read_text())
     doc["workload"]["generator"] = str(project_root() / "scenarios" / doc["workload"]["generator"])
+    prefill = dict(doc["cluster"]["pools"][0])
+    decode = {
+        "name": "decode",
+        "role": "decode",
+        "instances": 2,
+        "gpus_per_instance": 4,
+        "tp": 4,
+        "ep": 4,
+        "dp": 1,
+    }
+    doc["models"][0] = {"name": "deepseek-v4-flash", "pools": [prefill, decode]}
     return doc
 
 
-def test_each_model_runs_on_its_own_pools_or_the_clusters():
-    scn = load_scenario(MAIN)
+def test_each_model_runs_on_its_own_pools_or_the_clusters(tmp_path):
+    path = tmp_path / "own.yaml"
+    path.write_text(yaml.safe_dump(_doc(), sort_keys=False))
+    scn = load_scenario(path)
     v4, v41 = scn.for_model("deepseek-v4-flash"), scn.for_model("deepseek-v4.1-flash")
     assert v41 is scn and [p.gpus_per_instance for p in v41.cluster.pools] == [8, 8]
     assert [(p.prefill_context_parallel, p.instances) for p in v4.cluster.pools] == [
