@@ -171,9 +171,7 @@ def summarize_model(
     out["session_ssd_bytes_mean"] = float(policy.persist_bytes(ctx.mean())) if ctx.size else None
     out["session_kv_bytes_at_1m_tokens"] = 1_048_576 * bpt + policy.seq_state_bytes
     out["session_ssd_bytes_at_1m_tokens"] = policy.persist_bytes(1_048_576)
-    out["ssd_bytes_written_per_session"] = _div(
-        c.written_bytes.get("ssd", 0.0), sessions.ended
-    )  # 0: no SSD tier
+    out["ssd_bytes_written_per_session"] = _div(c.written_bytes.get("ssd", 0.0), sessions.ended)  # 0: no SSD tier
 
     # cost
     usd_h = sim.usd_per_hour
