@@ -14,7 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cluster.build import engine_eager_floor, pool_host_costs, pool_index_record
+from sim.cluster.build import (
+    engine_eager_floor,
+    expert_activations_on,
+    experts_held_in_fp8,
+    pool_host_costs,
+    pool_index_record,
+)
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
@@ -91,6 +97,31 @@ def _index_paths(scn: Scenario, model: str) -> list[dict]:
     return out
 
 
+EXPERT_RUNS = {
+    "fp8": "at the FP8 MMA rate (W4A8 on FP4 GPUs, FP8 grouped GEMMs elsewhere)",
+    "fp4": "W4A4 at the FP4 rate",
+    "bf16": "W4A16 (Marlin's measured module on GPUs without FP4 MMAs, the BF16 rate on others)",
+}
+
+
+def _expert_formats(scn: Scenario, model: str) -> list[dict]:
+    """How each of the model's pools runs and holds its routed experts on its GPU (sim.cluster.build
+    expert_activations_on, experts_held_in_fp8): the setting, or the stock deployment where it is unset."""
+    spec = load_model(model)
+    if spec.moe is None:
+        return []
+    one = scn.for_model(model)
+    setting = next(m.expert_activations for m in one.models if m.name == model)
+    out = []
+    for pool in one.cluster.pools:
+        hw = load_hw(one.pool_hardware(pool))
+        activations = expert_activations_on(spec, hw, setting)
+        held = "fp8" if experts_held_in_fp8(hw, activations) else spec.moe.expert_dtype
+        out.append({"pool": pool.name, "expert_activations": activations, "set_by": "scenario" if setting else "stock",
+                    "held_in": held})  # fmt: skip
+    return out
+
+
 def _summary(scn: Scenario) -> dict:
     pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
     w = scn.workload
@@ -106,6 +137,7 @@ def _summary(scn: Scenario) -> dict:
                 "engine_refusal": scenario_refusal(scn.for_model(m.name), m.name),
                 "eager_prefill": _eager_floors(scn, m.name),
                 "index_paths": _index_paths(scn, m.name),
+                "experts": _expert_formats(scn, m.name),
                 "pools": None if m.pools is None else [_pool_summary(scn, p) for p in m.pools],
             }
             for m in scn.models
@@ -186,6 +218,14 @@ def check_cmd(
             console.print(
                 f"  eager prefill: {m['name']} pool {f['pool']}: a prefill step lasts at least "
                 f"{f['floor_s'] * 1e3:.1f} ms, the host's time to issue it ({how}; sim.timing.host)",
+                markup=False,
+            )
+        for e in m["experts"]:
+            console.print(
+                f"  experts: {m['name']} pool {e['pool']}: {e['expert_activations']}, "
+                f"{EXPERT_RUNS[e['expert_activations']]}, held in {e['held_in']} in HBM "
+                f"({'models[].expert_activations' if e['set_by'] == 'scenario' else 'the stock deployment'}; "
+                "sim.cluster.build.expert_activations_on)",
                 markup=False,
             )
         for p in m["index_paths"]:

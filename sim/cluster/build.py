@@ -169,12 +169,30 @@ def _swa_checkpoints(scn, rules) -> str:
     return swa_checkpoints(scn.pool_engine(prefilling)) or "sequence_ends"
 
 
-def experts_held_in_fp8(hw: HwProfile, expert_activations: str | None) -> bool:
+def expert_activations_on(spec: ModelSpec, hw: HwProfile, setting: str | None) -> str:
+    """The routed experts' activation format a pool on `hw` runs: `models[].expert_activations`, or where unset the
+    stock deployment: W4A8 (fp8) on a GPU with FP4 MMAs; elsewhere the FP8 grouped GEMMs where the experts come in
+    FP8 (the model's FP8 checkpoint, `moe.fp8_checkpoint`: V4's; or FP8 experts in the spec), W4A16 (bf16) on Marlin
+    where its module is measured (V4.1 on the H200 and the H100: no FP8 checkpoint is published,
+    docs/engines_and_validation.md section 55), else an FP8 conversion [D]."""
+    from sim.timing.marlin import measured_on
+
+    if setting is not None:
+        return setting
+    moe = spec.moe
+    if hw.peak_tflops("fp4") or moe is None or moe.fp8_checkpoint:
+        return "fp8"
+    if spec.weight_formats[moe.expert_dtype].bytes_per_element >= 1.0:
+        return "fp8"
+    return "bf16" if measured_on(hw) else "fp8"
+
+
+def experts_held_in_fp8(hw: HwProfile, expert_activations: str) -> bool:
     """Whether an engine holds the MXFP4 routed experts in FP8 on `hw`: on a GPU without FP4 MMAs, experts run at
-    the FP8 rate (`expert_activations` fp8, the default) are the GPU's FP8 grouped GEMMs over FP8 weights, an FP8
-    checkpoint (V4's sgl-project/DeepSeek-V4-Flash-FP8) or a conversion; W4A16 (bf16) dequantises MXFP4 in the
-    kernel, and a GPU with native FP4 runs MXFP4 (docs/engines_and_validation.md section 56)."""
-    return not hw.peak_tflops("fp4") and (expert_activations or "fp8") != "bf16"
+    the FP8 rate (`expert_activations` fp8) are the GPU's FP8 grouped GEMMs over FP8 weights, an FP8 checkpoint
+    (V4's) or a conversion; W4A16 (bf16) dequantises MXFP4 in the kernel, and a GPU with native FP4 runs MXFP4
+    (docs/engines_and_validation.md section 56)."""
+    return not hw.peak_tflops("fp4") and expert_activations != "bf16"
 
 
 def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool, experts_fp8: bool = False) -> float:
@@ -210,7 +228,8 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     hw = scn.pool_profile(pool)
     gpi = pool.gpus_per_instance
     cap_gb = scn.cache.tier("hbm").capacity_gb_per_node
-    activations = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
+    setting = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
+    activations = expert_activations_on(spec, hw, setting)
     return HbmBudget(
         weights_bytes=instance_weight_bytes(
             spec, pool.dp, engram_in_hbm, experts_held_in_fp8(hw, activations)
@@ -535,7 +554,7 @@ def pool_timing(
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
         power_limit=scn.timing.power_limit == "measured",
-        expert_activations=model_ref.expert_activations or "fp8",
+        expert_activations=expert_activations_on(arith.spec, hw, model_ref.expert_activations),
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
         prefill_indexer=paths.prefill_indexer,
     )

@@ -80,7 +80,9 @@ class ModelRef(StrictModel):
         "dequantised in the kernel: Marlin (vLLM's --moe-backend marlin, SGLang's --moe-runner-backend marlin) "
         "on the H200 or the H100, timed as AIConfigurator measured Marlin's module there (sim.timing.marlin), "
         "at the BF16 rate on GPUs with native FP4 (sim.timing.carry "
-        "rule 4); null = fp8",
+        "rule 4); null = the stock deployment on each pool's GPU (sim.cluster.build.expert_activations_on): fp8 on "
+        "GPUs with FP4 MMAs and for models with an FP8 expert checkpoint (V4), else bf16 where Marlin is measured "
+        "(V4.1 on the H200 and the H100), else fp8 (a conversion)",
     )
     pools: list[Pool] | None = Field(
         None,

@@ -126,6 +126,8 @@ class Moe(_Strict):
     router_dtype: str
     expert_linears: dict[str, list[int]]
     hash_table_dtype: str | None = None
+    # an FP8 checkpoint of the routed experts, which GPUs without FP4 MMAs serve (its source); None: none published
+    fp8_checkpoint: str | None = None
 
     @property
     def expert_elements(self) -> int:

@@ -356,3 +356,21 @@ def test_cli_check_says_what_runs_v41s_index_layers_per_pool():
     )
     text = CliRunner().invoke(app, ["scenario", "check", str(path)]).output
     assert "pool prefill: prefill indexer torch, its table carried [D]" in text
+
+
+def test_cli_check_says_how_each_pool_runs_and_holds_the_experts():
+    """The main job: V4's FP8 checkpoint (the stock deployment on the H200) runs and holds FP8; V4.1, set to W4A16,
+    holds MXFP4. The plan's template names no format: V4.1 on its H200 pools gets the stock W4A16."""
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    data = json.loads(
+        CliRunner().invoke(app, ["scenario", "check", str(root / "agent_1M.yaml"), "--json"]).stdout
+    )
+    experts = {m["name"]: m["experts"] for m in data["summary"]["models"]}
+    assert {(e["expert_activations"], e["held_in"], e["set_by"]) for e in experts["deepseek-v4-flash"]} == {
+        ("fp8", "fp8", "stock")
+    }
+    assert {(e["expert_activations"], e["held_in"], e["set_by"]) for e in experts["deepseek-v4.1-flash"]} == {
+        ("bf16", "mxfp4", "scenario")
+    }
+    plan = CliRunner().invoke(app, ["scenario", "check", str(root / "plan_agent_scenario.yaml")]).output
+    assert "experts: deepseek-v4.1-flash pool decode: bf16" in " ".join(plan.split())

@@ -127,8 +127,8 @@ def test_experts_run_at_the_fp8_rate_on_a_gpu_without_fp4_are_held_in_fp8(tmp_pa
     from sim.hardware import load_hw
 
     h200, b200 = load_hw("nvidia-h200-hgx8"), load_hw("nvidia-b200-hgx8")
-    assert experts_held_in_fp8(h200, None) and experts_held_in_fp8(h200, "fp8")
-    assert not experts_held_in_fp8(h200, "bf16") and not experts_held_in_fp8(b200, None)
+    assert experts_held_in_fp8(h200, "fp8") and not experts_held_in_fp8(h200, "bf16")
+    assert not experts_held_in_fp8(b200, "fp8")
     spec = load_model(V4)
     g = weights_bytes_by_group(spec)
     experts = g["routed_experts"] + g.get("drafter_routed_experts", 0.0)
@@ -150,3 +150,24 @@ def test_experts_run_at_the_fp8_rate_on_a_gpu_without_fp4_are_held_in_fp8(tmp_pa
         return hbm_budget(scn, scn.cluster.pools[0], spec, engram_in_hbm=True).weights_bytes
 
     assert weights(V4) - weights({"name": V4, "expert_activations": "bf16"}) == pytest.approx(extra)
+
+
+def test_unset_expert_activations_are_the_stock_deployment_on_each_gpu():
+    """V4 ships an FP8 checkpoint, so a GPU without FP4 runs its experts at the FP8 rate; V4.1 ships none, so the
+    H200 and the H100 run its MXFP4 experts W4A16 on Marlin; a GPU with FP4 runs W4A8; a GPU without FP4 or Marlin's
+    measured module, an FP8 conversion; experts already FP8 in the spec stay FP8; a setting always wins."""
+    from sim.cluster.build import expert_activations_on
+    from sim.hardware import load_hw
+
+    h200, h100, b200, h20 = (
+        load_hw(f"nvidia-{g}") for g in ("h200-hgx8", "h100-hgx8", "b200-hgx8", "h20-hgx8")
+    )
+    v4, v41 = load_model(V4), load_model("deepseek-v4.1-flash")
+    assert v4.moe.fp8_checkpoint and v41.moe.fp8_checkpoint is None
+    assert expert_activations_on(v4, h200, None) == "fp8"
+    assert expert_activations_on(v41, h200, None) == expert_activations_on(v41, h100, None) == "bf16"
+    assert expert_activations_on(v41, b200, None) == "fp8" and expert_activations_on(v41, h20, None) == "fp8"
+    assert expert_activations_on(load_model("deepseek-v4-flash-mini"), h200, None) == "fp8"
+    assert (
+        expert_activations_on(v41, h200, "fp8") == "fp8" and expert_activations_on(v4, b200, "bf16") == "bf16"
+    )
