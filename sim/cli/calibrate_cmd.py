@@ -387,11 +387,12 @@ def _experts(profile) -> dict:
     peaks = GpuPeaks.of(profile)
     if not peaks.native_fp4:
         text = [
-            "routed experts: FP8 weights and activations, this GPU's FP8 rate (no FP4 peak in its profile)"
+            "routed experts at the FP8 rate (expert_activations: fp8): FP8 weights and activations, held in FP8 (no "
+            "FP4 peak in its profile); unset, each model's stock deployment (sim.cluster.build.expert_activations_on)"
         ]
         return {"native_fp4": False, "megamoe": None, "marlin": _marlin(profile, text), "text": text}
     text = [
-        f"routed experts: MXFP4 weights; W4A8 (the default, models[].expert_activations: fp8) at the FP8 MMA rate "
+        f"routed experts: MXFP4 weights; W4A8 (the stock deployment, models[].expert_activations: fp8) at the FP8 MMA rate "
         f"({peaks.fp8_flops_per_s / 1e12:,.0f} TFLOP/s peak), W4A4 (expert_activations: fp4, an NVFP4 checkpoint) at "
         f"the FP4 rate ({peaks.fp4_flops_per_s / 1e12:,.0f}), W4A16 (expert_activations: bf16) at the BF16 rate "
         f"({peaks.bf16_flops_per_s / 1e12:,.0f}) (sim/timing/carry.py rule 4)"
