@@ -14,13 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cluster.build import (
-    engine_eager_floor,
-    expert_activations_on,
-    experts_held_in_fp8,
-    pool_host_costs,
-    pool_index_record,
-)
+from sim.cluster.build import engine_eager_floor, pool_expert_format, pool_host_costs, pool_index_record
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
@@ -106,19 +100,17 @@ EXPERT_RUNS = {
 
 def _expert_formats(scn: Scenario, model: str) -> list[dict]:
     """How each of the model's pools runs and holds its routed experts on its GPU (sim.cluster.build
-    expert_activations_on, experts_held_in_fp8): the setting, or the stock deployment where it is unset."""
+    pool_expert_format): the setting, or the stock deployment where it is unset."""
     spec = load_model(model)
     if spec.moe is None:
         return []
     one = scn.for_model(model)
-    setting = next(m.expert_activations for m in one.models if m.name == model)
     out = []
     for pool in one.cluster.pools:
-        hw = load_hw(one.pool_hardware(pool))
-        activations = expert_activations_on(spec, hw, setting)
-        held = "fp8" if experts_held_in_fp8(hw, activations) else spec.moe.expert_dtype
-        out.append({"pool": pool.name, "expert_activations": activations, "set_by": "scenario" if setting else "stock",
-                    "held_in": held})  # fmt: skip
+        fmt = pool_expert_format(one, spec, load_hw(one.pool_hardware(pool)))
+        out.append({"pool": pool.name, "expert_activations": fmt.activations,
+                    "set_by": "scenario" if fmt.set_by_scenario else "stock",
+                    "held_in": "fp8" if fmt.held_in_fp8 else spec.moe.expert_dtype})  # fmt: skip
     return out
 
 

@@ -180,11 +180,10 @@ def expert_activations_on(spec: ModelSpec, hw: HwProfile, setting: str | None) -
     if setting is not None:
         return setting
     moe = spec.moe
-    if hw.peak_tflops("fp4") or moe is None or moe.fp8_checkpoint:
-        return "fp8"
-    if spec.weight_formats[moe.expert_dtype].bytes_per_element >= 1.0:
-        return "fp8"
-    return "bf16" if measured_on(hw) else "fp8"
+    fp8_experts = (
+        moe is None or moe.fp8_checkpoint or spec.weight_formats[moe.expert_dtype].bytes_per_element >= 1.0
+    )
+    return "bf16" if not hw.peak_tflops("fp4") and not fp8_experts and measured_on(hw) else "fp8"
 
 
 def experts_held_in_fp8(hw: HwProfile, expert_activations: str) -> bool:
@@ -193,6 +192,21 @@ def experts_held_in_fp8(hw: HwProfile, expert_activations: str) -> bool:
     (V4's) or a conversion; W4A16 (bf16) dequantises MXFP4 in the kernel, and a GPU with native FP4 runs MXFP4
     (docs/engines_and_validation.md section 56)."""
     return not hw.peak_tflops("fp4") and expert_activations != "bf16"
+
+
+class ExpertFormat(NamedTuple):
+    """How one pool runs and holds a model's routed experts (`pool_expert_format`)."""
+
+    activations: str  # fp8 | fp4 | bf16 (`expert_activations_on`)
+    held_in_fp8: bool  # `experts_held_in_fp8`
+    set_by_scenario: bool  # models[].expert_activations names it; else the stock deployment
+
+
+def pool_expert_format(scn, spec: ModelSpec, hw: HwProfile) -> ExpertFormat:
+    """The one resolution the timing, the HBM budget and `sim scenario check` share, for `spec` on a pool of `hw`."""
+    setting = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
+    activations = expert_activations_on(spec, hw, setting)
+    return ExpertFormat(activations, experts_held_in_fp8(hw, activations), setting is not None)
 
 
 def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool, experts_fp8: bool = False) -> float:
@@ -228,11 +242,9 @@ def hbm_budget(scn, pool, spec, *, engram_in_hbm: bool) -> HbmBudget:
     hw = scn.pool_profile(pool)
     gpi = pool.gpus_per_instance
     cap_gb = scn.cache.tier("hbm").capacity_gb_per_node
-    setting = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
-    activations = expert_activations_on(spec, hw, setting)
     return HbmBudget(
         weights_bytes=instance_weight_bytes(
-            spec, pool.dp, engram_in_hbm, experts_held_in_fp8(hw, activations)
+            spec, pool.dp, engram_in_hbm, pool_expert_format(scn, spec, hw).held_in_fp8
         ),
         usable_bytes=gpi * hw.hbm_capacity_bytes * (1.0 - scn.cluster.activation_reserve_frac),
         kv_limit_bytes=None if cap_gb is None else cap_gb * units.GB * gpi / hw.gpus_per_node,
@@ -554,7 +566,7 @@ def pool_timing(
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
         power_limit=scn.timing.power_limit == "measured",
-        expert_activations=expert_activations_on(arith.spec, hw, model_ref.expert_activations),
+        expert_activations=pool_expert_format(scn, arith.spec, hw).activations,
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
         prefill_indexer=paths.prefill_indexer,
     )
