@@ -1,0 +1,308 @@
+"""FlashInfer's SM90 W4A16 MXFP4 MoE (the CUTLASS mixed-input grouped GEMM), timed as one MoE layer on one GPU
+(issue 29, docs/engines_and_validation.md section 59).
+
+What runs the MXFP4 experts on Hopper where an engine does not pick Marlin: SGLang `--moe-runner-backend
+flashinfer_mxfp4` (SM90: `Mxfp4FlashinferCutlassMoEMethod`) and vLLM `--moe-backend flashinfer_cutlass`
+(`FLASHINFER_CUTLASS_MXFP4_BF16`) both call FlashInfer's `cutlass_fused_moe(..., use_w4_group_scaling=True)`: BF16
+activations, MXFP4 weights (E2M1 values, one UE8M0 scale per 32) up-converted in registers, BF16 WGMMAs, the
+routing's permutation, SwiGLU and the weighted combine fused around the two grouped GEMMs. sim times those experts
+as Marlin's measured module (sim.timing.marlin); this measures the kernel they actually run, at the shapes sim
+serves (V4-Flash and V4.1-Flash) and the EP sizes of the deployments, in the layout `sim.timing.marlin` reads.
+
+Per point: `tokens` tokens of the whole EP group, each routed to `top_k` experts, spread evenly over all experts
+(balanced, as sim routes); the GPU is EP rank 0 and holds `experts / ep` of them, running the pairs routed there.
+Weights and scales are random (bits do not change a GEMM's time), prepared as the engines prepare them at load
+(`interleave_moe_weights_for_sm90_mixed_gemm`, `interleave_moe_scales_for_sm90_mixed_gemm`). FlashInfer's autotuner
+picks the tactics first (SGLang tunes at start-up unless `--disable-flashinfer-autotune`), then the call is
+captured in a CUDA graph (decode runs it so) and the median of repeated replays is taken. Before any timing, one
+small call is checked against an FP32 reference built from the same MXFP4 bits.
+
+    python3 -m kernels_bench.production.fi_w4a16_moe --out DIR [--commit SHA] [--budget-s S]
+
+Needs FlashInfer (0.7.4 here; not a dependency of sim: the device call carries it) and an SM90 GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+FP4_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+GROUP = 32  # MXFP4: one UE8M0 scale per 32 weights along K
+COLUMNS = (
+    "hidden",
+    "intermediate",
+    "experts",
+    "top_k",
+    "ep",
+    "tokens",
+    "time_us",
+    "samples",
+    "check",
+    "note",
+)
+
+
+class Shape(NamedTuple):
+    """A model's routed experts: `experts` of hidden x intermediate (SwiGLU: fc1 is 2 x intermediate), top_k a token."""
+
+    model: str
+    hidden: int
+    intermediate: int
+    experts: int
+    top_k: int
+
+
+# model.md §3 (V4-Flash) and the V4.1 spec's moe block (sim/model/specs): the shapes sim serves
+SHAPES = (
+    Shape("deepseek-v4-flash", 4096, 2048, 256, 6),
+    Shape("deepseek-v4.1-flash", 5120, 2304, 384, 6),
+)
+EPS = (1, 4, 8)
+TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def balanced_routing(tokens: int, experts: int, top_k: int, gen: torch.Generator) -> torch.Tensor:
+    """[tokens, top_k] expert ids: pair p = t x top_k + j goes to expert perm[p mod experts], so every expert gets
+    floor or ceil(tokens x top_k / experts) pairs and a token's experts are distinct (top_k <= experts)."""
+    if top_k > experts:
+        raise ValueError(f"top_k {top_k} > experts {experts}")
+    perm = torch.randperm(experts, generator=gen)
+    pairs = torch.arange(tokens * top_k) % experts
+    return perm[pairs].view(tokens, top_k).to(torch.int32)
+
+
+def random_mxfp4(rows: int, n: int, k: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random MXFP4 weights of `rows` experts, each n x k: (packed [rows, n, k/2] uint8, two E2M1 codes a byte, the
+    lower index in the low nibble; scales [rows, n, k/32] uint8 UE8M0, exponents 2^-6..2^0 so products stay finite)."""
+    packed = torch.randint(0, 256, (rows, n, k // 2), dtype=torch.uint8, generator=gen)
+    scales = torch.randint(121, 128, (rows, n, k // GROUP), dtype=torch.uint8, generator=gen)
+    return packed, scales
+
+
+def dequant_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """FP32 [..., n, k] from packed MXFP4 [..., n, k/2] and UE8M0 scales [..., n, k/32]."""
+    table = torch.tensor(FP4_E2M1, dtype=torch.float32, device=packed.device)
+    lo = table[(packed & 0x0F).long()]
+    hi = table[(packed >> 4).long()]
+    values = torch.stack((lo, hi), dim=-1).flatten(-2)
+    scale = torch.exp2(scales.float() - 127.0).repeat_interleave(GROUP, dim=-1)
+    return values * scale
+
+
+def reference_moe(
+    x: torch.Tensor,
+    experts_of: torch.Tensor,
+    weights_of: torch.Tensor,
+    fc1: torch.Tensor,
+    fc2: torch.Tensor,
+    local: range,
+    gate_first: bool,
+) -> torch.Tensor:
+    """FP32 MoE over the local experts: out[t] = sum_j w[t, j] fc2_e (silu(gate) x up) with e = experts_of[t, j] in
+    `local`; fc1 [E_local, 2I, H] holds gate then up rows (`gate_first`) or up then gate; fc2 [E_local, H, I]."""
+    out = torch.zeros(x.shape[0], fc2.shape[1], dtype=torch.float32, device=x.device)
+    inter = fc2.shape[2]
+    for t in range(x.shape[0]):
+        for j in range(experts_of.shape[1]):
+            e = int(experts_of[t, j])
+            if e not in local:
+                continue
+            h = fc1[e - local.start] @ x[t].float()
+            gate, up = (h[:inter], h[inter:]) if gate_first else (h[inter:], h[:inter])
+            out[t] += weights_of[t, j].float() * (
+                fc2[e - local.start] @ (torch.nn.functional.silu(gate) * up)
+            )
+    return out
+
+
+class Layer:
+    """One MoE layer of `shape` on EP rank 0 of `ep`, prepared for FlashInfer's kernel."""
+
+    def __init__(self, shape: Shape, ep: int, gen: torch.Generator, device: str = "cuda") -> None:
+        from flashinfer.fused_moe import (
+            interleave_moe_scales_for_sm90_mixed_gemm,
+            interleave_moe_weights_for_sm90_mixed_gemm,
+        )
+
+        if shape.experts % ep:
+            raise ValueError(f"{shape.experts} experts do not split over EP {ep}")
+        self.shape, self.ep = shape, ep
+        local = shape.experts // ep
+        h, i = shape.hidden, shape.intermediate
+        self.fc1_raw, self.fc1_sf_raw = random_mxfp4(local, 2 * i, h, gen)
+        self.fc2_raw, self.fc2_sf_raw = random_mxfp4(local, h, i, gen)
+        self.fc1 = interleave_moe_weights_for_sm90_mixed_gemm(self.fc1_raw.to(device), "fp4")
+        self.fc2 = interleave_moe_weights_for_sm90_mixed_gemm(self.fc2_raw.to(device), "fp4")
+        self.fc1_sf = interleave_moe_scales_for_sm90_mixed_gemm(self.fc1_sf_raw.to(device), group_size=GROUP)
+        self.fc2_sf = interleave_moe_scales_for_sm90_mixed_gemm(self.fc2_sf_raw.to(device), group_size=GROUP)
+
+    def inputs(self, tokens: int, gen: torch.Generator, device: str = "cuda"):
+        s = self.shape
+        x = (torch.randn(tokens, s.hidden, generator=gen) * 0.5).to(torch.bfloat16).to(device)
+        experts_of = balanced_routing(tokens, s.experts, s.top_k, gen).to(device)
+        weights_of = torch.softmax(torch.randn(tokens, s.top_k, generator=gen), dim=-1).to(device)
+        return x, experts_of, weights_of
+
+    def call(self, x, experts_of, weights_of, out: torch.Tensor | None = None) -> torch.Tensor:
+        from flashinfer.fused_moe import cutlass_fused_moe
+
+        return cutlass_fused_moe(
+            input=x,
+            token_selected_experts=experts_of,
+            token_final_scales=weights_of,
+            fc1_expert_weights=self.fc1,
+            fc2_expert_weights=self.fc2,
+            output_dtype=torch.bfloat16,
+            quant_scales=[self.fc1_sf.view(torch.int32), self.fc2_sf.view(torch.int32)],
+            ep_size=self.ep,
+            ep_rank=0,
+            use_w4_group_scaling=True,
+            tune_max_num_tokens=max(16, 1 << (x.shape[0] - 1).bit_length()),
+            output=out,
+        )
+
+
+def check(layer: Layer, gen: torch.Generator, tokens: int = 4) -> str:
+    """Relative L2 error of the kernel against the FP32 reference at `tokens` tokens, and the fc1 half order that
+    matched ('gate_first' / 'up_first'); raises if neither comes within 2 %."""
+    x, experts_of, weights_of = layer.inputs(tokens, gen)
+    got = layer.call(x, experts_of, weights_of).float()
+    local = range(0, layer.shape.experts // layer.ep)
+    fc1 = dequant_mxfp4(layer.fc1_raw.cuda(), layer.fc1_sf_raw.cuda())
+    fc2 = dequant_mxfp4(layer.fc2_raw.cuda(), layer.fc2_sf_raw.cuda())
+    errors = {}
+    for gate_first in (True, False):
+        ref = reference_moe(x, experts_of, weights_of, fc1, fc2, local, gate_first)
+        errors["gate_first" if gate_first else "up_first"] = float(
+            (got - ref).norm() / ref.norm().clamp_min(1e-30)
+        )
+    order, err = min(errors.items(), key=lambda kv: kv[1])
+    if not err < 0.02:
+        raise AssertionError(f"FlashInfer W4A16 MoE vs FP32 reference: rel L2 {errors}")
+    return f"{order} rel_l2 {err:.2e}"
+
+
+def time_graph_us(fn, replays: int = 20, samples: int = 9) -> tuple[float, int]:
+    """Median microseconds of one call of `fn` captured in a CUDA graph, over `samples` timings of `replays`
+    back-to-back replays each."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm: allocations and any lazy set-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / replays)
+    return statistics.median(times), samples
+
+
+def measure(layer: Layer, tokens: int, gen: torch.Generator) -> dict:
+    from flashinfer.autotuner import autotune
+
+    x, experts_of, weights_of = layer.inputs(tokens, gen)
+    out = torch.empty(tokens, layer.shape.hidden, dtype=torch.bfloat16, device="cuda")
+    with autotune(True):
+        layer.call(x, experts_of, weights_of, out)
+    torch.cuda.synchronize()
+    t_us, samples = time_graph_us(lambda: layer.call(x, experts_of, weights_of, out))
+    s = layer.shape
+    return dict(hidden=s.hidden, intermediate=s.intermediate, experts=s.experts, top_k=s.top_k, ep=layer.ep,
+                tokens=tokens, time_us=round(t_us, 3), samples=samples)  # fmt: skip
+
+
+def provenance(commit: str | None) -> dict:
+    import flashinfer
+
+    from kernels_bench import report
+    from kernels_bench.production.host_issue import cpu_model
+
+    prov = report.provenance(commit)
+    prov["gpu"] = torch.cuda.get_device_name()
+    prov["cpu_model"] = cpu_model()
+    prov["flashinfer"] = flashinfer.__version__
+    prov["what"] = (
+        "FlashInfer's SM90 W4A16 MXFP4 MoE (cutlass_fused_moe, use_w4_group_scaling: both expert GEMMs, SwiGLU, "
+        "the routing's permutation and combine), one MoE layer on EP rank 0 of `ep`, microseconds, at `tokens` "
+        "tokens of the whole EP group routed evenly over `experts` experts, `top_k` each; autotuned, CUDA graph, median"
+    )
+    prov["used_by"] = "sim/timing/marlin.py's carry, the flashinfer_cutlass W4A16 kernel (section 59)"
+    return prov
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="kernels_bench.production.fi_w4a16_moe", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--commit", default=None)
+    ap.add_argument("--budget-s", type=float, default=300.0)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        print("error: needs an SM90 GPU (FlashInfer's mixed-input MoE is Hopper's)", file=sys.stderr)
+        return 2
+    from kernels_bench.production.host_issue import write_csv
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "fi_w4a16_moe.csv"
+    prov = provenance(args.commit)
+    gen = torch.Generator().manual_seed(0)
+    rows: list[dict] = []
+    t0 = time.monotonic()
+    for shape in SHAPES:
+        for ep in EPS:
+            if time.monotonic() - t0 > args.budget_s:
+                print(f"budget exhausted before {shape.model} EP {ep}", flush=True)
+                break
+            try:
+                layer = Layer(shape, ep, gen)
+                verdict = check(layer, gen)
+            except Exception as e:  # noqa: BLE001 - a shape that fails is reported, never silent
+                rows.append(
+                    dict(
+                        hidden=shape.hidden,
+                        experts=shape.experts,
+                        ep=ep,
+                        note=f"{type(e).__name__}: {e}"[:300],
+                    )
+                )
+                print(json.dumps(rows[-1]), flush=True)
+                write_csv(path, COLUMNS, rows, prov)
+                continue
+            for tokens in TOKENS:
+                try:
+                    row = measure(layer, tokens, gen)
+                    row["check"] = verdict
+                except Exception as e:  # noqa: BLE001
+                    row = dict(hidden=shape.hidden, experts=shape.experts, ep=ep, tokens=tokens,
+                               note=f"{type(e).__name__}: {e}"[:300])  # fmt: skip
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                write_csv(path, COLUMNS, rows, prov)
+            del layer
+            torch.cuda.empty_cache()
+    prov["elapsed_s"] = round(time.monotonic() - t0, 1)
+    write_csv(path, COLUMNS, rows, prov)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
