@@ -10,7 +10,8 @@ as Marlin's measured module (sim.timing.marlin); this measures the kernel they a
 serves (V4-Flash and V4.1-Flash) and the EP sizes of the deployments, in the layout `sim.timing.marlin` reads.
 
 Per point: `tokens` tokens of the whole EP group, each routed to `top_k` experts, spread evenly over all experts
-(balanced, as sim routes); the GPU is EP rank 0 and holds `experts / ep` of them, running the pairs routed there.
+(balanced, as sim routes); the GPU is EP rank 0 and holds `experts / ep` of them, running the pairs routed there,
+or with expert TP (`tp` > 1, TP without EP) a 1/`tp` slice of every expert's intermediate dimension.
 Weights and scales are random (bits do not change a GEMM's time), prepared as the engines prepare them at load
 (`interleave_moe_weights_for_sm90_mixed_gemm`, `interleave_moe_scales_for_sm90_mixed_gemm`). FlashInfer's autotuner
 picks the tactics first (SGLang tunes at start-up unless `--disable-flashinfer-autotune`), then the call is
@@ -42,6 +43,7 @@ COLUMNS = (
     "experts",
     "top_k",
     "ep",
+    "tp",
     "tokens",
     "time_us",
     "samples",
@@ -61,12 +63,32 @@ class Shape(NamedTuple):
 
 
 # model.md §3 (V4-Flash) and the V4.1 spec's moe block (sim/model/specs): the shapes sim serves
-SHAPES = (
-    Shape("deepseek-v4-flash", 4096, 2048, 256, 6),
-    Shape("deepseek-v4.1-flash", 5120, 2304, 384, 6),
+V4 = Shape("deepseek-v4-flash", 4096, 2048, 256, 6)
+V41 = Shape("deepseek-v4.1-flash", 5120, 2304, 384, 6)
+SHAPES = (V4, V41)
+
+
+class Split(NamedTuple):
+    """How one GPU holds the experts: `experts / ep` of them (EP), each as a 1/`tp` slice of its intermediate
+    dimension (expert TP: TP without EP)."""
+
+    shape: Shape
+    ep: int
+    tp: int
+
+
+# in the order they matter, so a budget cut loses the least: V4.1 at EP 8 (the main job's V4.1 pools) and EP 4
+# (Dynamo's V4.1 H200 recipes), V4 at expert TP 4 (SGLang's flashinfer_mxfp4 H200 cells), then the rest
+SPLITS = (
+    Split(V41, 8, 1),
+    Split(V41, 4, 1),
+    Split(V4, 1, 4),
+    Split(V4, 4, 1),
+    Split(V4, 8, 1),
+    Split(V41, 1, 1),
+    Split(V4, 1, 1),
 )
-EPS = (1, 4, 8)
-TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+TOKENS = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # of the whole EP group
 
 
 def balanced_routing(tokens: int, experts: int, top_k: int, gen: torch.Generator) -> torch.Tensor:
@@ -79,11 +101,14 @@ def balanced_routing(tokens: int, experts: int, top_k: int, gen: torch.Generator
     return perm[pairs].view(tokens, top_k).to(torch.int32)
 
 
-def random_mxfp4(rows: int, n: int, k: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random MXFP4 weights of `rows` experts, each n x k: (packed [rows, n, k/2] uint8, two E2M1 codes a byte, the
-    lower index in the low nibble; scales [rows, n, k/32] uint8 UE8M0, exponents 2^-6..2^0 so products stay finite)."""
-    packed = torch.randint(0, 256, (rows, n, k // 2), dtype=torch.uint8, generator=gen)
-    scales = torch.randint(121, 128, (rows, n, k // GROUP), dtype=torch.uint8, generator=gen)
+def random_mxfp4(
+    rows: int, n: int, k: int, gen: torch.Generator, device: str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random MXFP4 weights of `rows` experts, each n x k, drawn on `device` (`gen` is that device's): (packed
+    [rows, n, k/2] uint8, two E2M1 codes a byte, the lower index in the low nibble; scales [rows, n, k/32] uint8
+    UE8M0, exponents 2^-6..2^0 so products stay finite)."""
+    packed = torch.randint(0, 256, (rows, n, k // 2), dtype=torch.uint8, generator=gen, device=device)
+    scales = torch.randint(121, 128, (rows, n, k // GROUP), dtype=torch.uint8, generator=gen, device=device)
     return packed, scales
 
 
@@ -101,48 +126,51 @@ def reference_moe(
     x: torch.Tensor,
     experts_of: torch.Tensor,
     weights_of: torch.Tensor,
-    fc1: torch.Tensor,
-    fc2: torch.Tensor,
+    fc1: dict[int, torch.Tensor],
+    fc2: dict[int, torch.Tensor],
     local: range,
     gate_first: bool,
 ) -> torch.Tensor:
     """FP32 MoE over the local experts: out[t] = sum_j w[t, j] fc2_e (silu(gate) x up) with e = experts_of[t, j] in
-    `local`; fc1 [E_local, 2I, H] holds gate then up rows (`gate_first`) or up then gate; fc2 [E_local, H, I]."""
-    out = torch.zeros(x.shape[0], fc2.shape[1], dtype=torch.float32, device=x.device)
-    inter = fc2.shape[2]
+    `local`; fc1[e - local.start] [2I, H] holds gate then up rows (`gate_first`) or up then gate, fc2[...] [H, I] (only
+    the experts the tokens pick need be there)."""
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32, device=x.device)
     for t in range(x.shape[0]):
         for j in range(experts_of.shape[1]):
             e = int(experts_of[t, j])
             if e not in local:
                 continue
-            h = fc1[e - local.start] @ x[t].float()
+            w1, w2 = fc1[e - local.start], fc2[e - local.start]
+            h = w1 @ x[t].float()
+            inter = w2.shape[1]
             gate, up = (h[:inter], h[inter:]) if gate_first else (h[inter:], h[:inter])
-            out[t] += weights_of[t, j].float() * (
-                fc2[e - local.start] @ (torch.nn.functional.silu(gate) * up)
-            )
+            out[t] += weights_of[t, j].float() * (w2 @ (torch.nn.functional.silu(gate) * up))
     return out
 
 
 class Layer:
     """One MoE layer of `shape` on EP rank 0 of `ep`, prepared for FlashInfer's kernel."""
 
-    def __init__(self, shape: Shape, ep: int, gen: torch.Generator, device: str = "cuda") -> None:
+    def __init__(
+        self, shape: Shape, ep: int, gen: torch.Generator, device: str = "cuda", tp: int = 1
+    ) -> None:
         from flashinfer.fused_moe import (
             interleave_moe_scales_for_sm90_mixed_gemm,
             interleave_moe_weights_for_sm90_mixed_gemm,
         )
 
-        if shape.experts % ep:
-            raise ValueError(f"{shape.experts} experts do not split over EP {ep}")
-        self.shape, self.ep = shape, ep
+        if shape.experts % ep or shape.intermediate % (128 * tp):
+            raise ValueError(f"{shape} does not split over EP {ep} / TP {tp}")
+        self.shape, self.ep, self.tp = shape, ep, tp
         local = shape.experts // ep
-        h, i = shape.hidden, shape.intermediate
-        self.fc1_raw, self.fc1_sf_raw = random_mxfp4(local, 2 * i, h, gen)
-        self.fc2_raw, self.fc2_sf_raw = random_mxfp4(local, h, i, gen)
-        self.fc1 = interleave_moe_weights_for_sm90_mixed_gemm(self.fc1_raw.to(device), "fp4")
-        self.fc2 = interleave_moe_weights_for_sm90_mixed_gemm(self.fc2_raw.to(device), "fp4")
-        self.fc1_sf = interleave_moe_scales_for_sm90_mixed_gemm(self.fc1_sf_raw.to(device), group_size=GROUP)
-        self.fc2_sf = interleave_moe_scales_for_sm90_mixed_gemm(self.fc2_sf_raw.to(device), group_size=GROUP)
+        h, i = shape.hidden, shape.intermediate // tp
+        weights = torch.Generator(device=device).manual_seed(int(torch.randint(1 << 30, (1,), generator=gen)))
+        self.fc1_raw, self.fc1_sf_raw = random_mxfp4(local, 2 * i, h, weights, device)
+        self.fc2_raw, self.fc2_sf_raw = random_mxfp4(local, h, i, weights, device)
+        self.fc1 = interleave_moe_weights_for_sm90_mixed_gemm(self.fc1_raw, "fp4")
+        self.fc2 = interleave_moe_weights_for_sm90_mixed_gemm(self.fc2_raw, "fp4")
+        self.fc1_sf = interleave_moe_scales_for_sm90_mixed_gemm(self.fc1_sf_raw, group_size=GROUP)
+        self.fc2_sf = interleave_moe_scales_for_sm90_mixed_gemm(self.fc2_sf_raw, group_size=GROUP)
 
     def inputs(self, tokens: int, gen: torch.Generator, device: str = "cuda"):
         s = self.shape
@@ -164,6 +192,8 @@ class Layer:
             quant_scales=[self.fc1_sf.view(torch.int32), self.fc2_sf.view(torch.int32)],
             ep_size=self.ep,
             ep_rank=0,
+            tp_size=self.tp,
+            tp_rank=0,
             use_w4_group_scaling=True,
             tune_max_num_tokens=max(16, 1 << (x.shape[0] - 1).bit_length()),
             output=out,
@@ -176,8 +206,9 @@ def check(layer: Layer, gen: torch.Generator, tokens: int = 4) -> str:
     x, experts_of, weights_of = layer.inputs(tokens, gen)
     got = layer.call(x, experts_of, weights_of).float()
     local = range(0, layer.shape.experts // layer.ep)
-    fc1 = dequant_mxfp4(layer.fc1_raw.cuda(), layer.fc1_sf_raw.cuda())
-    fc2 = dequant_mxfp4(layer.fc2_raw.cuda(), layer.fc2_sf_raw.cuda())
+    used = sorted({int(e) for e in experts_of.flatten().tolist() if int(e) in local})
+    fc1 = {e: dequant_mxfp4(layer.fc1_raw[e], layer.fc1_sf_raw[e]) for e in used}
+    fc2 = {e: dequant_mxfp4(layer.fc2_raw[e], layer.fc2_sf_raw[e]) for e in used}
     errors = {}
     for gate_first in (True, False):
         ref = reference_moe(x, experts_of, weights_of, fc1, fc2, local, gate_first)
@@ -226,7 +257,7 @@ def measure(layer: Layer, tokens: int, gen: torch.Generator) -> dict:
     t_us, samples = time_graph_us(lambda: layer.call(x, experts_of, weights_of, out))
     s = layer.shape
     return dict(hidden=s.hidden, intermediate=s.intermediate, experts=s.experts, top_k=s.top_k, ep=layer.ep,
-                tokens=tokens, time_us=round(t_us, 3), samples=samples)  # fmt: skip
+                tp=layer.tp, tokens=tokens, time_us=round(t_us, 3), samples=samples)  # fmt: skip
 
 
 def provenance(commit: str | None) -> dict:
@@ -267,38 +298,31 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     rows: list[dict] = []
     t0 = time.monotonic()
-    for shape in SHAPES:
-        for ep in EPS:
-            if time.monotonic() - t0 > args.budget_s:
-                print(f"budget exhausted before {shape.model} EP {ep}", flush=True)
-                break
+    for split in SPLITS:
+        shape, ep, tp = split
+        if time.monotonic() - t0 > args.budget_s:
+            print(f"budget exhausted before {shape.model} EP {ep} TP {tp}", flush=True)
+            break
+        base = dict(hidden=shape.hidden, intermediate=shape.intermediate, experts=shape.experts, ep=ep, tp=tp)
+        try:
+            layer = Layer(shape, ep, gen, tp=tp)
+            verdict = check(layer, gen)
+        except Exception as e:  # noqa: BLE001 - a split that fails is reported, never silent
+            rows.append(dict(base, note=f"{type(e).__name__}: {e}"[:300]))
+            print(json.dumps(rows[-1]), flush=True)
+            write_csv(path, COLUMNS, rows, prov)
+            continue
+        for tokens in TOKENS:
             try:
-                layer = Layer(shape, ep, gen)
-                verdict = check(layer, gen)
-            except Exception as e:  # noqa: BLE001 - a shape that fails is reported, never silent
-                rows.append(
-                    dict(
-                        hidden=shape.hidden,
-                        experts=shape.experts,
-                        ep=ep,
-                        note=f"{type(e).__name__}: {e}"[:300],
-                    )
-                )
-                print(json.dumps(rows[-1]), flush=True)
-                write_csv(path, COLUMNS, rows, prov)
-                continue
-            for tokens in TOKENS:
-                try:
-                    row = measure(layer, tokens, gen)
-                    row["check"] = verdict
-                except Exception as e:  # noqa: BLE001
-                    row = dict(hidden=shape.hidden, experts=shape.experts, ep=ep, tokens=tokens,
-                               note=f"{type(e).__name__}: {e}"[:300])  # fmt: skip
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-                write_csv(path, COLUMNS, rows, prov)
-            del layer
-            torch.cuda.empty_cache()
+                row = measure(layer, tokens, gen)
+                row["check"] = verdict
+            except Exception as e:  # noqa: BLE001
+                row = dict(base, tokens=tokens, note=f"{type(e).__name__}: {e}"[:300])
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            write_csv(path, COLUMNS, rows, prov)
+        del layer
+        torch.cuda.empty_cache()
     prov["elapsed_s"] = round(time.monotonic() - t0, 1)
     write_csv(path, COLUMNS, rows, prov)
     return 0

@@ -47,8 +47,8 @@ def test_reference_moe_is_the_swiglu_moe_over_local_experts_only():
     x = torch.randn(3, hidden, generator=gen)
     experts_of = torch.tensor([[0, 3], [1, 2], [2, 0]], dtype=torch.int32)
     weights_of = torch.tensor([[0.25, 0.75], [0.5, 0.5], [1.0, 0.0]])
-    fc1 = torch.randn(experts // ep, 2 * inter, hidden, generator=gen)
-    fc2 = torch.randn(experts // ep, hidden, inter, generator=gen)
+    fc1 = dict(enumerate(torch.randn(experts // ep, 2 * inter, hidden, generator=gen)))
+    fc2 = dict(enumerate(torch.randn(experts // ep, hidden, inter, generator=gen)))
     local = range(0, experts // ep)  # rank 0 holds experts 0 and 1
     got = fi.reference_moe(x, experts_of, weights_of, fc1, fc2, local, gate_first=True)
 
@@ -79,7 +79,9 @@ def test_the_measured_shapes_are_the_served_models():
             == [shape.hidden, shape.intermediate]
             == spec.moe.expert_linears["w3"]
         )
-        assert shape.hidden == spec.hidden and all(shape.experts % ep == 0 for ep in fi.EPS)
+        assert shape.hidden == spec.hidden
+    for split in fi.SPLITS:  # every split holds whole experts and 128-wide slices (the scales' fold)
+        assert split.shape.experts % split.ep == 0 and split.shape.intermediate % (128 * split.tp) == 0
 
 
 @pytest.mark.gpu
@@ -88,6 +90,6 @@ def test_kernel_matches_the_fp32_reference_on_sm90():
         pytest.skip("needs an SM90 GPU")
     pytest.importorskip("flashinfer", reason="FlashInfer is carried to the device, not installed with sim")
     gen = torch.Generator().manual_seed(0)
-    for ep in (1, 8):
-        layer = fi.Layer(fi.SHAPES[0], ep, gen)
+    for ep, tp in ((1, 1), (8, 1), (1, 4)):
+        layer = fi.Layer(fi.V4, ep, gen, tp=tp)
         assert "rel_l2" in fi.check(layer, gen, tokens=4)
