@@ -279,6 +279,32 @@ def provenance(commit: str | None) -> dict:
     return prov
 
 
+def marlin_us(row: dict, gpu: str) -> float:
+    """sim's time for the same layer on Marlin's measured module (sim.timing.marlin, its floor included), routed as
+    this benchmark routes: the rank's pairs spread evenly over its experts."""
+    from sim.timing import marlin
+
+    module = marlin.measured(gpu)
+    experts, top_k, ep, tp = (int(row[k]) for k in ("experts", "top_k", "ep", "tp"))
+    pairs = int(row["tokens"]) * top_k / ep
+    local = min(experts / ep, pairs)
+    weights = 3 * int(row["hidden"]) * int(row["intermediate"])
+    return (module.floor_s + module.tp_layer_s(local, pairs / local, weights, tp)) * 1e6
+
+
+def compare(path: Path, gpu: str) -> list[dict]:
+    """Each measured row of `path` beside sim's Marlin time for it on `gpu` (h100 / h200)."""
+    import csv
+
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#")) if r["time_us"]]
+    return [
+        dict(r, marlin_us=round(m, 1), marlin_over_fi=round(m / float(r["time_us"]), 2))
+        for r in rows
+        for m in [marlin_us(r, gpu)]
+    ]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="kernels_bench.production.fi_w4a16_moe", description=__doc__.splitlines()[0]
@@ -286,7 +312,23 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--commit", default=None)
     ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="a measured CSV: print it beside sim's Marlin times (no GPU)",
+    )
+    ap.add_argument(
+        "--gpu", choices=("h100", "h200"), default="h200", help="with --compare: Marlin's measured GPU"
+    )
     args = ap.parse_args(argv)
+    if args.compare is not None:
+        print("model_experts ep tp tokens fi_us marlin_us marlin/fi")
+        for r in compare(args.compare, args.gpu):
+            print(
+                r["experts"], r["ep"], r["tp"], r["tokens"], r["time_us"], r["marlin_us"], r["marlin_over_fi"]
+            )
+        return 0
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         print("error: needs an SM90 GPU (FlashInfer's mixed-input MoE is Hopper's)", file=sys.stderr)
         return 2

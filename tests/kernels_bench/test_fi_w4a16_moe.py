@@ -84,6 +84,24 @@ def test_the_measured_shapes_are_the_served_models():
         assert split.shape.experts % split.ep == 0 and split.shape.intermediate % (128 * split.tp) == 0
 
 
+def test_compare_puts_marlins_time_beside_each_measured_row(tmp_path):
+    path = tmp_path / "fi.csv"
+    path.write_text(
+        "# what: test\n"
+        "hidden,intermediate,experts,top_k,ep,tp,tokens,time_us,samples,check,note\n"
+        "5120,2304,384,6,8,1,64,100.0,9,ok,\n"
+        "5120,2304,384,6,8,1,4096,900.0,9,ok,\n"
+        "4096,2048,256,6,1,4,64,,,,'failed'\n"
+    )
+    rows = fi.compare(path, "h200")
+    assert [r["tokens"] for r in rows] == ["64", "4096"]  # the failed row is left out
+    assert all(
+        r["marlin_us"] > 0 and r["marlin_over_fi"] == round(r["marlin_us"] / float(r["time_us"]), 2)
+        for r in rows
+    )
+    assert rows[1]["marlin_us"] > rows[0]["marlin_us"]  # more rows an expert, more time
+
+
 @pytest.mark.gpu
 def test_kernel_matches_the_fp32_reference_on_sm90():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
