@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ COLUMNS = (
     "tokens",
     "time_us",
     "samples",
+    "method",
     "check",
     "note",
 )
@@ -221,43 +221,21 @@ def check(layer: Layer, gen: torch.Generator, tokens: int = 4) -> str:
     return f"{order} rel_l2 {err:.2e}"
 
 
-def time_graph_us(fn, replays: int = 20, samples: int = 9) -> tuple[float, int]:
-    """Median microseconds of one call of `fn` captured in a CUDA graph, over `samples` timings of `replays`
-    back-to-back replays each."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()  # warm: allocations and any lazy set-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / replays)
-    return statistics.median(times), samples
-
-
 def measure(layer: Layer, tokens: int, gen: torch.Generator) -> dict:
     from flashinfer.autotuner import autotune
+
+    from kernels_bench.timing import time_calls
 
     x, experts_of, weights_of = layer.inputs(tokens, gen)
     out = torch.empty(tokens, layer.shape.hidden, dtype=torch.bfloat16, device="cuda")
     with autotune(True):
         layer.call(x, experts_of, weights_of, out)
     torch.cuda.synchronize()
-    t_us, samples = time_graph_us(lambda: layer.call(x, experts_of, weights_of, out))
+    timing = time_calls([lambda: layer.call(x, experts_of, weights_of, out)])
     s = layer.shape
     return dict(hidden=s.hidden, intermediate=s.intermediate, experts=s.experts, top_k=s.top_k, ep=layer.ep,
-                tp=layer.tp, tokens=tokens, time_us=round(t_us, 3), samples=samples)  # fmt: skip
+                tp=layer.tp, tokens=tokens, time_us=round(timing.median_us, 3), samples=timing.samples,
+                method=timing.method)  # fmt: skip
 
 
 def provenance(commit: str | None) -> dict:
@@ -273,7 +251,8 @@ def provenance(commit: str | None) -> dict:
     prov["what"] = (
         "FlashInfer's SM90 W4A16 MXFP4 MoE (cutlass_fused_moe, use_w4_group_scaling: both expert GEMMs, SwiGLU, "
         "the routing's permutation and combine), one MoE layer on EP rank 0 of `ep`, microseconds, at `tokens` "
-        "tokens of the whole EP group routed evenly over `experts` experts, `top_k` each; autotuned, CUDA graph, median"
+        "tokens of the whole EP group routed evenly over `experts` experts, `top_k` each; autotuned, then "
+        "kernels_bench.timing.time_calls (CUDA graph where it captures: `method`), median"
     )
     prov["used_by"] = "sim/timing/marlin.py's carry, the flashinfer_cutlass W4A16 kernel (section 59)"
     return prov
