@@ -254,7 +254,9 @@ def provenance(commit: str | None) -> dict:
         "tokens of the whole EP group routed evenly over `experts` experts, `top_k` each; autotuned, then "
         "kernels_bench.timing.time_calls (CUDA graph where it captures: `method`), median"
     )
-    prov["used_by"] = "sim/timing/marlin.py's carry, the flashinfer_cutlass W4A16 kernel (section 59)"
+    prov["used_by"] = (
+        "docs/engines_and_validation.md section 59; not read by sim yet (sim.timing.marlin's carry would read it)"
+    )
     return prov
 
 
