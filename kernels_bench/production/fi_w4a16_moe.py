@@ -182,7 +182,7 @@ class Layer:
     def call(self, x, experts_of, weights_of, out: torch.Tensor | None = None) -> torch.Tensor:
         from flashinfer.fused_moe import cutlass_fused_moe
 
-        return cutlass_fused_moe(
+        got = cutlass_fused_moe(
             input=x,
             token_selected_experts=experts_of,
             token_final_scales=weights_of,
@@ -198,6 +198,7 @@ class Layer:
             tune_max_num_tokens=max(16, 1 << (x.shape[0] - 1).bit_length()),
             output=out,
         )
+        return got[0] if isinstance(got, list) else got  # FlashInfer 0.7 returns [output]
 
 
 def check(layer: Layer, gen: torch.Generator, tokens: int = 4) -> str:
