@@ -291,7 +291,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="kernels_bench.production.fi_w4a16_moe", description=__doc__.splitlines()[0]
     )
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument(
+        "--out", type=Path, help="the folder the measured CSV goes to (required unless --compare)"
+    )
     ap.add_argument("--commit", default=None)
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument(
@@ -311,6 +313,9 @@ def main(argv=None) -> int:
                 r["experts"], r["ep"], r["tp"], r["tokens"], r["time_us"], r["marlin_us"], r["marlin_over_fi"]
             )
         return 0
+    if args.out is None:
+        print("error: --out is required to measure", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         print("error: needs an SM90 GPU (FlashInfer's mixed-input MoE is Hopper's)", file=sys.stderr)
         return 2
