@@ -307,7 +307,7 @@ def main(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     if args.compare is not None:
-        print("model_experts ep tp tokens fi_us marlin_us marlin/fi")
+        print("experts ep tp tokens fi_us marlin_us marlin/fi")
         for r in compare(args.compare, args.gpu):
             print(
                 r["experts"], r["ep"], r["tp"], r["tokens"], r["time_us"], r["marlin_us"], r["marlin_over_fi"]
