@@ -111,16 +111,16 @@ def cross_shapes(aic_data: Path, sources: tuple[tuple[int, int, int, int], ...])
     median and the 10th / 90th percentiles of measured / predicted over the rows with one row an expert or more."""
     import pyarrow.parquet as pq
 
-    from sim.timing.marlin import MarlinPoint, build
+    from sim.timing.moe_module import ModulePoint, build
 
     path = aic_data / GPU / "moe" / "vllm" / INT4_VERSION / "moe_perf.parquet"
     where = {"kernel_source": INT4_KERNEL, "distribution": "balanced", "moe_tp_size": 1}
-    shapes: dict[tuple[int, int, int, int], list[MarlinPoint]] = {}
+    shapes: dict[tuple[int, int, int, int], list[ModulePoint]] = {}
     for r in pq.read_table(path).to_pylist() if path.is_file() else []:
         if all(r[k] == v for k, v in where.items()):
             shape = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"])
             shapes.setdefault(shape, []).append(
-                MarlinPoint(*shape, ep=r["moe_ep_size"], tokens=r["num_tokens"], seconds=r["latency"] * 1e-3)
+                ModulePoint(*shape, ep=r["moe_ep_size"], tokens=r["num_tokens"], seconds=r["latency"] * 1e-3)
             )
     shapes = {s: p for s, p in shapes.items() if len({q.ep for q in p}) >= MIN_EP_SIZES}
     out = []

@@ -6,8 +6,8 @@ flashinfer_mxfp4` (SM90: `Mxfp4FlashinferCutlassMoEMethod`) and vLLM `--moe-back
 (`FLASHINFER_CUTLASS_MXFP4_BF16`) both call FlashInfer's `cutlass_fused_moe(..., use_w4_group_scaling=True)`: BF16
 activations, MXFP4 weights (E2M1 values, one UE8M0 scale per 32) up-converted in registers, BF16 WGMMAs, the
 routing's permutation, SwiGLU and the weighted combine fused around the two grouped GEMMs. sim times those experts
-as Marlin's measured module (sim.timing.marlin); this measures the kernel they actually run, at the shapes sim
-serves (V4-Flash and V4.1-Flash) and the EP sizes of the deployments, in the layout `sim.timing.marlin` reads.
+as the measured module of this kernel (sim.timing.engine_moe, `cluster.pools[].moe_runner: flashinfer_cutlass`)
+from the rows this writes, at the shapes sim serves (V4-Flash and V4.1-Flash) and the EP sizes of the deployments.
 
 Per point: `tokens` tokens of the whole EP group, each routed to `top_k` experts, spread evenly over all experts
 (balanced, as sim routes); the GPU is EP rank 0 and holds `experts / ep` of them, running the pairs routed there,
@@ -256,7 +256,8 @@ def provenance(commit: str | None) -> dict:
         "kernels_bench.timing.time_calls (CUDA graph where it captures: `method`), median"
     )
     prov["used_by"] = (
-        "docs/engines_and_validation.md section 59; not read by sim yet (sim.timing.marlin's carry would read it)"
+        "sim/timing/engine_moe.py from hwprofiles/engine_modules/flashinfer_w4a16_moe_<gpu>.csv "
+        "(docs/engines_and_validation.md sections 59-60)"
     )
     return prov
 

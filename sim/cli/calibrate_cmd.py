@@ -374,7 +374,8 @@ def _aic_section(profile, every_row: bool) -> dict:
 def _experts(profile) -> dict:
     """How this GPU's routed experts are timed: the MMA rate by the activations' format (sim.timing.carry rule 4),
     on NVIDIA Blackwell DeepGEMM's Mega MoE as measured for `moe_a2a: megamoe` pools (sim.timing.megamoe), on the
-    H200 vLLM's Marlin module as measured for W4A16 experts (sim.timing.marlin)."""
+    H200 and the H100 Marlin's measured W4A16 module (sim.timing.marlin), and the engine MoE runners with measured
+    rows on the GPU (sim.timing.engine_moe)."""
     from sim.timing.carry import GpuPeaks
 
     if profile is None:
@@ -382,6 +383,7 @@ def _experts(profile) -> dict:
             "native_fp4": False,
             "megamoe": None,
             "marlin": None,
+            "engine_runners": {},
             "text": ["experts: this GPU's measured tables"],
         }
     peaks = GpuPeaks.of(profile)
@@ -390,7 +392,9 @@ def _experts(profile) -> dict:
             "routed experts at the FP8 rate (expert_activations: fp8): FP8 weights and activations, held in FP8 (no "
             "FP4 peak in its profile); unset, each model's stock deployment (sim.cluster.build.expert_activations_on)"
         ]
-        return {"native_fp4": False, "megamoe": None, "marlin": _marlin(profile, text), "text": text}
+        marlin = _marlin(profile, text)
+        return {"native_fp4": False, "megamoe": None, "marlin": marlin, "engine_runners": _engine_runners(profile, text),
+                "text": text}  # fmt: skip
     text = [
         f"routed experts: MXFP4 weights; W4A8 (the stock deployment, models[].expert_activations: fp8) at the FP8 MMA rate "
         f"({peaks.fp8_flops_per_s / 1e12:,.0f} TFLOP/s peak), W4A4 (expert_activations: fp4, an NVFP4 checkpoint) at "
@@ -409,7 +413,8 @@ def _experts(profile) -> dict:
             f"{m.weight_bytes_per_s / 1e12:.2f} TB/s)^2), fitted to {m.points} published points ({'/'.join(POINTS_FILE)}, "
             f"rms {m.rms_error * 100:.1f} %; sim/timing/megamoe.py)"
         )
-    return {"native_fp4": True, "megamoe": megamoe, "marlin": None, "text": text}
+    runners = _engine_runners(profile, text)
+    return {"native_fp4": True, "megamoe": megamoe, "marlin": None, "engine_runners": runners, "text": text}
 
 
 def _power_limit(profile) -> dict:
@@ -458,6 +463,39 @@ def _marlin(profile, text: list[str]) -> dict | None:
     )
     return {"floor_us": m.floor_s * 1e6, "points": len(points), "points_file": points_file,
             "local_experts": list(m.per_weight.outer)}  # fmt: skip
+
+
+def _engine_runners(profile, text: list[str]) -> dict:
+    """For each engine MoE runner with rows on this GPU (measured there or carried), how `cluster.pools[].moe_runner`
+    times the experts on it (sim.timing.engine_moe); appends a line each to `text`."""
+    from sim.timing import engine_moe as em
+    from sim.timing.tables import gpu_key
+
+    out = {}
+    for runner, r in em.RUNNERS.items():
+        gpu = em.rows_gpu(runner, gpu_key(profile))
+        if gpu is None:
+            continue
+        points = em.load_points(runner, gpu)
+        shapes = sorted({(p.hidden, p.intermediate, p.experts, p.top_k) for p in points})
+        m = em.module(runner, gpu, shapes[0])
+        points_file = "/".join(em.points_file(runner, gpu))
+        carried = em.is_carried(runner, profile)
+        where = (
+            f"the {gpu.upper()}'s rows ({points_file}) [D]" if carried else f"measured here ({points_file})"
+        )
+        how = f"cluster.pools[].moe_runner: {runner}" if runner in em.POOL_RUNNERS else "Mega MoE's fallback"
+        text.append(
+            f"{r.what} ({how}): {where}, {len(points)} EP rows at "
+            + ", ".join(f"{h:,} x {i:,}, {e} experts, top-{k}" for h, i, e, k in shapes)
+            + f", above the file's {m.floor_s * 1e6:.1f} us floor, one row an expert held from the next measured point"
+            + (f"; under expert TP at the measured TP {', '.join(f'{t:g}' for t in m.tp_split.efficiency.outer)}"
+               if m.tp_split is not None else "")
+            + " (sim/timing/engine_moe.py)"
+        )  # fmt: skip
+        out[runner] = {"floor_us": m.floor_s * 1e6, "points": len(points), "points_file": points_file,
+                       "carried": carried, "shapes": [list(s) for s in shapes]}  # fmt: skip
+    return out
 
 
 def _prefill_indexer(profile) -> dict | None:

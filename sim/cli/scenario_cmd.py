@@ -94,7 +94,14 @@ def _index_paths(scn: Scenario, model: str) -> list[dict]:
 EXPERT_RUNS = {
     "fp8": "at the FP8 MMA rate (W4A8 on FP4 GPUs, FP8 grouped GEMMs elsewhere)",
     "fp4": "W4A4 at the FP4 rate",
-    "bf16": "W4A16 (Marlin's measured module on GPUs without FP4 MMAs, the BF16 rate on others)",
+    "bf16": "W4A16 (a measured module on GPUs without FP4 MMAs, the BF16 rate on others)",
+}
+RUNNER_MODULES = {
+    "marlin": "Marlin's measured module (sim/timing/marlin.py)",
+    "flashinfer_cutlass": "FlashInfer's SM90 CUTLASS module, measured on the H100, the H200 taking its rows [D] "
+    "(sim/timing/engine_moe.py)",
+    "flashinfer_trtllm": "FlashInfer's TRT-LLM-gen MXFP4 module as AIConfigurator measured it in SGLang "
+    "(sim/timing/engine_moe.py)",
 }
 
 
@@ -107,10 +114,11 @@ def _expert_formats(scn: Scenario, model: str) -> list[dict]:
     one = scn.for_model(model)
     out = []
     for pool in one.cluster.pools:
-        fmt = pool_expert_format(one, spec, load_hw(one.pool_hardware(pool)))
+        fmt = pool_expert_format(one, spec, load_hw(one.pool_hardware(pool)), pool)
         out.append({"pool": pool.name, "expert_activations": fmt.activations,
                     "set_by": "scenario" if fmt.set_by_scenario else "stock",
-                    "held_in": "fp8" if fmt.held_in_fp8 else spec.moe.expert_dtype})  # fmt: skip
+                    "held_in": "fp8" if fmt.held_in_fp8 else spec.moe.expert_dtype,
+                    "moe_runner": fmt.module})  # fmt: skip
     return out
 
 
@@ -215,7 +223,9 @@ def check_cmd(
         for e in m["experts"]:
             console.print(
                 f"  experts: {m['name']} pool {e['pool']}: {e['expert_activations']}, "
-                f"{EXPERT_RUNS[e['expert_activations']]}, held in {e['held_in']} in HBM "
+                f"{EXPERT_RUNS[e['expert_activations']]}"
+                + (f", on {RUNNER_MODULES[e['moe_runner']]}" if e["moe_runner"] else "")
+                + f", held in {e['held_in']} in HBM "
                 f"({'models[].expert_activations' if e['set_by'] == 'scenario' else 'the stock deployment'}; "
                 "sim.cluster.build.expert_activations_on)",
                 markup=False,

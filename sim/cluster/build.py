@@ -200,13 +200,26 @@ class ExpertFormat(NamedTuple):
     activations: str  # fp8 | fp4 | bf16 (`expert_activations_on`)
     held_in_fp8: bool  # `experts_held_in_fp8`
     set_by_scenario: bool  # models[].expert_activations names it; else the stock deployment
+    # the engine runner whose measured module times them (`moe_runner_of`); None: the kernel tables or Mega MoE
+    module: str | None = None
 
 
-def pool_expert_format(scn, spec: ModelSpec, hw: HwProfile) -> ExpertFormat:
-    """The one resolution the timing, the HBM budget and `sim scenario check` share, for `spec` on a pool of `hw`."""
+def pool_expert_format(scn, spec: ModelSpec, hw: HwProfile, pool: Pool | None = None) -> ExpertFormat:
+    """The one resolution the timing, the HBM budget and `sim scenario check` share, for `spec` on a pool of `hw`
+    (`pool`: the pool itself, for its MoE runner)."""
     setting = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
     activations = expert_activations_on(spec, hw, setting)
-    return ExpertFormat(activations, experts_held_in_fp8(hw, activations), setting is not None)
+    module = moe_runner_of(pool.moe_runner, hw, activations) if pool is not None else None
+    return ExpertFormat(activations, experts_held_in_fp8(hw, activations), setting is not None, module)
+
+
+def moe_runner_of(setting: str, hw: HwProfile, activations: str) -> str | None:
+    """The runner whose measured module times a pool's experts (cluster.pools[].moe_runner): the setting, or for
+    `auto` Marlin's where the experts run W4A16 on a GPU without FP4 MMAs; None: the kernel tables (or Mega MoE).
+    Whether the runner fits the experts and the GPU is the timing's check (sim.timing.calibrated)."""
+    if setting != "auto":
+        return setting
+    return "marlin" if activations == "bf16" and not hw.peak_tflops("fp4") else None
 
 
 def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool, experts_fp8: bool = False) -> float:
@@ -569,6 +582,7 @@ def pool_timing(
         expert_activations=pool_expert_format(scn, arith.spec, hw).activations,
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
         prefill_indexer=paths.prefill_indexer,
+        moe_runner=pool.moe_runner,
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
     fast_max_bytes = custom_allreduce_max_bytes(engine, cc.value if cc is not None else None, pool.tp)

@@ -105,6 +105,19 @@ class Pool(StrictModel):
         "picks torch_fused_scores; no engine named: kernel); no effect on models other than V4.1",
     )
 
+    moe_runner: Literal["auto", "marlin", "flashinfer_cutlass", "flashinfer_trtllm"] = Field(
+        "auto",
+        description="the engine's MoE runner where sim times it from a measured module: marlin = Marlin's W4A16 MoE "
+        "(vLLM --moe-backend marlin, SGLang --moe-runner-backend marlin; H100 / H200, sim/timing/marlin.py), "
+        "flashinfer_cutlass = FlashInfer's SM90 CUTLASS W4A16 MoE (vLLM --moe-backend flashinfer_cutlass, SGLang "
+        "--moe-runner-backend flashinfer_mxfp4 on Hopper; measured on the H100, the H200 takes its rows), "
+        "flashinfer_trtllm = FlashInfer's TRT-LLM-gen MXFP4 MoE, W4A8 (SGLang --moe-runner-backend flashinfer_mxfp4 "
+        "on Blackwell; AIConfigurator's module on the B200 / B300); the W4A16 runners need the experts W4A16 "
+        "(models[].expert_activations bf16) on a GPU without FP4 MMAs, flashinfer_trtllm W4A8 on one with them; "
+        "auto = marlin for W4A16 experts on Hopper, the kernel tables or Mega MoE elsewhere "
+        "(sim/timing/engine_moe.py; calibrated timing only)",
+    )
+
     @field_validator("hardware")
     @classmethod
     def _known_hardware(cls, name: str | None) -> str | None:

@@ -138,9 +138,9 @@ from sim.timing.interp import (
     span_end,
     span_s,
 )
-from sim.timing.marlin import MarlinModule
 from sim.timing.megamoe import MegaMoe, layer_s, rank_work
 from sim.timing.memo import IndexMemo
+from sim.timing.moe_module import MoeModule
 from sim.timing.roofline import Efficiency, HwRates, Parallelism, RooflineTiming
 from sim.timing.rows_attention import PipelineRows, pipeline_rows
 from sim.timing.stacks import SPEC_PIPELINE, rows_per_sequence
@@ -447,7 +447,7 @@ class CalibratedTiming(RooflineTiming):
         host: HostCosts = NO_HOST,
         engine_glue: EngineGlue | None = None,
         megamoe: MegaMoe | None = None,
-        marlin: MarlinModule | None = None,
+        moe_module: MoeModule | None = None,
         power_limit: PowerLimit | None = None,
         decode_layer_term: bool = True,
         expert_alignment_rows: int = 1,
@@ -562,14 +562,15 @@ class CalibratedTiming(RooflineTiming):
         self._glue_cp_tail_s: float = whole_row_s * self.mt.tail.layers
         # a `moe_a2a: megamoe` pool on Blackwell: the routed experts as DeepGEMM's Mega MoE measured (sim.timing.megamoe)
         self.megamoe = megamoe
-        # W4A16 experts on the H200 / H100: Marlin's module as AIConfigurator measured it there (sim.timing.marlin)
-        self.marlin = marlin
+        # the measured module of the MoE runner the pool's engine runs (Marlin's, sim.timing.marlin; the others,
+        # sim.timing.engine_moe)
+        self.moe_module = moe_module
         # a step holding prefill chunks runs its GPU compute at the board's power limit (sim.timing.sustained)
         self.power_limit = power_limit
         self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
         # in steps holding prefill the engine pads each expert's rows to this multiple (DeepEP normal into
-        # DeepGEMM's contiguous layout, sim.timing.experts); a measured module (Mega MoE, Marlin) has its own layout
-        self._align_rows: int = expert_alignment_rows if megamoe is None and marlin is None else 1
+        # DeepGEMM's contiguous layout, sim.timing.experts); a measured module (Mega MoE, W4A16) has its own layout
+        self._align_rows: int = expert_alignment_rows if megamoe is None and moe_module is None else 1
         self._aligned_every, self._aligned_tail = IndexMemo(), IndexMemo()
 
     # --- building blocks, memoised by integer rows / batch / chunk size ---
@@ -607,7 +608,7 @@ class CalibratedTiming(RooflineTiming):
     def _experts(self, rows: int, align: int = 1) -> float:
         """Seconds of one MoE layer's routed experts over `rows` token rows on the GPU the step waits for: the
         measured grouped GEMMs over the busiest EP rank's touched experts, extrapolated below the fewest
-        measured experts (sim.timing.experts), or the measured module that replaces them (Mega MoE, Marlin),
+        measured experts (sim.timing.experts), or the measured module that replaces them (Mega MoE, W4A16),
         split over the expert-TP GPUs. The same in both classes of layers
         (`_experts_s` memoises it). `align` > 1: each expert's rows padded to a multiple of it
         (`_aligned_extra_s`)."""
@@ -622,9 +623,11 @@ class CalibratedTiming(RooflineTiming):
             )
             return layer_s(self.megamoe, flops, weight_bytes) / expert_tp
         rank = busiest_rank(self.arith.routed_experts, self.arith.top_k, float(rows), par.ep)
-        if self.marlin is not None:
-            # Marlin's split over expert-TP GPUs at its measured efficiency (sim.timing.marlin TpSplit)
-            return self.marlin.tp_layer_s(rank.experts, rank.rows_per_expert, self._expert_weights, expert_tp)
+        if self.moe_module is not None:
+            # the module's split over expert-TP GPUs at its measured efficiency (sim.timing.moe_module TpSplit)
+            return self.moe_module.tp_layer_s(
+                rank.experts, rank.rows_per_expert, self._expert_weights, expert_tp
+            )
         per_expert = rank.rows_per_expert
         if align > 1:
             per_expert = contiguous_rows_per_expert(
@@ -698,9 +701,9 @@ class CalibratedTiming(RooflineTiming):
             if rows <= 0 or cls.moe_layers == 0:
                 v = 0.0
             else:
-                # a measured module (Mega MoE, Marlin) is the whole routed-expert op: not scaled to the tables'
+                # a measured module (Mega MoE, W4A16) is the whole routed-expert op: not scaled to the tables'
                 # missing work
-                scale = 1.0 if self.megamoe is not None or self.marlin is not None else self._gemm_scale
+                scale = 1.0 if self.megamoe is not None or self.moe_module is not None else self._gemm_scale
                 v = cls.moe_layers * self._experts(rows) * scale
             memo.put(rows, v)
         return v
@@ -1294,11 +1297,7 @@ def build_calibrated(ctx) -> CalibratedTiming:
         from sim.timing.megamoe import published
 
         megamoe = published()
-    marlin = None
-    if ctx.expert_activations == "bf16" and not GpuPeaks.of(ctx.hw_profile).native_fp4:
-        from sim.timing.marlin import for_gpu
-
-        marlin = for_gpu(ctx.hw_profile)
+    moe_module = _moe_module(ctx)
     torch_indexer = None
     # any but the kernel is one of the torch path's variants (sim.timing.torch_indexer.VARIANTS)
     if ctx.prefill_indexer != "kernel":
@@ -1327,12 +1326,43 @@ def build_calibrated(ctx) -> CalibratedTiming:
         host=ctx.host,
         engine_glue=glue,
         megamoe=megamoe,
-        marlin=marlin,
+        moe_module=moe_module,
         power_limit=power_limit_of(ctx.hw_profile) if ctx.power_limit else None,
         decode_layer_term=ctx.decode_layer_term,
         expert_alignment_rows=ctx.expert_alignment_rows,
         torch_indexer=torch_indexer,
     )
+
+
+def _moe_module(ctx) -> MoeModule | None:
+    """The measured module of the pool's MoE runner (cluster.pools[].moe_runner; sim.cluster.build.moe_runner_of):
+    Marlin's (sim.timing.marlin) or one of sim.timing.engine_moe's; None: the kernel tables (or Mega MoE). An
+    InputError where the runner does not run the experts' format on the GPU."""
+    from sim.cluster.build import moe_runner_of
+    from sim.timing import engine_moe
+
+    moe = ctx.arith.spec.moe
+    runner = moe_runner_of(ctx.moe_runner, ctx.hw_profile, ctx.expert_activations)
+    if moe is None or runner is None:
+        return None
+    native_fp4 = GpuPeaks.of(ctx.hw_profile).native_fp4
+    w4a16 = ctx.expert_activations == "bf16" and not native_fp4
+    if runner == "marlin" or engine_moe.RUNNERS[runner].experts == "bf16":
+        fits, needs = w4a16, "W4A16 experts (models[].expert_activations: bf16) on a GPU without FP4 MMAs"
+    else:
+        fits, needs = native_fp4 and ctx.expert_activations == "fp8", "W4A8 experts on a GPU with FP4 MMAs"
+    if not fits:
+        raise InputError(
+            f"the MoE runner {runner} runs {needs}",
+            where="cluster.pools[].moe_runner",
+            value=f"{runner} with {ctx.expert_activations} experts on {ctx.hw_profile.gpu}",
+            allowed=f"auto, or {runner} with {needs}",
+        )
+    if runner == "marlin":
+        from sim.timing.marlin import for_gpu
+
+        return for_gpu(ctx.hw_profile)
+    return engine_moe.for_model(runner, ctx.hw_profile, moe.expert_elements, moe.routed_experts, moe.top_k)
 
 
 # models whose layers the engine's measured V4-Flash modules speak for (V4.1 by assumption, engine_glue doc)

@@ -65,6 +65,9 @@ class TimingContext:
     # what runs V4.1's prefill index layers: kernel (the indexer tables) | torch | torch_fused_scores
     # (sim.timing.torch_indexer.VARIANTS)
     prefill_indexer: str = "kernel"
+    # the engine's MoE runner timed from a measured module: auto | marlin | flashinfer_cutlass | flashinfer_trtllm
+    # (cluster.pools[].moe_runner; sim.timing.engine_moe)
+    moe_runner: str = "auto"
 
     @classmethod
     def of_instance(

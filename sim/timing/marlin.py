@@ -50,13 +50,12 @@ over its experts / (t x e), e geometric between measured t and linear in the row
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
 
 from sim.errors import InputError
 from sim.paths import project_root
-from sim.timing.interp import LINEAR, LOGLOG, Curve, Grid
+from sim.timing.moe_module import ModulePoint, MoeModule, build, build_tp_split
 from sim.timing.tables import gpu_key, read_table
 
 MEASURED_GPUS = ("h200", "h100")  # gpu_key of the GPUs the module was measured on
@@ -69,116 +68,24 @@ TP_FILES: dict[str, tuple[str, ...]] = {
 }
 
 
-class MarlinPoint(NamedTuple):
-    """One measured call: the module over `tokens` tokens of an EP group of `ep`, routed evenly."""
-
-    hidden: int
-    intermediate: int
-    experts: int
-    top_k: int
-    ep: int
-    tokens: int
-    seconds: float
-
-    @property
-    def expert_weights(self) -> int:
-        return 3 * self.hidden * self.intermediate  # gate, up and down
-
-
-@dataclass(frozen=True)
-class TpSplit:
-    """How well the module splits over expert-TP GPUs: e(t, rows an expert), the module's time above its floor at
-    TP 1 over t x its time above the floor at TP t (1: a perfect split; module doc)."""
-
-    efficiency: Grid  # outer: TP size (geometric), inner: rows an expert
-
-    def at(self, tp: float, rows_per_expert: float) -> float:
-        if tp <= 1.0:
-            return 1.0
-        return self.efficiency.at(tp, rows_per_expert)
-
-
-@dataclass(frozen=True)
-class MarlinModule:
-    """The measured module as a floor and a cost per weight by (local experts, rows per expert) (module doc), and
-    its efficiency under expert TP where that was measured."""
-
-    floor_s: float
-    # seconds a weight above the floor; outer: local experts (geometric), inner: rows an expert
-    per_weight: Grid
-    max_experts: float  # the most local experts measured (the cost is held beyond)
-    tp_split: TpSplit | None = None
-
-    def tp_layer_s(self, experts: float, rows_per_expert: float, expert_weights: int, tp: float) -> float:
-        """`layer_s` for a GPU that runs a 1/`tp` slice of each of its experts (expert TP)."""
-        eff = 1.0 if self.tp_split is None else self.tp_split.at(tp, rows_per_expert)
-        return self.layer_s(experts, rows_per_expert, expert_weights) / (tp * eff)
-
-    def layer_s(self, experts: float, rows_per_expert: float, expert_weights: int) -> float:
-        """Seconds above the module's floor of one MoE layer whose GPU runs `experts` experts of
-        `expert_weights` weights at `rows_per_expert` rows each (the floor is the engine's MoE glue, module doc)."""
-        if experts <= 0.0:
-            return 0.0
-        return experts * expert_weights * self.per_weight.at(min(experts, self.max_experts), rows_per_expert)
-
-
-def build(points: list[MarlinPoint]) -> MarlinModule:
-    """The module of the measured points (one shape; module doc)."""
-    shapes = {(p.hidden, p.intermediate, p.experts, p.top_k) for p in points}
-    if len(shapes) != 1:
-        raise ValueError(f"the Marlin points must be of one expert shape, not {sorted(shapes)}")
-    floor = min(p.seconds for p in points)
-    p0 = points[0]
-    one_row_tokens = p0.experts / p0.top_k  # tokens at which every expert gets one row
-    columns: list[tuple[float, Curve]] = []
-    for ep in sorted({p.ep for p in points}, reverse=True):  # fewest local experts first
-        col = sorted((p for p in points if p.ep == ep), key=lambda p: p.tokens)
-        tokens = Curve(tuple(float(p.tokens) for p in col), tuple(p.seconds for p in col), LINEAR)
-        local = p0.experts / ep
-        rows = [1.0] + [p.tokens / one_row_tokens for p in col if p.tokens > one_row_tokens]
-        cost = [max(tokens.at(r * one_row_tokens) - floor, 0.0) / (local * p0.expert_weights) for r in rows]
-        columns.append((local, Curve(tuple(rows), tuple(max(c, 1e-30) for c in cost), LINEAR)))
-    outer = tuple(local for local, _ in columns)
-    return MarlinModule(floor, Grid(outer, tuple(c for _, c in columns), LOGLOG), max(outer))
-
-
-def build_tp_split(points: list[MarlinPoint]) -> TpSplit:
-    """The expert-TP efficiency of one shape's module measured at TP sizes (`MarlinPoint.ep` holding the TP size):
-    above the least time measured (the module's glue), TP 1's time over t x TP t's, at most 1."""
-    floor = min(p.seconds for p in points)
-    p0 = points[0]
-    base = {p.tokens: p.seconds for p in points if p.ep == 1}
-    columns: list[tuple[float, Curve]] = []
-    for tp in sorted({p.ep for p in points}):
-        col = sorted((p for p in points if p.ep == tp and p.tokens in base), key=lambda p: p.tokens)
-        rows = tuple(p.tokens * p0.top_k / p0.experts for p in col)
-        eff = []
-        for p in col:
-            above = p.seconds - floor
-            e = 1.0 if tp == 1 or above <= 0.0 else (base[p.tokens] - floor) / (tp * above)
-            eff.append(min(max(e, 1e-3), 1.0))
-        columns.append((float(tp), Curve(rows, tuple(eff), LINEAR)))
-    return TpSplit(Grid(tuple(t for t, _ in columns), tuple(c for _, c in columns), LOGLOG))
-
-
-def load_tp_points(gpu: str) -> list[MarlinPoint]:
-    """SGLang's module at each expert-TP size on `gpu` (the TP size in `MarlinPoint.ep`)."""
+def load_tp_points(gpu: str) -> list[ModulePoint]:
+    """SGLang's module at each expert-TP size on `gpu` (the TP size in `ModulePoint.ep`)."""
     rows = list(
         read_table(project_root().joinpath(*TP_FILES[gpu]), "the measured Marlin module under expert TP")[2]
     )
     return [
-        MarlinPoint(int(r["hidden"]), int(r["intermediate"]), int(r["experts"]), int(r["top_k"]), int(r["tp"]),
+        ModulePoint(int(r["hidden"]), int(r["intermediate"]), int(r["experts"]), int(r["top_k"]), int(r["tp"]),
                     int(r["tokens"]), float(r["time_us"]) * 1e-6)
         for r in rows
     ]  # fmt: skip
 
 
-def load_points(path: Path | None = None, gpu: str = "h200") -> list[MarlinPoint]:
+def load_points(path: Path | None = None, gpu: str = "h200") -> list[ModulePoint]:
     """The measured rows of `path`, else of `gpu`'s committed file (the CSV's header names their source)."""
     path = path or project_root().joinpath(*POINTS_FILES[gpu])
     rows = list(read_table(path, "the measured Marlin module")[2])
     return [
-        MarlinPoint(
+        ModulePoint(
             hidden=int(r["hidden"]),
             intermediate=int(r["intermediate"]),
             experts=int(r["experts"]),
@@ -191,13 +98,13 @@ def load_points(path: Path | None = None, gpu: str = "h200") -> list[MarlinPoint
     ]
 
 
-def measured(gpu: str = "h200") -> MarlinModule:
+def measured(gpu: str = "h200") -> MoeModule:
     """The module of `gpu`'s committed measurement (module doc), built once per GPU."""
     return _measured(gpu)
 
 
 @functools.cache
-def _measured(gpu: str) -> MarlinModule:
+def _measured(gpu: str) -> MoeModule:
     module = build(load_points(gpu=gpu))
     if gpu in TP_FILES:
         module = replace(module, tp_split=build_tp_split(load_tp_points(gpu)))
@@ -216,7 +123,7 @@ def measured_on(profile) -> bool:
     return gpu_key(profile) in POINTS_FILES
 
 
-def for_gpu(profile) -> MarlinModule:
+def for_gpu(profile) -> MoeModule:
     """The module measured on `profile`'s GPU; an InputError where it was not measured."""
     if not measured_on(profile):
         raise InputError(

@@ -10,7 +10,8 @@ import pytest
 
 from sim.errors import InputError
 from sim.timing.experts import busiest_rank
-from sim.timing.marlin import MarlinPoint, build, for_gpu, load_points, measured
+from sim.timing.marlin import for_gpu, load_points, measured
+from sim.timing.moe_module import ModulePoint, build
 
 FLASH_WEIGHTS = 3 * 4096 * 2048  # V4-Flash's gate, up and down
 
@@ -65,7 +66,7 @@ def test_the_module_against_the_fp8_grouped_gemms_it_replaces(h200_tables, case_
 
 
 def test_build_takes_one_expert_shape():
-    p = MarlinPoint(3584, 3072, 896, 16, 1, 64, 1e-3)
+    p = ModulePoint(3584, 3072, 896, 16, 1, 64, 1e-3)
     with pytest.raises(ValueError, match="one expert shape"):
         build([p, p._replace(hidden=7168, ep=2)])
 
@@ -86,7 +87,7 @@ def test_a_bf16_model_on_the_h200_times_its_experts_as_the_module_unscaled(h200_
     case = "v4-flash-4xh200-agg.yaml"
     marlin = case_timing(case, model={"expert_activations": "bf16"})
     fp8 = case_timing(case, model={"expert_activations": "fp8"})
-    assert marlin.marlin is measured() and fp8.marlin is None
+    assert marlin.moe_module is measured() and fp8.moe_module is None
     rows = 32  # 4 sequences a rank with MTP's 2 verify rows, over the 4 DP ranks
     rank = busiest_rank(256, 6, float(rows), 4)
     per_layer = measured().layer_s(rank.experts, rank.rows_per_expert, FLASH_WEIGHTS)
@@ -107,19 +108,20 @@ def test_bf16_off_the_h200_is_refused_or_carried_at_the_bf16_rate(h200_tables, c
     h100 = case_timing(
         "v4-flash-4xh200-agg.yaml", model={"expert_activations": "bf16"}, hardware="nvidia-h100-hgx8"
     )
-    assert h100.marlin is measured("h100")
+    assert h100.moe_module is measured("h100")
     # on Blackwell (native FP4) W4A16 is the carry at the BF16 MMA rate: slower than W4A8 where compute binds
     b200_bf16 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "bf16"})
     b200_fp8 = case_timing("v4-flash-4xb200-agg.yaml", model={"expert_activations": "fp8"})
-    assert b200_bf16.marlin is None
+    assert b200_bf16.moe_module is None
     assert b200_bf16.pass_parts(16384).moe_gemm_s > 1.5 * b200_fp8.pass_parts(16384).moe_gemm_s
 
 
 def test_under_expert_tp_the_module_splits_at_its_measured_efficiency():
-    from sim.timing.marlin import MarlinPoint, build_tp_split, load_tp_points
+    from sim.timing.marlin import load_tp_points
+    from sim.timing.moe_module import build_tp_split
 
     # built from points: 100 us of glue; TP 2 takes 0.6 of TP 1's work above it at 64 tokens (e = 1 / 1.2)
-    pts = [MarlinPoint(3584, 3072, 896, 16, tp, 64, s) for tp, s in ((1, 1.1e-3), (2, 0.7e-3), (4, 0.1e-3))]
+    pts = [ModulePoint(3584, 3072, 896, 16, tp, 64, s) for tp, s in ((1, 1.1e-3), (2, 0.7e-3), (4, 0.1e-3))]
     split = build_tp_split(pts)
     rows = 64 * 16 / 896
     assert split.at(1.0, rows) == 1.0 and split.at(2.0, rows) == pytest.approx(1.0 / 1.2)
@@ -139,7 +141,7 @@ def test_under_expert_tp_the_module_splits_at_its_measured_efficiency():
 def test_a_tp8_h100_pool_times_its_marlin_experts_at_the_split_efficiency(case_timing):
     t = case_timing("sglang-v4-flash-fp4-8xh100-high-throughput-c1024.yaml")
     m = measured("h100")
-    assert t.marlin is m
+    assert t.moe_module is m
     rows = 8192  # a prefill chunk: every expert of the 256 on each GPU's 1/8 slice
     rank = busiest_rank(256, 6, float(rows), 1)
     whole = m.layer_s(rank.experts, rank.rows_per_expert, FLASH_WEIGHTS)
