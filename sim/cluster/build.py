@@ -39,6 +39,7 @@ from sim.config.engine_rules import (
     decode_layer_term,
     deepep_expert_alignment_rows,
     eager_prefill_launches,
+    megamoe_max_tokens_per_rank,
     prefill_indexer,
     reindex_full_range,
     spec_decode_host_chain_s,
@@ -583,6 +584,9 @@ def pool_timing(
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
         prefill_indexer=paths.prefill_indexer,
         moe_runner=pool.moe_runner,
+        megamoe_cap_rows=(megamoe_max_tokens_per_rank(engine, pool.megamoe_max_tokens_per_rank) or 0)
+        if pool.moe_a2a == "megamoe"
+        else 0,
     )
     # the engine's custom all-reduce takes the TP all-reduces up to its largest message, NCCL the rest
     fast_max_bytes = custom_allreduce_max_bytes(engine, cc.value if cc is not None else None, pool.tp)

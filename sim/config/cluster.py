@@ -70,6 +70,14 @@ class Pool(StrictModel):
         "prefill, not overlapped); megamoe = fused into DeepGEMM's Mega MoE kernel, no separate exchange "
         "(--moe-a2a-backend megamoe) [D] (sim/timing/roofline.py)",
     )
+    megamoe_max_tokens_per_rank: int | None = Field(
+        None,
+        ge=1,
+        description="the most tokens a DP rank may hold in a step for it to run Mega MoE (SGLang "
+        "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK); a step over it runs the engine's fallback (SGLang: "
+        "Triton's fused MoE over the DP-gathered tokens); unset: the engine's rule (sim.config.engine_rules "
+        "megamoe_max_tokens_per_rank: SGLang 1,024; none read for vLLM: no cap); only with moe_a2a megamoe",
+    )
     deepep_normal_sms: int | None = Field(
         None,
         ge=2,

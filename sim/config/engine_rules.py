@@ -557,6 +557,19 @@ RULES: tuple[Rule, ...] = (
         "(docs/engines_and_validation.md section 52); sim: cluster.pools[].prefill_indexer kernel for an engine "
         "with a fused Hopper path",
     ),
+    Rule(
+        "sglang",
+        _SG_OLD,
+        "megamoe_max_tokens_per_rank",
+        "1024",
+        "sglang srt/layers/moe/mega_moe.py should_use_mega_moe (the same in the 0.5.15, 0.5.15.post1 and 0.5.16 "
+        "wheels): Mega MoE runs a step only while the most tokens a DP rank holds is at most "
+        "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK (environ.py EnvInt(1024)); above it "
+        "DeepseekV2MoE.forward takes forward_normal: create_moe_dispatcher's StandardDispatcher over the tokens DP "
+        "attention gathers (layers/moe/fused_moe_triton/layer.py) and the FP8 method's MoE runner, auto resolving "
+        "to Triton outside DeepEP (layers/quantization/fp8.py create_moe_runner); docs/engines_and_validation.md "
+        "section 62",
+    ),
 )
 
 
@@ -663,6 +676,16 @@ def prefill_indexer(
     value = _engine_value(engine, "v41_prefill_indexer")
     hopper = compute_capability is not None and compute_capability.startswith("9.")
     return "torch" if value is not None and value.startswith("torch on Hopper") and hopper else "kernel"
+
+
+def megamoe_max_tokens_per_rank(engine: Engine | None, setting: int | None = None) -> int | None:
+    """The most tokens a DP rank may hold for a Mega MoE pool's step to run Mega MoE: `setting`
+    (cluster.pools[].megamoe_max_tokens_per_rank, the engine's env), else `engine`'s rule; None: no cap (no engine
+    named, or none read)."""
+    if setting is not None:
+        return setting
+    value = _engine_value(engine, "megamoe_max_tokens_per_rank")
+    return int(value) if value is not None else None
 
 
 def decode_layer_term(engine: Engine | None) -> bool:

@@ -447,6 +447,8 @@ class CalibratedTiming(RooflineTiming):
         host: HostCosts = NO_HOST,
         engine_glue: EngineGlue | None = None,
         megamoe: MegaMoe | None = None,
+        megamoe_fallback: MoeModule | None = None,
+        megamoe_cap_rows: int = 0,
         moe_module: MoeModule | None = None,
         power_limit: PowerLimit | None = None,
         decode_layer_term: bool = True,
@@ -562,6 +564,11 @@ class CalibratedTiming(RooflineTiming):
         self._glue_cp_tail_s: float = whole_row_s * self.mt.tail.layers
         # a `moe_a2a: megamoe` pool on Blackwell: the routed experts as DeepGEMM's Mega MoE measured (sim.timing.megamoe)
         self.megamoe = megamoe
+        # the engine's MoE in a Mega MoE pool's steps whose most-loaded rank holds more than `megamoe_cap_rows` rows
+        # (SGLang's should_use_mega_moe: Triton's fused MoE over the DP-gathered rows, sim.timing.engine_moe); None:
+        # every step runs Mega MoE
+        self.megamoe_fallback = megamoe_fallback
+        self._megamoe_cap_rows: int = megamoe_cap_rows
         # the measured module of the MoE runner the pool's engine runs (Marlin's, sim.timing.marlin; the others,
         # sim.timing.engine_moe)
         self.moe_module = moe_module
@@ -707,6 +714,25 @@ class CalibratedTiming(RooflineTiming):
                 v = cls.moe_layers * self._experts(rows) * scale
             memo.put(rows, v)
         return v
+
+    def _megamoe_fallback_s(self, every_rows: int, tail_rows: int) -> float:
+        """Seconds of a step's routed experts off Mega MoE (`megamoe_fallback`): each MoE layer runs the fallback
+        module over the busiest EP rank's share of every rank's rows, split over expert TP, after a gather of the
+        step's BF16 hidden states over the DP ranks and before a reduce-scatter of the same bytes (the standard
+        dispatcher under DP attention, timed as two ring collectives over the scale-up link [D])."""
+        module, a, par = self.megamoe_fallback, self.arith, self.par
+        if module is None:
+            return 0.0
+        expert_tp = par.gpus / par.ep
+        total = 0.0
+        for rows, layers in ((every_rows, self.mt.every.moe_layers), (tail_rows, self.mt.tail.moe_layers)):
+            if rows <= 0 or layers == 0:
+                continue
+            rank = busiest_rank(a.routed_experts, a.top_k, float(rows), par.ep)
+            experts = module.tp_layer_s(rank.experts, rank.rows_per_expert, self._expert_weights, expert_tp)
+            exchange = allgather_s(rows * a.hidden * 2.0, par.dp, self._comm_bw, self._comm_lat)
+            total += layers * (experts + 2.0 * exchange)
+        return total
 
     def _aligned_extra_s(self, every_rows: int, tail_rows: int) -> float:
         """Seconds a step holding prefill adds to its routed experts where the engine pads each expert's rows to
@@ -966,6 +992,11 @@ class CalibratedTiming(RooflineTiming):
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
         padding = self._aligned_extra_s(every_rows, tail_rows)
+        if self.megamoe_fallback is not None and every_rows > self._megamoe_cap_rows:
+            # every GPU of the attention group holds the step's rows: over the cap, its Mega MoE share is replaced
+            padding += self._megamoe_fallback_s(every_rows, tail_rows) - (
+                self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
+            )
         gpu = self._pass_s(every_rows, tail_rows) + padding + drafter + attn + head
         return self._at_power_limit(gpu, heat_s) + self._comm_s(every_rows, True) + host
 
@@ -1225,6 +1256,8 @@ class CalibratedTiming(RooflineTiming):
         experts += self._aligned_extra_s(every_rows, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         drafter += self._draft_chunk_s(most_new, prompt_rows)
+        if self.megamoe_fallback is not None and most > self._megamoe_cap_rows:
+            experts = self._megamoe_fallback_s(every_rows, tail_rows)
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
         gpu = decode_attn + slowest + experts + drafter
         return self._at_power_limit(gpu, heat_s) + self._comm_s(most * dp, True)
@@ -1298,6 +1331,14 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
         megamoe = published()
     moe_module = _moe_module(ctx)
+    megamoe_fallback = None
+    if megamoe is not None and ctx.megamoe_cap_rows > 0:
+        from sim.timing import engine_moe
+
+        moe = ctx.arith.spec.moe
+        megamoe_fallback = engine_moe.for_model(
+            "triton_fp8", ctx.hw_profile, moe.expert_elements, moe.routed_experts, moe.top_k
+        )
     torch_indexer = None
     # any but the kernel is one of the torch path's variants (sim.timing.torch_indexer.VARIANTS)
     if ctx.prefill_indexer != "kernel":
@@ -1326,6 +1367,8 @@ def build_calibrated(ctx) -> CalibratedTiming:
         host=ctx.host,
         engine_glue=glue,
         megamoe=megamoe,
+        megamoe_fallback=megamoe_fallback,
+        megamoe_cap_rows=ctx.megamoe_cap_rows,
         moe_module=moe_module,
         power_limit=power_limit_of(ctx.hw_profile) if ctx.power_limit else None,
         decode_layer_term=ctx.decode_layer_term,

@@ -68,6 +68,9 @@ class TimingContext:
     # the engine's MoE runner timed from a measured module: auto | marlin | flashinfer_cutlass | flashinfer_trtllm
     # (cluster.pools[].moe_runner; sim.timing.engine_moe)
     moe_runner: str = "auto"
+    # a Mega MoE pool's steps run Mega MoE only while no DP rank holds more rows (0: no cap; engine_rules
+    # megamoe_max_tokens_per_rank); above it, the engine's Triton fallback (sim.timing.engine_moe triton_fp8)
+    megamoe_cap_rows: int = 0
 
     @classmethod
     def of_instance(
