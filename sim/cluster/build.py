@@ -67,6 +67,7 @@ from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.comm import DEEPEP_DEFAULT_NORMAL_SMS
 from sim.timing.decoder_tail import pool_prefill_mode
+from sim.timing.engine_moe import moe_runner_of
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.host import HostCosts, eager_issue_s
 from sim.timing.roofline import Parallelism
@@ -212,15 +213,6 @@ def pool_expert_format(scn, spec: ModelSpec, hw: HwProfile, pool: Pool | None = 
     activations = expert_activations_on(spec, hw, setting)
     module = moe_runner_of(pool.moe_runner, hw, activations) if pool is not None else None
     return ExpertFormat(activations, experts_held_in_fp8(hw, activations), setting is not None, module)
-
-
-def moe_runner_of(setting: str, hw: HwProfile, activations: str) -> str | None:
-    """The runner whose measured module times a pool's experts (cluster.pools[].moe_runner): the setting, or for
-    `auto` Marlin's where the experts run W4A16 on a GPU without FP4 MMAs; None: the kernel tables (or Mega MoE).
-    Whether the runner fits the experts and the GPU is the timing's check (sim.timing.calibrated)."""
-    if setting != "auto":
-        return setting
-    return "marlin" if activations == "bf16" and not hw.peak_tflops("fp4") else None
 
 
 def instance_weight_bytes(spec, dp: int, engram_in_hbm: bool, experts_fp8: bool = False) -> float:

@@ -1378,14 +1378,13 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
 
 def _moe_module(ctx) -> MoeModule | None:
-    """The measured module of the pool's MoE runner (cluster.pools[].moe_runner; sim.cluster.build.moe_runner_of):
+    """The measured module of the pool's MoE runner (cluster.pools[].moe_runner; sim.timing.engine_moe.moe_runner_of):
     Marlin's (sim.timing.marlin) or one of sim.timing.engine_moe's; None: the kernel tables (or Mega MoE). An
     InputError where the runner does not run the experts' format on the GPU."""
-    from sim.cluster.build import moe_runner_of
     from sim.timing import engine_moe
 
     moe = ctx.arith.spec.moe
-    runner = moe_runner_of(ctx.moe_runner, ctx.hw_profile, ctx.expert_activations)
+    runner = engine_moe.moe_runner_of(ctx.moe_runner, ctx.hw_profile, ctx.expert_activations)
     if moe is None or runner is None:
         return None
     native_fp4 = GpuPeaks.of(ctx.hw_profile).native_fp4

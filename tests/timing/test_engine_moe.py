@@ -121,3 +121,28 @@ def test_scenario_check_names_the_runner_of_each_pool_timed_from_a_module():
     assert out.exit_code == 0, out.output
     lines = [line for line in out.output.splitlines() if line.strip().startswith("experts:")]
     assert len(lines) == 2 and all("FlashInfer's SM90 CUTLASS module" in line for line in lines)
+
+
+def test_a_blackwell_pool_naming_flashinfer_trtllm_times_its_w4a8_experts_on_sglangs_measured_module(
+    case_timing,
+):
+    case = "sglang-v4-flash-4xb200-low-latency-c16.yaml"  # --tp 4 --moe-runner-backend flashinfer_mxfp4
+    trtllm = case_timing(case)
+    tables = case_timing(case, pool={"moe_runner": "auto"})
+    module = em.module("flashinfer_trtllm", "b200", V4)
+    assert trtllm.moe_module is module and tables.moe_module is None
+    # every AIConfigurator row at expert TP 4 from one row an expert up comes back through the TP split
+    for p in em.tp_points("flashinfer_trtllm", "b200", V4):
+        if p.ep == 4 and p.tokens * p.top_k >= p.experts:
+            rows = p.tokens * p.top_k / p.experts
+            got = module.floor_s + module.tp_layer_s(256.0, rows, _weights(V4), 4.0)
+            assert got == pytest.approx(p.seconds, rel=1e-9)
+    # the GB200 takes the B200's rows; the B300 has its own
+    assert (
+        em.rows_gpu("flashinfer_trtllm", "gb200") == "b200"
+        and em.rows_gpu("flashinfer_trtllm", "b300") == "b300"
+    )
+    # a W4A8 runner on a GPU without FP4 MMAs is refused
+    with pytest.raises(InputError) as err:
+        case_timing(case, hardware="nvidia-h200-hgx8", model={"expert_activations": "fp8"})
+    assert err.value.where == "cluster.pools[].moe_runner" and "with FP4 MMAs" in str(err.value)
