@@ -51,6 +51,7 @@ def preflight(scn: Scenario) -> Workload:
     problems: list[str] = []
     problems += _hbm_problems(scn)
     problems += _expert_format_problems(scn)
+    problems += _moe_runner_problems(scn)
     workload, trace_problems = _workload(scn)
     problems += trace_problems
     if workload is not None:
@@ -78,6 +79,39 @@ def _expert_format_problems(scn: Scenario) -> list[str]:
                 lines.append(
                     problem_line(where, f"{REFUSAL} (pool '{pool.name}')", f"bf16 on {hw.gpu}", ALLOWED)
                 )
+    return lines
+
+
+def _moe_runner_problems(scn: Scenario) -> list[str]:
+    """A pool's `moe_runner` that does not run its models' experts on its GPU, or has no rows there
+    (sim.timing.engine_moe)."""
+    from sim.cluster.build import pool_expert_format
+    from sim.model import load_model
+    from sim.timing import engine_moe
+    from sim.timing.carry import GpuPeaks
+
+    lines = []
+    for ref in scn.models:
+        spec = load_model(ref.name)
+        one = scn.for_model(ref.name)
+        where = "cluster.pools" if ref.pools is None else f"models[{scn.models.index(ref)}].pools"
+        for i, pool in enumerate(one.cluster.pools):
+            if pool.moe_runner == "auto" or spec.moe is None:
+                continue
+            hw = scn.pool_profile(pool)
+            activations = pool_expert_format(one, spec, hw, pool).activations
+            needs = engine_moe.runner_misfit(pool.moe_runner, activations, GpuPeaks.of(hw).native_fp4)
+            if (
+                needs is None
+                and pool.moe_runner in engine_moe.RUNNERS
+                and not engine_moe.available_on(pool.moe_runner, hw)
+            ):
+                needs = f"a GPU it has measured rows for ({engine_moe.RUNNERS[pool.moe_runner].what})"
+            if needs is not None:
+                lines.append(
+                    problem_line(f"{where}[{i}].moe_runner", f"the MoE runner runs {needs} (model {ref.name})",
+                                 f"{pool.moe_runner} with {activations} experts on {hw.gpu}", "auto, or a runner that fits")
+                )  # fmt: skip
     return lines
 
 

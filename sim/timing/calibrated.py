@@ -1387,13 +1387,8 @@ def _moe_module(ctx) -> MoeModule | None:
     runner = engine_moe.moe_runner_of(ctx.moe_runner, ctx.hw_profile, ctx.expert_activations)
     if moe is None or runner is None:
         return None
-    native_fp4 = GpuPeaks.of(ctx.hw_profile).native_fp4
-    w4a16 = ctx.expert_activations == "bf16" and not native_fp4
-    if runner == "marlin" or engine_moe.RUNNERS[runner].experts == "bf16":
-        fits, needs = w4a16, "W4A16 experts (models[].expert_activations: bf16) on a GPU without FP4 MMAs"
-    else:
-        fits, needs = native_fp4 and ctx.expert_activations == "fp8", "W4A8 experts on a GPU with FP4 MMAs"
-    if not fits:
+    needs = engine_moe.runner_misfit(runner, ctx.expert_activations, GpuPeaks.of(ctx.hw_profile).native_fp4)
+    if needs is not None:
         raise InputError(
             f"the MoE runner {runner} runs {needs}",
             where="cluster.pools[].moe_runner",

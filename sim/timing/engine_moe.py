@@ -165,3 +165,16 @@ def moe_runner_of(setting: str, hw, activations: str) -> str | None:
     if setting != "auto":
         return setting
     return "marlin" if activations == "bf16" and not hw.peak_tflops("fp4") else None
+
+
+W4A16_NEEDS = "W4A16 experts (models[].expert_activations: bf16) on a GPU without FP4 MMAs"
+W4A8_NEEDS = "W4A8 experts on a GPU with FP4 MMAs"
+
+
+def runner_misfit(runner: str, activations: str, native_fp4: bool) -> str | None:
+    """What `runner` (marlin or one of RUNNERS) needs that experts run as `activations` on a GPU with or without
+    FP4 MMAs lack, or None where it fits: the W4A16 runners dequantise MXFP4 to BF16 on Hopper, flashinfer_trtllm
+    runs W4A8 on Blackwell."""
+    if runner == "marlin" or RUNNERS[runner].experts == "bf16":
+        return None if activations == "bf16" and not native_fp4 else W4A16_NEEDS
+    return None if activations == "fp8" and native_fp4 else W4A8_NEEDS

@@ -146,3 +146,22 @@ def test_a_blackwell_pool_naming_flashinfer_trtllm_times_its_w4a8_experts_on_sgl
     with pytest.raises(InputError) as err:
         case_timing(case, hardware="nvidia-h200-hgx8", model={"expert_activations": "fp8"})
     assert err.value.where == "cluster.pools[].moe_runner" and "with FP4 MMAs" in str(err.value)
+
+
+def test_preflight_names_the_file_and_pool_of_a_runner_that_does_not_fit(tmp_path):
+    import yaml
+
+    from sim.config.scenario import load_scenario
+    from sim.paths import project_root
+    from sim.preflight import preflight
+
+    case = project_root() / "scenarios" / "validation" / "sglang-v4-flash-4xh200-high-throughput-c1024.yaml"
+    doc = yaml.safe_load(case.read_text())["scenario"]
+    doc["cluster"]["pools"][0]["moe_runner"] = "flashinfer_trtllm"  # W4A8 on Blackwell, on an H200
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    scn = load_scenario(path)
+    with pytest.raises(InputError) as err:
+        preflight(scn)
+    text = str(err.value)
+    assert err.value.file == str(path) and "cluster.pools[0].moe_runner" in text and "GPU with FP4 MMAs" in text
