@@ -576,7 +576,7 @@ class CalibratedTiming(RooflineTiming):
         self.power_limit = power_limit
         self._expert_weights: int = spec.moe.expert_elements if spec.moe is not None else 0
         # in steps holding prefill the engine pads each expert's rows to this multiple (DeepEP normal into
-        # DeepGEMM's contiguous layout, sim.timing.experts); a measured module (Mega MoE, W4A16) has its own layout
+        # DeepGEMM's contiguous layout, sim.timing.experts); a measured module (Mega MoE, an engine runner's) has its own layout
         self._align_rows: int = expert_alignment_rows if megamoe is None and moe_module is None else 1
         self._aligned_every, self._aligned_tail = IndexMemo(), IndexMemo()
 
@@ -615,7 +615,7 @@ class CalibratedTiming(RooflineTiming):
     def _experts(self, rows: int, align: int = 1) -> float:
         """Seconds of one MoE layer's routed experts over `rows` token rows on the GPU the step waits for: the
         measured grouped GEMMs over the busiest EP rank's touched experts, extrapolated below the fewest
-        measured experts (sim.timing.experts), or the measured module that replaces them (Mega MoE, W4A16),
+        measured experts (sim.timing.experts), or the measured module that replaces them (Mega MoE, an engine runner's),
         split over the expert-TP GPUs. The same in both classes of layers
         (`_experts_s` memoises it). `align` > 1: each expert's rows padded to a multiple of it
         (`_aligned_extra_s`)."""
@@ -708,7 +708,7 @@ class CalibratedTiming(RooflineTiming):
             if rows <= 0 or cls.moe_layers == 0:
                 v = 0.0
             else:
-                # a measured module (Mega MoE, W4A16) is the whole routed-expert op: not scaled to the tables'
+                # a measured module (Mega MoE, an engine runner's) is the whole routed-expert op: not scaled to the tables'
                 # missing work
                 scale = 1.0 if self.megamoe is not None or self.moe_module is not None else self._gemm_scale
                 v = cls.moe_layers * self._experts(rows) * scale
@@ -992,12 +992,14 @@ class CalibratedTiming(RooflineTiming):
         head = self.head_s(decode_rows + len(prefill))
         host = self._mixed_host_s(batch_size, prefill)
         padding = self._aligned_extra_s(every_rows, tail_rows)
+        off_mega = (
+            0.0  # over Mega MoE's cap (every GPU of the attention group holds the step's rows): the fallback
+        )
         if self.megamoe_fallback is not None and every_rows > self._megamoe_cap_rows:
-            # every GPU of the attention group holds the step's rows: over the cap, its Mega MoE share is replaced
-            padding += self._megamoe_fallback_s(every_rows, tail_rows) - (
+            off_mega = self._megamoe_fallback_s(every_rows, tail_rows) - (
                 self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
             )
-        gpu = self._pass_s(every_rows, tail_rows) + padding + drafter + attn + head
+        gpu = self._pass_s(every_rows, tail_rows) + padding + off_mega + drafter + attn + head
         return self._at_power_limit(gpu, heat_s) + self._comm_s(every_rows, True) + host
 
     def _at_power_limit(self, gpu_s: float, heat_s: float) -> float:
@@ -1252,12 +1254,13 @@ class CalibratedTiming(RooflineTiming):
                 slowest = v
         # the term's per-row part goes with the experts: every rank's rows spread over the ranks
         slowest += self._row_term_s(True, -(-every_rows // dp)) + self._row_term_s(False, -(-tail_rows // dp))
-        experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
-        experts += self._aligned_extra_s(every_rows, tail_rows)
+        if self.megamoe_fallback is not None and most > self._megamoe_cap_rows:  # over Mega MoE's cap
+            experts = self._megamoe_fallback_s(every_rows, tail_rows)
+        else:
+            experts = self._experts_s(True, every_rows) + self._experts_s(False, tail_rows)
+            experts += self._aligned_extra_s(every_rows, tail_rows)
         drafter = self._draft_share * self._pass_s(decode_rows, decode_rows) if decode_rows else 0.0
         drafter += self._draft_chunk_s(most_new, prompt_rows)
-        if self.megamoe_fallback is not None and most > self._megamoe_cap_rows:
-            experts = self._megamoe_fallback_s(every_rows, tail_rows)
         # EP all-to-all and TP all-reduces as if every rank held the most-loaded rank's rows
         gpu = decode_attn + slowest + experts + drafter
         return self._at_power_limit(gpu, heat_s) + self._comm_s(most * dp, True)
