@@ -567,7 +567,7 @@ RULES: tuple[Rule, ...] = (
         "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK (environ.py EnvInt(1024)); above it "
         "DeepseekV2MoE.forward takes forward_normal: create_moe_dispatcher's StandardDispatcher over the tokens DP "
         "attention gathers (layers/moe/fused_moe_triton/layer.py) and the FP8 method's MoE runner, auto resolving "
-        "to Triton outside DeepEP (layers/quantization/fp8.py create_moe_runner); a later SGLang refuses the "
+        "to Triton outside DeepEP (layers/quantization/fp8.py create_moe_runner); another SGLang version refuses the "
         "configuration at start (deepseek_v4_hook.py validate_deepseek_v4_mega_moe_token_budget: 'Otherwise MegaMoE "
         "falls back to the fused MoE path at runtime'); docs/engines_and_validation.md section 62",
     ),
