@@ -55,6 +55,17 @@ def test_show_table_by_profile_id(h200_tables):
     assert "W4A16 (models[].expert_activations: bf16" in result.output
     data = json.loads(CliRunner().invoke(app, ["calibrate", "show", "h200", "--json"]).stdout)
     assert data["experts"]["marlin"]["points"] == 216 and data["experts"]["marlin"]["local_experts"][0] == 7.0
+    # FlashInfer's SM90 W4A16 module, the H100's rows carried here [D] (sim.timing.engine_moe)
+    fi = data["experts"]["engine_runners"]["flashinfer_cutlass"]
+    assert (
+        fi["carried"]
+        and fi["points_file"].endswith("flashinfer_w4a16_moe_h100.csv")
+        and len(fi["shapes"]) == 2
+    )
+    assert (
+        "FlashInfer's SM90 CUTLASS W4A16 MoE (cluster.pools[].moe_runner: flashinfer_cutlass)"
+        in result.output
+    )
     # steps holding prefill chunks at the power limit, as the H200's own board measured it (SUS3)
     assert data["power_limit"]["sustained_compute_slowdown_x"] == 1.214
     assert (
@@ -88,6 +99,12 @@ def test_show_b200_json_carried_from_h200(h200_tables):
     assert (
         data["experts"]["marlin"] is None and "W4A16 (expert_activations: bf16)" in data["experts"]["text"][0]
     )
+    # SGLang's measured Blackwell modules: flashinfer_mxfp4 a pool names, and Mega MoE's Triton fallback
+    runners = data["experts"]["engine_runners"]
+    assert set(runners) == {"flashinfer_trtllm", "triton_fp8"}
+    assert not any(r["carried"] for r in runners.values()) and runners["flashinfer_trtllm"]["shapes"] == [
+        [4096, 2048, 256, 6]
+    ]
     # the B200's own power limit (flashinfer PR #2899), not the H200's it is carried from
     assert (
         data["power_limit"]["sustained_compute_slowdown_x"] == 1.172 and "FI1" in data["power_limit"]["text"]
