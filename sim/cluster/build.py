@@ -67,7 +67,6 @@ from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.comm import DEEPEP_DEFAULT_NORMAL_SMS
 from sim.timing.decoder_tail import pool_prefill_mode
-from sim.timing.engine_moe import moe_runner_of
 from sim.timing.factory import TimingContext, make_timing, resolve_timing_name
 from sim.timing.host import HostCosts, eager_issue_s
 from sim.timing.roofline import Parallelism
@@ -202,7 +201,9 @@ class ExpertFormat(NamedTuple):
     activations: str  # fp8 | fp4 | bf16 (`expert_activations_on`)
     held_in_fp8: bool  # `experts_held_in_fp8`
     set_by_scenario: bool  # models[].expert_activations names it; else the stock deployment
-    # the engine runner whose measured module times them (`moe_runner_of`); None: the kernel tables or Mega MoE
+    # the engine runner whose measured module times them (cluster.pools[].moe_runner; for `auto`, Marlin's where
+    # they run W4A16 on a GPU without FP4 MMAs); None: the kernel tables or Mega MoE. Whether the runner fits the
+    # experts and the GPU is preflight's and the timing's check (sim.timing.engine_moe.runner_misfit)
     module: str | None = None
 
 
@@ -211,7 +212,11 @@ def pool_expert_format(scn, spec: ModelSpec, hw: HwProfile, pool: Pool | None = 
     (`pool`: the pool itself, for its MoE runner)."""
     setting = next((m.expert_activations for m in scn.models if m.name == spec.name), None)
     activations = expert_activations_on(spec, hw, setting)
-    module = moe_runner_of(pool.moe_runner, hw, activations) if pool is not None else None
+    module = None
+    if pool is not None and pool.moe_runner != "auto":
+        module = pool.moe_runner
+    elif pool is not None and activations == "bf16" and not hw.peak_tflops("fp4"):
+        module = "marlin"
     return ExpertFormat(activations, experts_held_in_fp8(hw, activations), setting is not None, module)
 
 
@@ -543,6 +548,7 @@ def pool_timing(
     engine = scn.pool_engine(pool)
     cc = hw.accelerator.compute_capability
     paths = pool_engine_paths(scn, pool, hw, arith.name)
+    experts = pool_expert_format(scn, arith.spec, hw, pool)
     ctx = TimingContext.of_instance(
         arith.name,
         _pool_arith(arith, pool, model_ref.kv_layout, paths.reindex_full_range),
@@ -572,10 +578,10 @@ def pool_timing(
         engine=engine.name if engine is not None else "",
         engine_glue=scn.timing.engine_glue,
         power_limit=scn.timing.power_limit == "measured",
-        expert_activations=pool_expert_format(scn, arith.spec, hw).activations,
+        expert_activations=experts.activations,
         expert_alignment_rows=deepep_expert_alignment_rows(engine) if pool.moe_a2a == "deepep" else 1,
         prefill_indexer=paths.prefill_indexer,
-        moe_runner=pool.moe_runner,
+        moe_runner=experts.module or "",
         megamoe_cap_rows=(megamoe_max_tokens_per_rank(engine, pool.megamoe_max_tokens_per_rank) or 0)
         if pool.moe_a2a == "megamoe"
         else 0,

@@ -1381,14 +1381,13 @@ def build_calibrated(ctx) -> CalibratedTiming:
 
 
 def _moe_module(ctx) -> MoeModule | None:
-    """The measured module of the pool's MoE runner (cluster.pools[].moe_runner; sim.timing.engine_moe.moe_runner_of):
-    Marlin's (sim.timing.marlin) or one of sim.timing.engine_moe's; None: the kernel tables (or Mega MoE). An
-    InputError where the runner does not run the experts' format on the GPU."""
+    """The measured module of the pool's MoE runner (`ctx.moe_runner`, resolved by sim.cluster.build
+    pool_expert_format): Marlin's (sim.timing.marlin) or one of sim.timing.engine_moe's; None: the kernel tables (or
+    Mega MoE). An InputError where the runner does not run the experts' format on the GPU."""
     from sim.timing import engine_moe
 
-    moe = ctx.arith.spec.moe
-    runner = engine_moe.moe_runner_of(ctx.moe_runner, ctx.hw_profile, ctx.expert_activations)
-    if moe is None or runner is None:
+    moe, runner = ctx.arith.spec.moe, ctx.moe_runner
+    if moe is None or not runner:
         return None
     needs = engine_moe.runner_misfit(runner, ctx.expert_activations, GpuPeaks.of(ctx.hw_profile).native_fp4)
     if needs is not None:

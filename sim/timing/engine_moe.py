@@ -158,15 +158,6 @@ def for_model(runner: str, profile, expert_weights: int, routed_experts: int, to
     return module(runner, gpu, shape_for(runner, gpu, expert_weights, routed_experts, top_k))
 
 
-def moe_runner_of(setting: str, hw, activations: str) -> str | None:
-    """The runner whose measured module times a pool's experts (cluster.pools[].moe_runner): the setting, or for
-    `auto` Marlin's where the experts run W4A16 on a GPU without FP4 MMAs; None: the kernel tables (or Mega MoE).
-    Whether the runner fits the experts and the GPU is the timing's check (sim.timing.calibrated)."""
-    if setting != "auto":
-        return setting
-    return "marlin" if activations == "bf16" and not hw.peak_tflops("fp4") else None
-
-
 W4A16_NEEDS = "W4A16 experts (models[].expert_activations: bf16) on a GPU without FP4 MMAs"
 W4A8_NEEDS = "W4A8 experts on a GPU with FP4 MMAs"
 

@@ -65,9 +65,9 @@ class TimingContext:
     # what runs V4.1's prefill index layers: kernel (the indexer tables) | torch | torch_fused_scores
     # (sim.timing.torch_indexer.VARIANTS)
     prefill_indexer: str = "kernel"
-    # the engine's MoE runner timed from a measured module: auto | marlin | flashinfer_cutlass | flashinfer_trtllm
-    # (cluster.pools[].moe_runner; sim.timing.engine_moe)
-    moe_runner: str = "auto"
+    # the engine's MoE runner whose measured module times the experts, resolved (sim.cluster.build
+    # pool_expert_format): marlin | flashinfer_cutlass | flashinfer_trtllm; "": the kernel tables or Mega MoE
+    moe_runner: str = ""
     # a Mega MoE pool's steps run Mega MoE only while no DP rank holds more rows (0: no cap; engine_rules
     # megamoe_max_tokens_per_rank); above it, the engine's Triton fallback (sim.timing.engine_moe triton_fp8)
     megamoe_cap_rows: int = 0
