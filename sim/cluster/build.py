@@ -63,6 +63,7 @@ from sim.model import (
 )
 from sim.sched.router import Router
 from sim.sched.swa_pool import MIB, SwaPool, sglang_mem_fraction_static, sglang_v4_swa_pool
+from sim.timing.aic import resolved_stack
 from sim.timing.arith import ModelArith, build_arith
 from sim.timing.base import TimingModel
 from sim.timing.comm import DEEPEP_DEFAULT_NORMAL_SMS
@@ -568,7 +569,7 @@ def pool_timing(
         verify_rows=spec_step.verify_rows,
         engram_in_dram=engram_in_dram,
         vision_on_instance=True,
-        kernels=scn.timing.kernels,
+        kernels=resolved_stack(scn.timing.kernels, engine.name if engine is not None else "", hw),
         forward_term=scn.timing.forward_term,
         decode_layer_term=pool_decode_layer_term(scn, pool),
         row_buckets=tuple(scn.timing.graph_row_buckets),

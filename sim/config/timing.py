@@ -69,12 +69,14 @@ class Timing(StrictModel):
     model: Literal["auto", "roofline", "calibrated"] = Field(
         "auto", description="auto: measured kernel tables where they exist, roofline elsewhere"
     )
-    kernels: Literal["production", "kernels_bench", "aic"] = Field(
-        "production",
-        description="kernel stack of the calibrated timing: production (FlashMLA, DeepGEMM, TileLang mHC as "
-        "vLLM/SGLang run them, ours where production has none), kernels_bench (the project's own kernels) or "
-        "aic (NVIDIA AIConfigurator's measured GEMMs, MoE and mHC where it has the GPU, production elsewhere; "
-        'needs pip install ".[aic]")',
+    kernels: Literal["auto", "production", "kernels_bench", "aic"] = Field(
+        "auto",
+        description="kernel stack of the calibrated timing: aic (the engines' operators as NVIDIA AIConfigurator "
+        "measured them on the GPU: dense GEMMs, routed experts, mHC; production for the rest; "
+        "hwprofiles/engine_modules/aic_*.csv), production (the kernels alone: FlashMLA, DeepGEMM, TileLang mHC, "
+        "measured on the H200 and carried to other GPUs, ours where production has none), kernels_bench (the "
+        "project's own kernels); auto = aic where the scenario names its engine and AIConfigurator measured the "
+        "GPU (H100, H200, B200, B300, GB200), production elsewhere",
     )  # sim.timing.stacks / sim.timing.aic: the composition rules; `sim calibrate show GPU` shows them
     engine_glue: Literal["modules", "none"] = Field(
         "modules",

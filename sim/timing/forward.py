@@ -617,7 +617,7 @@ def served_term(ctx) -> ForwardCheck:
     """`served_check` on the context's GPU, memoised by its kernel tables (one fit per model and engine
     settings); on a GPU without its own served step table (hwprofiles/<gpu>/serve/), the reference GPU's term
     carried (`carried_served_check`); an InputError where neither has one."""
-    from sim.timing.carry import tables_for
+    from sim.timing.aic import stack_tables
     from sim.timing.tables import gpu_key
 
     key = gpu_key(ctx.hw_profile)
@@ -627,7 +627,7 @@ def served_term(ctx) -> ForwardCheck:
     if not path.is_file():
         raise InputError("no served-model step table for this GPU", file=str(path), where="timing.forward_term",
                          value="served", allowed="fused_glue, measured, none (served: GPUs with a served bench table)")  # fmt: skip
-    tables = tables_for(ctx.hw_profile, ctx.kernels)
+    tables = stack_tables(ctx.hw_profile, ctx.kernels)
     memo = ("served_forward_term", path, path.stat().st_mtime_ns, ctx.model_name, ctx.par, ctx.row_buckets,
             ctx.prefill_through_decode, ctx.host)  # fmt: skip
     check_: ForwardCheck = tables.derived(memo, lambda: served_check(path, ctx))

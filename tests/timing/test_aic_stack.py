@@ -1,90 +1,132 @@
-"""The `aic` kernel stack (sim.timing.aic) on a small AIConfigurator-shaped data folder written here (CI does
-not install AIConfigurator), and its one clear error when AIConfigurator is absent."""
+"""The `aic` kernel stack (sim.timing.aic): the engines' operators from the committed AIConfigurator extracts
+(hwprofiles/engine_modules/aic_*.csv), what it replaces, how V4.1-Flash's shapes are carried, and which scenarios
+get it by default."""
 
 from __future__ import annotations
 
-import importlib.util
+import math
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from sim.config.scenario import Scenario
 from sim.config.timing import Timing
 from sim.errors import InputError
 from sim.hardware import load_hw
 from sim.timing import aic
 from sim.timing.carry import tables_for
 
-
-def _write(path, rows: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(rows), path)
+B200 = "nvidia-b200-hgx8"
 
 
-@pytest.fixture()
-def aic_dir(tmp_path, monkeypatch):
-    root = tmp_path / "aiconfigurator_core" / "systems" / "data"
-    b200 = root / "b200_sxm"
-    _write(b200 / "gemm" / "sglang" / "0.5.14" / "gemm_perf.parquet", {  # wkv: 512 x 4096, 10 us flat
-        "gemm_dtype": ["fp8_block"] * 3, "m": [1, 128, 16384], "n": [512] * 3, "k": [4096] * 3,
-        "latency": [0.01] * 3})  # fmt: skip
-    # W4A4 (nvfp4) 300 us flat, W4A8 (w4a8_mxfp4_mxfp8) 600 us flat
-    moe = {"moe_dtype": ["nvfp4"] * 2 + ["w4a8_mxfp4_mxfp8"] * 2, "num_tokens": [1, 16384] * 2,
-           "hidden_size": [4096] * 4, "topk": [6] * 4, "num_experts": [256] * 4, "moe_tp_size": [1] * 4,
-           "moe_ep_size": [1] * 4, "distribution": ["balanced"] * 4, "latency": [0.3, 0.3, 0.6, 0.6]}  # fmt: skip
-    _write(b200 / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet", moe)
-    _write(b200 / "mhc" / "sglang" / "0.5.14" / "mhc_module_perf.parquet", {
-        "op_name": ["pre", "post", "pre", "post"], "num_tokens": [1, 1, 8192, 8192], "hidden_size": [4096] * 4,
-        "latency": [0.02, 0.01, 0.02, 0.01]})  # fmt: skip
-    monkeypatch.setenv("SIM_AIC_DATA", str(root))
-    aic._cached.cache_clear()
-    return root
+def _replaced(stack, base):
+    return [(a, b) for a, b in zip(stack.rows, base.rows, strict=True) if a.impl == "aic"]
 
 
-def test_aic_stack_replaces_only_what_aic_covers(aic_dir):
-    profile = load_hw("nvidia-b200-hgx8")
+def test_the_extracts_cover_every_gpu_aic_measured():
+    for gpu in aic.GPUS:
+        assert aic.gemms(gpu), gpu
+        assert aic.mhc(gpu).keys() >= {4096, 7168}, gpu
+        assert aic.moe(gpu, "fp8_block"), gpu
+    assert aic.moe("b200", "w4a8_mxfp4_mxfp8") and aic.moe("b200", "nvfp4")
+
+
+def test_aic_stack_replaces_gemms_experts_and_mhc_of_both_models():
+    profile = load_hw(B200)
     got, base = aic.aic_tables(profile), tables_for(profile, "production")
     assert len(got.rows) == len(base.rows) and got.stack == "aic"
-    replaced = [(a, b) for a, b in zip(got.rows, base.rows, strict=True) if a.impl == "aic"]
-    kinds = {(a.family, a.layer_kind) for a, _b in replaced}
-    assert kinds == {("gemm_dense", "wkv"), ("gemm_grouped", "gate_up"), ("gemm_grouped", "down"),
-                     ("mhc", "boundary")}  # fmt: skip
-    assert all(a.model == "V4" for a, _b in replaced)  # AIC 0.12 has no V4.1: the carry stays
-    for a, _b in replaced:
-        if a.family == "gemm_dense":
-            assert a.median_s == pytest.approx(10e-6)
-        if a.family == "mhc":
-            assert a.median_s == pytest.approx(30e-6)  # one boundary = pre + post
-    # all 256 experts with b tokens each: the layer's W4A8 600 us split in the production rows' proportion
-    up = {a.batch: a.median_s for a, _b in replaced if a.kernel == "moe_gate_up" and a.groups == 256}
-    down = {a.batch: a.median_s for a, _b in replaced if a.kernel == "moe_down" and a.groups == 256}
-    assert up and all(up[b] + down[b] == pytest.approx(600e-6) for b in up)
+    replaced = _replaced(got, base)
+    kinds = {(a.model, a.family) for a, _b in replaced}
+    for model in ("V4", "V4.1"):
+        assert {(model, "gemm_dense"), (model, "gemm_grouped"), (model, "mhc")} <= kinds
+    untouched = [b for a, b in zip(got.rows, base.rows, strict=True) if a.impl != "aic"]
+    assert any(r.family == "pipeline" for r in untouched) and any(r.kernel == "proj_wo_a" for r in untouched)
+    assert all(a.package.startswith("aic 0.12.0: ") for a, _b in replaced)
+
+
+def test_a_measured_gemm_shape_is_read_as_is_and_another_carried_by_its_flops():
+    profile = load_hw(B200)
+    got = aic.aic_tables(profile)
+    wkv = next(r for r in got.rows if r.model == "V4" and r.kernel == "proj_wkv" and r.rows == 128)
+    curve, scale, nk = aic.gemm_at("b200", 512, 4096)
+    assert nk == (512, 4096) and scale == 1.0 and wkv.median_s == pytest.approx(curve.at(128))
+    # V4-Flash's wq_b (32,768 x 1,024) is outside AIC's grid: the nearest measured shape, by N K
+    curve, scale, nk = aic.gemm_at("b200", 32768, 1024)
+    assert nk != (32768, 1024) and scale == pytest.approx(32768 * 1024 / (nk[0] * nk[1]))
+    wq_b = next(r for r in got.rows if r.model == "V4" and r.kernel == "proj_wq_b" and r.rows == 128)
+    assert wq_b.median_s == pytest.approx(curve.at(128) * scale) and "by N K" in wq_b.package
+
+
+def test_experts_are_the_fused_layer_split_by_the_production_rows_and_v41_carried_by_its_weights():
+    profile = load_hw(B200)
+    got, base = aic.aic_tables(profile), tables_for(profile, "production")
+    layer = aic.moe("b200", "w4a8_mxfp4_mxfp8")[1]  # all 256 experts on one GPU (EP 1)
+
+    def both(stack, model, batch):
+        rows = {r.kernel: r.median_s for r in stack.rows
+                if r.model == model and r.groups == 256 and r.batch == batch and r.kernel.startswith("moe_")}  # fmt: skip
+        return rows["moe_gate_up"] + rows["moe_down"]
+
+    batch = next(r.batch for r in got.rows if r.model == "V4" and r.groups == 256 and r.impl == "aic")
+    assert both(got, "V4", batch) == pytest.approx(layer.at(256 * batch / 6))
+    # V4.1's experts: the same fused layer at equal tokens an expert, x their weights (N K over V4-Flash's)
+    assert both(got, "V4.1", batch) == pytest.approx(layer.at(256 * batch / 6) * 4608 * 5120 / (4096 * 4096))
     # experts whose activations are FP4 too (an NVFP4 checkpoint) read AIC's nvfp4 rows
     w4a4 = aic.stack_tables(profile, "aic", "fp4")
-    up4 = {
-        a.batch: a.median_s
-        for a in w4a4.rows
-        if a.impl == "aic" and a.kernel == "moe_gate_up" and a.groups == 256
+    assert both(w4a4, "V4", batch) == pytest.approx(aic.moe("b200", "nvfp4")[1].at(256 * batch / 6))
+    assert both(base, "V4", batch) != pytest.approx(both(got, "V4", batch))
+
+
+def test_mhc_is_pre_plus_post_linear_in_the_hidden_size():
+    curves = aic.mhc("h200")
+    rows = 1024.0
+    v4, pro = curves[4096].at(rows), curves[7168].at(rows)
+    assert aic.mhc_at("h200", 4096, rows) == pytest.approx(v4)
+    assert aic.mhc_at("h200", 5120, rows) == pytest.approx(v4 + (pro - v4) * (5120 - 4096) / (7168 - 4096))
+    assert aic.mhc_at("h200", 5120, 1e9) is None  # outside the tokens measured: the production row stays
+
+
+def test_a_gpu_aic_did_not_measure_is_one_clear_error():
+    with pytest.raises(InputError, match="AIConfigurator has no measured operators for this GPU"):
+        aic.stack_tables(load_hw("amd-mi300x-ubb8"), "aic")
+
+
+def test_auto_is_the_engines_operators_where_an_engine_is_named_and_aic_measured_the_gpu():
+    assert Timing().kernels == "auto"
+    assert aic.resolved_stack("auto", "sglang", load_hw(B200)) == "aic"
+    assert aic.resolved_stack("auto", "", load_hw(B200)) == "production"  # no engine named: the kernels alone
+    assert aic.resolved_stack("auto", "vllm", load_hw("amd-mi300x-ubb8")) == "production"
+    assert aic.resolved_stack("production", "sglang", load_hw(B200)) == "production"
+
+
+def test_a_scenario_naming_its_engine_times_its_pools_on_the_engines_operators():
+    from sim.plan.backend import built_cluster
+
+    doc = {
+        "name": "aic-default",
+        "models": ["deepseek-v4-flash"],
+        "engine": {"name": "sglang"},
+        "hardware": B200,
+        "cluster": {
+            "pools": [
+                {
+                    "name": "w",
+                    "role": "colocated",
+                    "instances": 1,
+                    "gpus_per_instance": 8,
+                    "tp": 8,
+                    "ep": 8,
+                    "dp": 1,
+                }
+            ]
+        },  # fmt: skip
+        "workload": {
+            "benchmark": {"isl_tokens": 1024, "osl_tokens": 128, "concurrency": 4},
+            "max_requests": 8,
+        },
     }
-    down4 = {
-        a.batch: a.median_s
-        for a in w4a4.rows
-        if a.impl == "aic" and a.kernel == "moe_down" and a.groups == 256
-    }
-    assert up4 and all(up4[b] + down4[b] == pytest.approx(300e-6) for b in up4)
-    untouched = [b for a, b in zip(got.rows, base.rows, strict=True) if a.impl != "aic"]
-    assert any(r.family == "pipeline" for r in untouched) and any(r.kernel == "proj_wq_b" for r in untouched)
-
-
-def test_aic_stack_without_aiconfigurator_is_one_clear_error(monkeypatch):
-    if importlib.util.find_spec("aiconfigurator_core") is not None:
-        pytest.skip("AIConfigurator is installed here")
-    monkeypatch.delenv("SIM_AIC_DATA", raising=False)
-    with pytest.raises(
-        InputError, match=r'timing.kernels: aic: AIConfigurator is not installed.*pip install "\.\[aic\]"'
-    ):
-        aic.stack_tables(load_hw("nvidia-b200-hgx8"), "aic")
-
-
-def test_aic_is_a_kernel_stack_of_the_timing_block():
-    assert Timing(kernels="aic").kernels == "aic"
+    step = {}
+    for kernels in ("auto", "production"):
+        scn = Scenario.model_validate({**doc, "timing": {"kernels": kernels}})
+        timing = built_cluster(scn, "deepseek-v4-flash").instances[0].timing
+        step[kernels] = timing.step_s(64, timing.decode_seq_terms(4096 * 64, 1), [])
+    assert step["auto"] != step["production"] and math.isfinite(step["auto"])
