@@ -73,8 +73,17 @@ def needed_gemm_shapes() -> list[tuple[float, float]]:
     return sorted({(r.n, r.k) for r in rows if r.family == "gemm_dense" and r.n and r.k})
 
 
-def _means(points: dict[tuple, list[float]]) -> dict[tuple, tuple[float, int]]:
-    return {key: (sum(v) / len(v), len(v)) for key, v in points.items()}
+def _emit(gpu: str, key_columns: tuple[str, ...], points: dict[tuple, list[float]]) -> list[dict]:
+    """One CSV row per point, by key: the mean of its repeats (microseconds) and their count."""
+    return [
+        {
+            "gpu": gpu,
+            **dict(zip(key_columns, key, strict=True)),
+            "time_us": round(sum(v) / len(v), 3),
+            "samples": len(v),
+        }
+        for key, v in sorted(points.items())
+    ]
 
 
 def gemm_rows(system: Path, gpu: str, shapes: list[tuple[float, float]]) -> list[dict]:
@@ -92,8 +101,7 @@ def gemm_rows(system: Path, gpu: str, shapes: list[tuple[float, float]]) -> list
     for r in measured:
         if (int(r["n"]), int(r["k"])) in keep:
             points.setdefault((int(r["n"]), int(r["k"]), int(r["m"])), []).append(r["latency"] * 1e3)
-    return [{"gpu": gpu, "n": n, "k": k, "m": m, "time_us": round(t, 3), "samples": c}
-            for (n, k, m), (t, c) in sorted(_means(points).items())]  # fmt: skip
+    return _emit(gpu, ("n", "k", "m"), points)
 
 
 def moe_rows(system: Path, gpu: str) -> list[dict]:
@@ -105,8 +113,7 @@ def moe_rows(system: Path, gpu: str) -> list[dict]:
             points.setdefault((r["moe_dtype"], int(r["moe_ep_size"]), int(r["num_tokens"])), []).append(
                 r["latency"] * 1e3
             )
-    return [{"gpu": gpu, "moe_dtype": d, "ep": ep, "tokens": t, "time_us": round(v, 3), "samples": c}
-            for (d, ep, t), (v, c) in sorted(_means(points).items())]  # fmt: skip
+    return _emit(gpu, ("moe_dtype", "ep", "tokens"), points)
 
 
 def mhc_rows(system: Path, gpu: str) -> list[dict]:
@@ -116,8 +123,7 @@ def mhc_rows(system: Path, gpu: str) -> list[dict]:
         points.setdefault((r["op_name"], int(r["hidden_size"]), int(r["num_tokens"])), []).append(
             r["latency"] * 1e3
         )
-    return [{"gpu": gpu, "op": op, "hidden": h, "tokens": t, "time_us": round(v, 3), "samples": c}
-            for (op, h, t), (v, c) in sorted(_means(points).items())]  # fmt: skip
+    return _emit(gpu, ("op", "hidden", "tokens"), points)
 
 
 def csv_text(table: str, rows: list[dict]) -> str:

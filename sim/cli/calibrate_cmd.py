@@ -700,9 +700,10 @@ def _print(data: dict) -> None:
 def _print_aic(console: Console, data: dict) -> None:
     aic = data["aic"]
     if not aic["available"]:
-        console.print(f"AIConfigurator stack (timing.kernels: aic): not available: {aic['reason']}")
+        console.print(f"The engines' operators (timing.kernels: aic): not available: {aic['reason']}")
         return
-    cov = _table("AIConfigurator stack (timing.kernels: aic): where each operation comes from",
+    cov = _table("The engines' operators (timing.kernels: aic; auto where the scenario names its engine): "
+                 "where each operation comes from",
                  ("operation", "source"), left=("operation", "source"))  # fmt: skip
     for c in aic["coverage"]:
         cov.add_row(c["operation"], c["source"])

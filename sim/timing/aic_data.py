@@ -1,7 +1,9 @@
 """NVIDIA AIConfigurator's measured operator tables, found where the user installed them (an optional
-dependency: `pip install ".[aic]"`). One extract of it is committed, with its source and license in its
-header: the V4-Flash prefill attention modules the engine glue is fitted on
-(`hwprofiles/engine_modules/`, `kernels_bench.aic_compare modules`, sim.timing.engine_glue).
+dependency: `pip install ".[aic]"`), for the scripts that extract what sim reads. The extracts are committed,
+each with its source and license in its header (`hwprofiles/engine_modules/`): the V4-Flash prefill attention
+modules the engine glue is fitted on (`kernels_bench.aic_compare modules`, sim.timing.engine_glue), the engines'
+GEMMs, MoE layers and mHC of the `aic` kernel stack (`kernels_bench.aic_operators`, sim.timing.aic) and SGLang's
+MoE modules (`kernels_bench.aic_sglang_moe`, sim.timing.engine_moe).
 
 AIConfigurator (Apache-2.0) ships per-operator latencies measured on real GPUs under
 `aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/*.parquet`

@@ -52,9 +52,10 @@ def context(arith):
 
 @pytest.fixture(scope="session")
 def case_timing():
-    """case_timing(case, pool={...}, model={...}, hardware=None) -> the timing model of the first instance a
-    validation case (a file of scenarios/validation) builds for its model, with its first pool's and its model
-    entry's fields changed; another `hardware` drops the case's pricing (profile-specific terms)."""
+    """case_timing(case, pool={...}, model={...}, hardware=None, kernels=None) -> the timing model of the first
+    instance a validation case (a file of scenarios/validation) builds for its model, with its first pool's and its
+    model entry's fields changed; another `hardware` drops the case's pricing (profile-specific terms); `kernels`
+    sets timing.kernels."""
     import yaml
 
     from sim.cluster.build import build_simulation
@@ -62,7 +63,14 @@ def case_timing():
     from sim.config.scenario import Scenario
     from sim.paths import project_root
 
-    def make(case: str, *, pool: dict | None = None, model: dict | None = None, hardware: str | None = None):
+    def make(
+        case: str,
+        *,
+        pool: dict | None = None,
+        model: dict | None = None,
+        hardware: str | None = None,
+        kernels: str | None = None,
+    ):
         path = project_root() / "scenarios" / "validation" / case
         doc = yaml.safe_load(path.read_text())["scenario"]
         doc["cluster"]["pools"][0].update(pool or {})
@@ -71,6 +79,8 @@ def case_timing():
         if hardware:
             doc["hardware"] = hardware
             doc.pop("pricing", None)
+        if kernels:
+            doc.setdefault("timing", {})["kernels"] = kernels
         scn = validate_or_raise(Scenario, doc, file=str(path))
         one = scn.for_model(scn.models[0].name)
         return (

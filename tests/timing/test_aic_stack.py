@@ -101,29 +101,10 @@ def test_auto_is_the_engines_operators_where_an_engine_is_named_and_aic_measured
 def test_a_scenario_naming_its_engine_times_its_pools_on_the_engines_operators():
     from sim.plan.backend import built_cluster
 
-    doc = {
-        "name": "aic-default",
-        "models": ["deepseek-v4-flash"],
-        "engine": {"name": "sglang"},
-        "hardware": B200,
-        "cluster": {
-            "pools": [
-                {
-                    "name": "w",
-                    "role": "colocated",
-                    "instances": 1,
-                    "gpus_per_instance": 8,
-                    "tp": 8,
-                    "ep": 8,
-                    "dp": 1,
-                }
-            ]
-        },  # fmt: skip
-        "workload": {
-            "benchmark": {"isl_tokens": 1024, "osl_tokens": 128, "concurrency": 4},
-            "max_requests": 8,
-        },
-    }
+    pool = dict(name="w", role="colocated", instances=1, gpus_per_instance=8, tp=8, ep=8, dp=1)
+    doc = dict(name="aic-default", models=["deepseek-v4-flash"], engine={"name": "sglang"}, hardware=B200,
+               cluster={"pools": [pool]}, workload={"benchmark": {"isl_tokens": 1024, "osl_tokens": 128,
+                                                                  "concurrency": 4}, "max_requests": 8})  # fmt: skip
     step = {}
     for kernels in ("auto", "production"):
         scn = Scenario.model_validate({**doc, "timing": {"kernels": kernels}})

@@ -53,7 +53,7 @@ def test_the_module_against_the_fp8_grouped_gemms_it_replaces(h200_tables, case_
     DeepGEMM's FP8 at tens of experts, and at prefill sizes it runs several times slower."""
     from sim.timing.experts import grouped_s
 
-    mt = case_timing("v4-flash-4xh200-agg.yaml", model={"expert_activations": "fp8"}).mt
+    mt = case_timing("v4-flash-4xh200-agg.yaml", model={"expert_activations": "fp8"}, kernels="production").mt
     m = measured()
 
     def ratio(experts: float, rows: float) -> float:
