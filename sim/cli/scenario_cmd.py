@@ -122,6 +122,27 @@ def _expert_formats(scn: Scenario, model: str) -> list[dict]:
     return out
 
 
+STACK_WHAT = {
+    "aic": "the engine's dense GEMMs, routed experts and mHC as AIConfigurator 0.12.0 measured them on the GPU, "
+    "the production stack for the rest (sim/timing/aic.py)",
+    "production": "the kernels timed alone on the H200, carried to other GPUs (sim/timing/stacks.py, carry.py)",
+    "kernels_bench": "the project's own kernels (sim/timing/stacks.py)",
+}
+
+
+def _kernel_stacks(scn: Scenario) -> list[dict]:
+    """The kernel stack each pool's calibrated timing reads (timing.kernels, `auto` resolved: sim.timing.aic)."""
+    from sim.timing.aic import resolved_stack
+
+    out = []
+    for pool in scn.cluster.pools:
+        engine = scn.pool_engine(pool)
+        hw = load_hw(scn.pool_hardware(pool))
+        stack = resolved_stack(scn.timing.kernels, engine.name if engine is not None else "", hw)
+        out.append({"pool": pool.name, "stack": stack, "setting": scn.timing.kernels})
+    return out
+
+
 def _summary(scn: Scenario) -> dict:
     pools = [_pool_summary(scn, p) for p in scn.cluster.pools]
     w = scn.workload
@@ -144,6 +165,7 @@ def _summary(scn: Scenario) -> dict:
         ],
         "hardware": scn.hardware,
         "pools": pools,
+        "kernels": _kernel_stacks(scn),
         "workload": {
             "source": "trace" if w.trace else "generator" if w.generator else "benchmark",
             "path": str(w.source_path) if w.source_path is not None else None,
@@ -208,6 +230,11 @@ def check_cmd(
     if scn.extensions:
         uses = ", ".join(e.use for e in scn.extensions)
         console.print(f"  extensions (SimPy loop): {uses}", markup=False)
+    for k in summary["kernels"]:
+        console.print(
+            f"  kernels: pool {k['pool']}: {k['stack']}, {STACK_WHAT[k['stack']]} (timing.kernels {k['setting']})",
+            markup=False,
+        )
     for m in summary["models"]:
         for f in m["eager_prefill"]:
             how = (

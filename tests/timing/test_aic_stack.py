@@ -111,3 +111,21 @@ def test_a_scenario_naming_its_engine_times_its_pools_on_the_engines_operators()
         timing = built_cluster(scn, "deepseek-v4-flash").instances[0].timing
         step[kernels] = timing.step_s(64, timing.decode_seq_terms(4096 * 64, 1), [])
     assert step["auto"] != step["production"] and math.isfinite(step["auto"])
+
+
+def test_scenario_check_says_which_stack_each_pool_reads():
+    import json
+
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+    from sim.paths import project_root
+
+    runner = CliRunner()
+    for scenario, stack in (("agent_1M.yaml", "aic"), ("smoke.yaml", "production")):  # engine named / none
+        path = project_root() / "scenarios" / scenario
+        out = runner.invoke(app, ["scenario", "check", str(path)])
+        lines = [line.strip() for line in out.output.splitlines() if line.strip().startswith("kernels:")]
+        assert out.exit_code == 0 and lines and all(f": {stack}, " in line for line in lines), out.output
+        got = json.loads(runner.invoke(app, ["scenario", "check", str(path), "--json"]).output)
+        assert {k["stack"] for k in got["summary"]["kernels"]} == {stack}
