@@ -1,7 +1,7 @@
 """The `aic` kernel stack: the engines' own operators as NVIDIA AIConfigurator measured them, on every GPU it
 measured (H100, H200, B200, B300, GB200), the production stack (measured, or carried from the H200 by
 sim.timing.carry) for the operations it did not measure. The stack of every pool whose scenario names its engine
-(`timing.kernels: auto`, sim.timing.stacks `stack_for`); issue 29, docs/engines_and_validation.md section 64.
+(`timing.kernels: auto`, `resolved_stack` below); issue 29, docs/engines_and_validation.md section 64.
 
 Why: sim's production rows are kernels sim timed alone (DeepGEMM, TileLang) on the H200, carried to the other
 GPUs by the resource assumed to bind them; AIC timed the operator as the engine calls it (the activations'
