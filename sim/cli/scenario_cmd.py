@@ -14,7 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cluster.build import engine_eager_floor, pool_expert_format, pool_host_costs, pool_index_record
+from sim.cluster.build import (
+    engine_eager_floor,
+    pool_expert_format,
+    pool_host_costs,
+    pool_index_record,
+    pool_kernel_stack,
+)
 from sim.config import Scenario, load_scenario
 from sim.config.cluster import Pool
 from sim.config.engine_rules import profile_rows, scenario_refusal
@@ -131,16 +137,15 @@ STACK_WHAT = {
 
 
 def _kernel_stacks(scn: Scenario) -> list[dict]:
-    """The kernel stack each pool's calibrated timing reads (timing.kernels, `auto` resolved: sim.timing.aic)."""
-    from sim.timing.aic import resolved_stack
-
-    out = []
-    for pool in scn.cluster.pools:
-        engine = scn.pool_engine(pool)
-        hw = load_hw(scn.pool_hardware(pool))
-        stack = resolved_stack(scn.timing.kernels, engine.name if engine is not None else "", hw)
-        out.append({"pool": pool.name, "stack": stack, "setting": scn.timing.kernels})
-    return out
+    """The kernel stack each pool's calibrated timing reads (sim.cluster.build.pool_kernel_stack)."""
+    return [
+        {
+            "pool": p.name,
+            "stack": pool_kernel_stack(scn, p, load_hw(scn.pool_hardware(p))),
+            "setting": scn.timing.kernels,
+        }
+        for p in scn.cluster.pools
+    ]
 
 
 def _summary(scn: Scenario) -> dict:

@@ -542,6 +542,13 @@ def pool_index_record(scn, pool: Pool, hw: HwProfile, spec: ModelSpec) -> dict |
     }
 
 
+def pool_kernel_stack(scn, pool: Pool, hw: HwProfile) -> str:
+    """The kernel stack `pool`'s calibrated timing reads on `hw`: timing.kernels, `auto` resolved by the pool's
+    engine (sim.timing.aic resolved_stack). `sim scenario check` prints it."""
+    engine = scn.pool_engine(pool)
+    return resolved_stack(scn.timing.kernels, engine.name if engine is not None else "", hw)
+
+
 def pool_timing(
     scn, pool: Pool, hw: HwProfile, arith: ModelArith, model_ref, spec_step, engram_in_dram: bool
 ):
@@ -569,7 +576,7 @@ def pool_timing(
         verify_rows=spec_step.verify_rows,
         engram_in_dram=engram_in_dram,
         vision_on_instance=True,
-        kernels=resolved_stack(scn.timing.kernels, engine.name if engine is not None else "", hw),
+        kernels=pool_kernel_stack(scn, pool, hw),
         forward_term=scn.timing.forward_term,
         decode_layer_term=pool_decode_layer_term(scn, pool),
         row_buckets=tuple(scn.timing.graph_row_buckets),
